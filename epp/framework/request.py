@@ -1,0 +1,64 @@
+"""The request as the scheduler and plugins see it, after the body was parsed once."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from epp.framework.endpoint import EndpointState
+
+__all__ = ["ApiKind", "InferenceRequest", "RoutingDecision"]
+
+
+class ApiKind(enum.Enum):
+    """OpenAI-style API the body belongs to (chosen by path suffix, upstream openai-parser)."""
+
+    COMPLETIONS = "completions"
+    CHAT_COMPLETIONS = "chat/completions"
+    RESPONSES = "responses"
+    CONVERSATIONS = "conversations"
+    EMBEDDINGS = "embeddings"
+    NONE = "none"  # header-only request (GET): no body
+
+
+@dataclass(slots=True)
+class InferenceRequest:
+    """One request being scheduled.
+
+    ``model`` is what the client asked for, ``target_model`` what the model server will be sent
+    (after InferenceModel split / InferenceModelRewrite). ``priority`` < 0 is sheddable.
+    ``body`` is the parsed JSON (never copied); ``headers`` are lower-case keys.
+    """
+
+    request_id: str
+    model: str = ""
+    target_model: str = ""
+    priority: int = 0
+    objective: str = ""
+    api: ApiKind = ApiKind.COMPLETIONS
+    stream: bool = False
+    body: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    size: int = 0
+
+    @property
+    def sheddable(self) -> bool:
+        return self.priority < 0
+
+
+@dataclass(slots=True)
+class RoutingDecision:
+    """Where a request goes: ``targets`` best first (more than one = fallback list)."""
+
+    targets: list[EndpointState]
+
+    @property
+    def destination(self) -> str:
+        """Value of ``x-gateway-destination-endpoint``: ``ip:port[,ip:port...]``."""
+        return ",".join(t.endpoint.hostport for t in self.targets)
+
+    @property
+    def primary(self) -> EndpointState:
+        return self.targets[0]

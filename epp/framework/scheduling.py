@@ -1,0 +1,147 @@
+"""Scheduling extension points (upstream's Filter / Scorer / Picker / ProfileHandler) and results.
+
+A scheduling cycle is synchronous: it runs on the event loop between two awaits, so every
+plugin sees the same metrics. Scores are aligned with the candidate list (index i scores
+candidates[i]); the profile runner clamps them to [0, 1] and applies the weight, so plugins
+need not be trusted to respect the range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import TypedName
+from epp.framework.request import InferenceRequest
+
+__all__ = [
+    "CycleState",
+    "Filter",
+    "Picker",
+    "PostResponse",
+    "PreRequest",
+    "ProfileHandler",
+    "ProfileResult",
+    "SchedulerProfileView",
+    "SchedulingResult",
+    "ScoredEndpoint",
+    "Scorer",
+]
+
+
+class CycleState(dict[str, Any]):
+    """Scratch space for one scheduling cycle, shared by the plugins of that cycle."""
+
+
+@dataclass(slots=True)
+class ScoredEndpoint:
+    state: EndpointState
+    score: float
+
+
+@dataclass(slots=True)
+class ProfileResult:
+    """The endpoints one profile chose, best first (more than one = fallback list)."""
+
+    targets: list[EndpointState]
+
+
+@dataclass(slots=True)
+class SchedulingResult:
+    profile_results: dict[str, ProfileResult | None]
+    primary_profile: str
+
+    @property
+    def primary(self) -> ProfileResult:
+        result = self.profile_results.get(self.primary_profile)
+        if result is None:
+            raise LookupError(f"primary profile {self.primary_profile!r} produced no result")
+        return result
+
+
+@runtime_checkable
+class Filter(Protocol):
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    def filter(
+        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
+    ) -> list[EndpointState]:
+        """Return the candidates that may serve the request (empty fails the profile)."""
+        ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    def score(
+        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
+    ) -> Sequence[float]:
+        """One score per candidate, in order, nominally in [0, 1]."""
+        ...
+
+
+@runtime_checkable
+class Picker(Protocol):
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    def pick(self, cycle: CycleState, request: InferenceRequest, scored: Sequence[ScoredEndpoint]) -> ProfileResult:
+        """Choose the target(s) from the scored candidates."""
+        ...
+
+
+class SchedulerProfileView(Protocol):
+    """What a profile handler needs to know of a profile."""
+
+    @property
+    def name(self) -> str: ...
+
+
+@runtime_checkable
+class ProfileHandler(Protocol):
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    def pick_profiles(
+        self,
+        cycle: CycleState,
+        request: InferenceRequest,
+        profiles: Mapping[str, SchedulerProfileView],
+        results: Mapping[str, ProfileResult | None],
+    ) -> list[str]:
+        """Names of the profiles to run next; empty ends the cycle."""
+        ...
+
+    def process_results(
+        self,
+        cycle: CycleState,
+        request: InferenceRequest,
+        results: Mapping[str, ProfileResult | None],
+    ) -> SchedulingResult:
+        """Combine the profile results and name the primary profile."""
+        ...
+
+
+@runtime_checkable
+class PreRequest(Protocol):
+    """Runs after a routing decision (e.g. the prefix index learns what the chosen pod holds)."""
+
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None: ...
+
+
+@runtime_checkable
+class PostResponse(Protocol):
+    """Runs once when the response is complete (or the stream ended early)."""
+
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    def post_response(self, request: InferenceRequest, endpoint: EndpointState | None) -> None: ...
