@@ -10,14 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 __all__ = ["ENGINE_TYPE_LABEL", "Endpoint", "EndpointState", "MetricsSnapshot", "join_host_port"]
 
 ENGINE_TYPE_LABEL = "inference.networking.k8s.io/engine-type"
-
-_EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
-
 
 def join_host_port(host: str, port: int) -> str:
     """``ip:port``, with IPv6 addresses bracketed (Go's ``net.JoinHostPort``)."""
@@ -37,7 +33,7 @@ class Endpoint:
     port: int
     rank: int = 0
     metrics_port: int = 0
-    labels: Mapping[str, str] = field(default=_EMPTY_LABELS, compare=False)
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
     hostport: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

@@ -53,6 +53,8 @@ class RoutingDecision:
     """Where a request goes: ``targets`` best first (more than one = fallback list)."""
 
     targets: list[EndpointState]
+    # Headers the picker adds to the response the client receives (e.g. a session token).
+    response_headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def destination(self) -> str:

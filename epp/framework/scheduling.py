@@ -8,7 +8,7 @@ need not be trusted to respect the range.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -18,12 +18,14 @@ from epp.framework.request import InferenceRequest
 
 __all__ = [
     "CycleState",
+    "EndpointsObserver",
     "Filter",
     "Picker",
     "PostResponse",
     "PreRequest",
     "ProfileHandler",
     "ProfileResult",
+    "ResponseHeaderContributor",
     "SchedulerProfileView",
     "SchedulingResult",
     "ScoredEndpoint",
@@ -145,3 +147,17 @@ class PostResponse(Protocol):
     def typed_name(self) -> TypedName: ...
 
     def post_response(self, request: InferenceRequest, endpoint: EndpointState | None) -> None: ...
+
+
+@runtime_checkable
+class EndpointsObserver(Protocol):
+    """Plugins that keep per-endpoint state implement this to free it when endpoints leave."""
+
+    def endpoints_removed(self, keys: Collection[str]) -> None: ...
+
+
+@runtime_checkable
+class ResponseHeaderContributor(Protocol):
+    """Plugins that hand the client something on the response (session affinity's token)."""
+
+    def response_headers(self, request: InferenceRequest, result: SchedulingResult) -> Mapping[str, str]: ...

@@ -1,0 +1,181 @@
+"""prefix-cache-scorer: prefer endpoints that already hold the request's prompt prefix.
+
+score = matched leading blocks / total blocks of the prompt (0 when the prompt is shorter than
+one block). After each routing decision the chosen endpoint is recorded as holding every block
+of the prompt (``pre_request``), which is what makes requests sharing a system prompt or a chat
+history stick to one pod until its load outweighs the affinity in the weighted sum.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import PluginConfigError, PluginContext, TypedName
+from epp.framework.request import ApiKind, InferenceRequest
+from epp.framework.scheduling import CycleState, SchedulingResult
+from epp.plugins.prefix_index import PrefixIndex, chain_hashes
+
+__all__ = ["PrefixCacheScorer", "prompt_prefix_bytes"]
+
+TYPE = "prefix-cache-scorer"
+_CHARS_PER_TOKEN = 4
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else json.dumps(content, sort_keys=True)
+
+
+def _join_until(parts: Any, limit: int) -> str:
+    """Concatenate an iterable of strings, stopping once ``limit`` characters are collected."""
+    out: list[str] = []
+    size = 0
+    for part in parts:
+        out.append(part)
+        size += len(part)
+        if size >= limit:
+            break
+    return "".join(out)[:limit]
+
+
+def prompt_prefix_bytes(request: InferenceRequest, limit: int) -> bytes:
+    """The first ``limit`` bytes of the prompt as the model server will see it, in order.
+
+    Chat messages are rendered one by one (role, then content) and rendering stops at the limit,
+    so a long conversation is never serialised whole, and turn N+1's rendering extends turn N's.
+    """
+    body = request.body
+    if request.api is ApiKind.CHAT_COMPLETIONS:
+        messages = body.get("messages") or []
+        text = _join_until(
+            (f"<|{m.get('role', '')}|>{_content_text(m.get('content'))}\n" for m in messages if isinstance(m, dict)),
+            limit,
+        )
+    elif request.api is ApiKind.COMPLETIONS:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            text = prompt[:limit]
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+            text = _join_until((p if i == 0 else " " + p for i, p in enumerate(prompt)), limit)
+        else:  # token ids (or nested lists of them)
+            text = json.dumps(prompt)[:limit]
+    elif request.api is ApiKind.RESPONSES:
+        head = [json.dumps({"instructions": body["instructions"]})] if "instructions" in body else []
+        text = _join_until([*head, json.dumps(body.get("input"))], limit)
+    elif request.api is ApiKind.CONVERSATIONS:
+        text = json.dumps(body.get("items"))[:limit]
+    elif request.api is ApiKind.EMBEDDINGS:
+        text = json.dumps(body.get("input"))[:limit]
+    else:
+        return b""
+    return text.encode()[:limit]
+
+
+class PrefixCacheScorer:
+    """Scorer + PreRequest + endpoint-removal observer around one :class:`PrefixIndex`."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        block_size_tokens: int = 16,
+        max_prefix_blocks: int = 256,
+        lru_capacity_per_server: int = 31_250,
+        auto_tune: bool = True,
+    ) -> None:
+        self._typed_name = TypedName(TYPE, name)
+        self.block_size_tokens = block_size_tokens
+        self.max_prefix_blocks = max_prefix_blocks
+        self.auto_tune = auto_tune
+        self.index = PrefixIndex(lru_capacity_per_server)
+        self._cycle_key = f"{TYPE}/{name}/hashes"
+
+    @property
+    def typed_name(self) -> TypedName:
+        return self._typed_name
+
+    def _block_bytes(self, candidates: Sequence[EndpointState]) -> int:
+        tokens = self.block_size_tokens
+        if self.auto_tune and candidates and candidates[0].metrics.cache_block_size > 0:
+            tokens = candidates[0].metrics.cache_block_size
+        return tokens * _CHARS_PER_TOKEN
+
+    def hashes(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[int]:
+        """The prompt's block hashes, computed once per cycle and shared with ``pre_request``."""
+        cached: list[int] | None = cycle.get(self._cycle_key)
+        if cached is None:
+            block = self._block_bytes(candidates)
+            text = prompt_prefix_bytes(request, block * self.max_prefix_blocks)
+            salt = str(request.body.get("cache_salt") or "")
+            cached = chain_hashes(
+                text,
+                seed_parts=(request.target_model or request.model, salt),
+                block_bytes=block,
+                max_blocks=self.max_prefix_blocks,
+            )
+            cycle[self._cycle_key] = cached
+        return cached
+
+    def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
+        hashes = self.hashes(cycle, request, candidates)
+        if not hashes:
+            return [0.0] * len(candidates)
+        total = len(hashes)
+        match = self.index.match
+        return [match(c.endpoint.key, hashes) / total for c in candidates]
+
+    def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:
+        hashes = cycle.get(self._cycle_key)
+        if not hashes:
+            return
+        for profile_result in result.profile_results.values():
+            if profile_result is None or not profile_result.targets:
+                continue
+            target = profile_result.targets[0]
+            capacity = target.metrics.cache_num_blocks if self.auto_tune else 0
+            self.index.add(target.endpoint.key, hashes, capacity)
+
+    def endpoints_removed(self, keys: Collection[str]) -> None:
+        self.index.forget(keys)
+
+    @property
+    def index_size(self) -> int:
+        return len(self.index)
+
+
+def _positive_int(params: Mapping[str, Any], key: str, default: int) -> int:
+    value = params.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise PluginConfigError(f"{TYPE}.parameters.{key}: must be a positive integer, got {value!r}")
+    return value
+
+
+def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrefixCacheScorer:
+    """Factory; accepts upstream's parameter names (``blockSize`` in characters is deprecated)."""
+    known = {"autoTune", "blockSizeTokens", "maxPrefixBlocksToMatch", "maxPrefixTokensToMatch", "lruCapacityPerServer"}
+    unknown = set(params) - known - {"blockSize"}
+    if unknown:
+        raise PluginConfigError(f"{TYPE}.parameters: unknown field(s) {sorted(unknown)}")
+    if "blockSize" in params and "blockSizeTokens" not in params:
+        raise PluginConfigError(f"{TYPE}.parameters.blockSize: deprecated (characters); use blockSizeTokens")
+    block_tokens = _positive_int(params, "blockSizeTokens", 16)
+    max_blocks = _positive_int(params, "maxPrefixBlocksToMatch", 256)
+    max_tokens = params.get("maxPrefixTokensToMatch", 0)
+    if max_tokens:
+        max_blocks = max(1, _positive_int(params, "maxPrefixTokensToMatch", 0) // block_tokens)
+    auto_tune = params.get("autoTune", True)
+    if not isinstance(auto_tune, bool):
+        raise PluginConfigError(f"{TYPE}.parameters.autoTune: must be a boolean, got {auto_tune!r}")
+    return PrefixCacheScorer(
+        name,
+        block_size_tokens=block_tokens,
+        max_prefix_blocks=max_blocks,
+        lru_capacity_per_server=_positive_int(params, "lruCapacityPerServer", 31_250),
+        auto_tune=auto_tune,
+    )

@@ -1,0 +1,139 @@
+"""prefix-cache-scorer and its index: hashing, matching, learning, bounds and removal."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
+from epp.framework.plugin import PluginConfigError, PluginContext
+from epp.framework.request import ApiKind, InferenceRequest
+from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
+from epp.plugins import prefix_cache_scorer
+from epp.plugins.prefix_cache_scorer import PrefixCacheScorer, prompt_prefix_bytes
+from epp.plugins.prefix_index import PrefixIndex, chain_hashes
+
+
+def _state(name: str, *, num_blocks: int = 0, block_size: int = 0) -> EndpointState:
+    ep = Endpoint(namespace="ns", name=f"{name}-rank-0", pod_name=name, address=f"10.0.0.{len(name)}", port=8000)
+    return EndpointState(ep, MetricsSnapshot(cache_num_blocks=num_blocks, cache_block_size=block_size))
+
+
+def _chat(*contents: str, salt: str | None = None, model: str = "m") -> InferenceRequest:
+    body: dict[str, object] = {"model": model, "messages": [{"role": "user", "content": c} for c in contents]}
+    if salt is not None:
+        body["cache_salt"] = salt
+    return InferenceRequest(request_id="r", model=model, target_model=model, api=ApiKind.CHAT_COMPLETIONS, body=body)
+
+
+def _route(scorer: PrefixCacheScorer, request: InferenceRequest, cands: list[EndpointState], pick: int) -> list[float]:
+    cycle = CycleState()
+    scores = scorer.score(cycle, request, cands)
+    scorer.pre_request(cycle, request, SchedulingResult({"default": ProfileResult([cands[pick]])}, "default"))
+    return scores
+
+
+def test_chain_hashes_are_prefix_stable_and_seeded() -> None:
+    text = b"x" * 64 * 10 + b"tail"
+    a = chain_hashes(text, seed_parts=("m", ""), block_bytes=64, max_blocks=256)
+    assert len(a) == 11  # ten full blocks and the partial one
+    b = chain_hashes(text[: 64 * 5], seed_parts=("m", ""), block_bytes=64, max_blocks=256)
+    assert a[:5] == b
+    assert chain_hashes(text, seed_parts=("other", ""), block_bytes=64, max_blocks=256)[0] != a[0]
+    assert chain_hashes(text, seed_parts=("m", "salt"), block_bytes=64, max_blocks=256)[0] != a[0]
+    assert chain_hashes(b"short", seed_parts=("m", ""), block_bytes=64, max_blocks=256) == []
+    assert len(chain_hashes(text, seed_parts=("m", ""), block_bytes=64, max_blocks=3)) == 3
+
+
+def test_tiny_block_size_is_bounded() -> None:
+    hashes = chain_hashes(b"a" * 100_000, seed_parts=("m", ""), block_bytes=1, max_blocks=256)
+    assert len(hashes) == 256
+
+
+def test_shared_prefix_sticks_to_the_pod_that_served_it() -> None:
+    scorer = PrefixCacheScorer("p")
+    cands = [_state("a"), _state("b")]
+    system = "You are a helpful assistant. " * 40  # ~1.2 KB shared system prompt
+    first = _route(scorer, _chat(system, "question one"), cands, pick=1)
+    assert first == [0.0, 0.0]
+    second = _route(scorer, _chat(system, "a different question"), cands, pick=1)
+    assert second[0] == 0.0
+    assert 0.8 < second[1] < 1.0  # the whole system prompt matched, the question did not
+    same = _route(scorer, _chat(system, "question one"), cands, pick=1)
+    assert same == [0.0, 1.0]
+
+
+def test_cache_salt_isolates_prefixes() -> None:
+    scorer = PrefixCacheScorer("p")
+    cands = [_state("a"), _state("b")]
+    prompt = "shared prefix " * 100
+    _route(scorer, _chat(prompt), cands, pick=0)
+    salted = _route(scorer, _chat(prompt, salt="tenant-1"), cands, pick=1)
+    assert salted == [0.0, 0.0]
+    assert _route(scorer, _chat(prompt, salt="tenant-1"), cands, pick=1)[1] == 1.0
+
+
+def test_multi_turn_chat_extends_the_previous_turn() -> None:
+    turn1 = _chat("hello " * 50)
+    turn2 = _chat("hello " * 50, "and more " * 50)
+    a = prompt_prefix_bytes(turn1, 10_000)
+    b = prompt_prefix_bytes(turn2, 10_000)
+    assert b.startswith(a)
+
+
+def test_completions_prompt_forms() -> None:
+    req = InferenceRequest(request_id="r", model="m", api=ApiKind.COMPLETIONS, body={"prompt": ["ab", "cd"]})
+    assert prompt_prefix_bytes(req, 100) == b"ab cd"
+    big = InferenceRequest(request_id="r", model="m", api=ApiKind.COMPLETIONS, body={"prompt": "z" * 220_000})
+    assert len(prompt_prefix_bytes(big, 16_384)) == 16_384
+
+
+def test_lru_capacity_bounds_memory_and_evicts_oldest() -> None:
+    index = PrefixIndex(default_capacity=4)
+    index.add("e", [1, 2, 3])
+    index.add("e", [4, 5])
+    assert len(index) == 4
+    assert index.match("e", [1]) == 0  # evicted
+    assert index.match("e", [2, 3, 4, 5]) == 4
+    index.add("e", [10, 11], capacity=2)  # capacity from the pod's num_gpu_blocks
+    assert len(index) == 2
+
+
+def test_capacity_comes_from_scraped_num_gpu_blocks() -> None:
+    scorer = PrefixCacheScorer("p")
+    cands = [_state("a", num_blocks=3)]
+    _route(scorer, _chat("q" * 64 * 10), cands, pick=0)
+    assert scorer.index_size == 3
+
+
+def test_removed_endpoint_frees_its_index() -> None:
+    scorer = PrefixCacheScorer("p")
+    cands = [_state("a"), _state("b")]
+    _route(scorer, _chat("p" * 1000), cands, pick=0)
+    _route(scorer, _chat("q" * 1000), cands, pick=1)
+    assert set(scorer.index.endpoints) == {"ns/a-rank-0", "ns/b-rank-0"}
+    scorer.endpoints_removed(["ns/a-rank-0"])
+    assert set(scorer.index.endpoints) == {"ns/b-rank-0"}
+
+
+def test_factory_validates_parameters() -> None:
+    ctx = PluginContext()
+    scorer = prefix_cache_scorer.create("p", {"blockSizeTokens": 8, "maxPrefixTokensToMatch": 80}, ctx)
+    assert scorer.max_prefix_blocks == 10
+    with pytest.raises(PluginConfigError, match="blockSizeTokens"):
+        prefix_cache_scorer.create("p", {"blockSizeTokens": 0}, ctx)
+    with pytest.raises(PluginConfigError, match="unknown"):
+        prefix_cache_scorer.create("p", {"bogus": 1}, ctx)
+    with pytest.raises(PluginConfigError, match="deprecated"):
+        prefix_cache_scorer.create("p", {"blockSize": 64}, ctx)
+
+
+def test_large_prompt_hashes_only_the_bounded_prefix() -> None:
+    scorer = PrefixCacheScorer("p")
+    req = InferenceRequest(request_id="r", model="m", api=ApiKind.COMPLETIONS, body={"prompt": "w" * 220_000})
+    cycle = CycleState()
+    start = time.perf_counter()
+    hashes = scorer.hashes(cycle, req, [_state("a")])
+    assert len(hashes) == 256
+    assert time.perf_counter() - start < 1.0  # sanity bound only; speed is measured by epp bench
