@@ -7,41 +7,27 @@ syntax (``50ms``, ``2s``, ``1m30s``) or plain seconds. Errors name the flag and 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 
+from epp.durations import parse_duration
 from epp.labels import Selector, SelectorError, parse_selector
 
-__all__ = ["OptionsError", "ServeOptions", "parse_duration", "parse_ports"]
+__all__ = ["OptionsError", "ServeOptions", "parse_duration_flag", "parse_ports"]
 
 V1_GROUP = "inference.networking.k8s.io"
 V1ALPHA2_GROUP = "inference.networking.x-k8s.io"
-
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class OptionsError(ValueError):
     """A flag value that cannot be used; the message names the flag."""
 
 
-def parse_duration(text: str, *, flag: str = "duration") -> float:
-    """Go-style duration (``1m30s``, ``50ms``) or a bare number of seconds → seconds."""
-    s = text.strip()
+def parse_duration_flag(text: str, *, flag: str) -> float:
+    """A Go-style duration flag value in seconds; the error names the flag."""
     try:
-        return float(s)
+        return parse_duration(text)
     except ValueError:
-        pass
-    pos = 0
-    total = 0.0
-    for m in _DURATION_RE.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise OptionsError(f"--{flag}: invalid duration {text!r} (use e.g. 50ms, 2s, 1m)")
-    return total
+        raise OptionsError(f"--{flag}: invalid duration {text!r} (use e.g. 50ms, 2s, 1m)") from None
 
 
 def parse_ports(text: str, *, flag: str = "endpoint-target-ports") -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import PluginConfigError, PluginContext, TypedName
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
+from epp.plugins._params import Params
 from epp.plugins.prefix_index import PrefixIndex, chain_hashes
 
 __all__ = ["PrefixCacheScorer", "prompt_prefix_bytes"]
@@ -149,33 +150,23 @@ class PrefixCacheScorer:
         return len(self.index)
 
 
-def _positive_int(params: Mapping[str, Any], key: str, default: int) -> int:
-    value = params.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise PluginConfigError(f"{TYPE}.parameters.{key}: must be a positive integer, got {value!r}")
-    return value
-
-
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrefixCacheScorer:
-    """Factory; accepts upstream's parameter names (``blockSize`` in characters is deprecated)."""
-    known = {"autoTune", "blockSizeTokens", "maxPrefixBlocksToMatch", "maxPrefixTokensToMatch", "lruCapacityPerServer"}
-    unknown = set(params) - known - {"blockSize"}
-    if unknown:
-        raise PluginConfigError(f"{TYPE}.parameters: unknown field(s) {sorted(unknown)}")
-    if "blockSize" in params and "blockSizeTokens" not in params:
+    """Factory; upstream's parameter names (``blockSize`` in characters is deprecated and refused)."""
+    if "blockSize" in params:
         raise PluginConfigError(f"{TYPE}.parameters.blockSize: deprecated (characters); use blockSizeTokens")
-    block_tokens = _positive_int(params, "blockSizeTokens", 16)
-    max_blocks = _positive_int(params, "maxPrefixBlocksToMatch", 256)
-    max_tokens = params.get("maxPrefixTokensToMatch", 0)
+    p = Params(TYPE, params)
+    block_tokens = p.integer("blockSizeTokens", 16, minimum=1)
+    max_blocks = p.integer("maxPrefixBlocksToMatch", 256, minimum=1)
+    max_tokens = p.integer("maxPrefixTokensToMatch", 0, minimum=0)
     if max_tokens:
-        max_blocks = max(1, _positive_int(params, "maxPrefixTokensToMatch", 0) // block_tokens)
-    auto_tune = params.get("autoTune", True)
-    if not isinstance(auto_tune, bool):
-        raise PluginConfigError(f"{TYPE}.parameters.autoTune: must be a boolean, got {auto_tune!r}")
+        max_blocks = max(1, max_tokens // block_tokens)
+    capacity = p.integer("lruCapacityPerServer", 31_250, minimum=1)
+    auto_tune = p.boolean("autoTune", True)
+    p.done()
     return PrefixCacheScorer(
         name,
         block_size_tokens=block_tokens,
         max_prefix_blocks=max_blocks,
-        lru_capacity_per_server=_positive_int(params, "lruCapacityPerServer", 31_250),
+        lru_capacity_per_server=capacity,
         auto_tune=auto_tune,
     )

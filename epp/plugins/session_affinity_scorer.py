@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginConfigError, PluginContext, TypedName
+from epp.framework.plugin import PluginContext, TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
+from epp.plugins._params import Params
 
 __all__ = ["SessionAffinityScorer", "decode_token", "encode_token"]
 
@@ -59,10 +60,7 @@ class SessionAffinityScorer:
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> SessionAffinityScorer:
-    unknown = set(params) - {"headerName"}
-    if unknown:
-        raise PluginConfigError(f"{TYPE}.parameters: unknown field(s) {sorted(unknown)}")
-    header = params.get("headerName", DEFAULT_HEADER)
-    if not isinstance(header, str) or not header.strip():
-        raise PluginConfigError(f"{TYPE}.parameters.headerName: must be a non-empty string, got {header!r}")
+    p = Params(TYPE, params)
+    header = p.string("headerName", DEFAULT_HEADER)
+    p.done()
     return SessionAffinityScorer(name, header=header)

@@ -1,0 +1,1 @@
+"""Configuration: flags (``options``), the EndpointPickerConfig format, its defaults, loader and reload."""

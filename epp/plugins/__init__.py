@@ -1,0 +1,53 @@
+"""In-tree plugins and the one list that registers them by their upstream type names.
+
+Each plugin module imports only ``epp.framework`` (and the ``_params`` helper); nothing registers
+itself on import. The runtime (and tests) call :func:`register_in_tree` on a registry they own.
+"""
+
+from __future__ import annotations
+
+from epp.framework.plugin import PluginFactory, PluginRegistry
+from epp.plugins import (
+    kv_cache_scorer,
+    legacy_filter_tree,
+    lora_affinity_scorer,
+    markers,
+    pickers,
+    prefix_cache_scorer,
+    queue_scorer,
+    session_affinity_scorer,
+    single_profile,
+    utilization_detector,
+)
+
+__all__ = ["in_tree_types", "register_in_tree"]
+
+# The single list of in-tree type names → factories.
+_IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
+    (queue_scorer.TYPE, queue_scorer.create),
+    (kv_cache_scorer.TYPE, kv_cache_scorer.create),
+    (lora_affinity_scorer.TYPE, lora_affinity_scorer.create),
+    (prefix_cache_scorer.TYPE, prefix_cache_scorer.create),
+    (session_affinity_scorer.TYPE, session_affinity_scorer.create),
+    (pickers.MAX_SCORE_TYPE, pickers.create_max_score),
+    (pickers.RANDOM_TYPE, pickers.create_random),
+    (pickers.WEIGHTED_RANDOM_TYPE, pickers.create_weighted_random),
+    (single_profile.TYPE, single_profile.create),
+    (utilization_detector.TYPE, utilization_detector.create),
+    (legacy_filter_tree.TYPE, legacy_filter_tree.create),
+    # Accepted so upstream configs load; the runtime builds the scraper and parser itself.
+    (markers.METRICS_DATA_SOURCE_TYPE, markers.factory(markers.METRICS_DATA_SOURCE_TYPE)),
+    (markers.CORE_METRICS_EXTRACTOR_TYPE, markers.factory(markers.CORE_METRICS_EXTRACTOR_TYPE)),
+    (markers.OPENAI_PARSER_TYPE, markers.factory(markers.OPENAI_PARSER_TYPE)),
+)
+
+
+def in_tree_types() -> list[str]:
+    """The registered in-tree type names, in registration order."""
+    return [name for name, _ in _IN_TREE]
+
+
+def register_in_tree(registry: PluginRegistry) -> None:
+    """Register every in-tree plugin type on ``registry``."""
+    for type_name, factory in _IN_TREE:
+        registry.register(type_name, factory)

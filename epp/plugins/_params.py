@@ -1,0 +1,108 @@
+"""Reading a plugin's ``parameters`` mapping: typed getters that name the field and the bad value.
+
+Shared by the in-tree factories so every plugin validates the same way: unknown keys are an
+error (a misspelt option must not silently fall back to its default), numbers are range-checked
+and durations accept Go's ``time.ParseDuration`` syntax (``"200ms"``, ``"1.5s"``, ``"1m30s"``).
+This is a helper, not a plugin: it imports nothing but the framework.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from epp.durations import parse_duration
+from epp.framework.plugin import PluginConfigError
+
+__all__ = ["Params", "parse_duration"]
+
+
+class Params:
+    """Typed access to one plugin's parameters; call :meth:`done` last to reject unknown keys."""
+
+    def __init__(self, plugin_type: str, raw: Mapping[str, Any] | None) -> None:
+        self._type = plugin_type
+        self._raw: Mapping[str, Any] = raw if raw is not None else {}
+        if not isinstance(self._raw, Mapping):
+            raise PluginConfigError(f"{plugin_type}.parameters: must be a mapping, got {raw!r}")
+        self._seen: set[str] = set()
+
+    def _error(self, key: str, what: str, value: Any) -> PluginConfigError:
+        return PluginConfigError(f"{self._type}.parameters.{key}: {what}, got {value!r}")
+
+    def _get(self, key: str) -> Any:
+        self._seen.add(key)
+        return self._raw.get(key)
+
+    def integer(self, key: str, default: int, *, minimum: int | None = None) -> int:
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._error(key, "must be an integer", value)
+        if minimum is not None and value < minimum:
+            raise self._error(key, f"must be >= {minimum}", value)
+        return value
+
+    def number(
+        self,
+        key: str,
+        default: float,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        exclusive_minimum: bool = False,
+    ) -> float:
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self._error(key, "must be a number", value)
+        number = float(value)
+        if minimum is not None and (number <= minimum if exclusive_minimum else number < minimum):
+            raise self._error(key, f"must be {'>' if exclusive_minimum else '>='} {minimum}", value)
+        if maximum is not None and number > maximum:
+            raise self._error(key, f"must be <= {maximum}", value)
+        return number
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self._get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._error(key, "must be a boolean", value)
+        return value
+
+    def string(self, key: str, default: str) -> str:
+        """A non-empty string."""
+        value = self._get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str) or not value.strip():
+            raise self._error(key, "must be a non-empty string", value)
+        return value
+
+    def duration(self, key: str, default: float) -> float:
+        """Seconds; a string in Go duration syntax or a number of seconds. Must be > 0."""
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            try:
+                seconds = parse_duration(value)
+            except ValueError:
+                raise self._error(key, "must be a duration such as '200ms' or '1s'", value) from None
+        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            seconds = float(value)
+        else:
+            raise self._error(key, "must be a duration such as '200ms' or a number of seconds", value)
+        if seconds <= 0:
+            raise self._error(key, "must be > 0", value)
+        return seconds
+
+    def done(self) -> None:
+        """Reject keys no getter asked for."""
+        unknown = sorted(set(self._raw) - self._seen)
+        if unknown:
+            raise PluginConfigError(f"{self._type}.parameters: unknown field(s) {unknown}")

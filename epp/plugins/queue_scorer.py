@@ -1,0 +1,48 @@
+"""queue-scorer: prefer endpoints with short waiting queues, relative to the other candidates.
+
+score = (maxQ - q) / (maxQ - minQ) over the candidates of this cycle, so the shortest queue
+scores 1 and the longest 0; when every queue is equal all score 1 (upstream ``queuedepth``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import PluginContext, TypedName
+from epp.framework.request import InferenceRequest
+from epp.framework.scheduling import CycleState
+from epp.plugins._params import Params
+
+__all__ = ["TYPE", "QueueScorer", "create"]
+
+TYPE = "queue-scorer"
+
+
+class QueueScorer:
+    """Min-max normalised waiting queue, inverted."""
+
+    __slots__ = ("_typed_name",)
+
+    def __init__(self, name: str = TYPE) -> None:
+        self._typed_name = TypedName(TYPE, name)
+
+    @property
+    def typed_name(self) -> TypedName:
+        return self._typed_name
+
+    def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
+        queues = [c.metrics.waiting_queue for c in candidates]
+        if not queues:
+            return []
+        low, high = min(queues), max(queues)
+        if high == low:
+            return [1.0] * len(queues)
+        span = high - low
+        return [(high - q) / span for q in queues]
+
+
+def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> QueueScorer:
+    Params(TYPE, parameters).done()
+    return QueueScorer(name)

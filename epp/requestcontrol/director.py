@@ -1,0 +1,155 @@
+"""The Director: everything between a parsed request and the endpoint Envoy should route to.
+
+``route`` (body requests), in order (upstream ``requestcontrol/director.go``, plus v0.3's
+InferenceModel path for ``v1alpha2`` pools):
+
+1. target model: header ``x-gateway-model-name-rewrite``, else the client's model; then the
+   InferenceModelRewrite for the client's model (oldest exact rule, else oldest generic rule);
+   then, for a v1alpha2 pool, the InferenceModel whose ``modelName`` is that name (unknown →
+   404; ``targetModels`` weighted split; criticality → priority Critical 1, Standard 0,
+   Sheddable -1). v1 pools and standalone mode accept any model;
+2. priority: header ``x-gateway-inference-objective`` names an InferenceObjective whose
+   priority (unset → 0) overrides the criticality;
+3. candidates: every endpoint, or those whose IP is in the Envoy subset hint;
+4. admission: sheddable (priority < 0) work is shed (429) when every candidate is saturated;
+5. no candidates → 503;
+6. schedule (429 when nothing fits), run PreRequest plugins, return the targets.
+
+Everything is synchronous and reads the datastore and the current config once per request, so a
+config reload or a datastore change lands between requests, never inside one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+
+from epp.clock import Clock
+from epp.config.loader import LoadedConfig
+from epp.datastore.types import DatastoreReader
+from epp.errors import EppError, ErrorCode
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import TypedName
+from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.framework.scheduling import CycleState
+from epp.requestcontrol.admission import admit
+from epp.requestcontrol.rewrites import ModelRewriter, weighted_target
+from epp.scheduling.profile import Observe, plugin_observer
+from epp.telemetry.metrics import EppMetrics
+
+__all__ = ["MODEL_REWRITE_HEADER", "OBJECTIVE_HEADER", "Director"]
+
+log = logging.getLogger(__name__)
+
+MODEL_REWRITE_HEADER = "x-gateway-model-name-rewrite"
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+
+CRITICALITY_PRIORITY = {"Critical": 1, "Standard": 0, "Sheddable": -1}
+
+
+class Director:
+    """Resolves model and priority, admits, picks candidates, schedules; see the module docstring."""
+
+    def __init__(
+        self,
+        datastore: DatastoreReader,
+        config_provider: Callable[[], LoadedConfig],
+        metrics: EppMetrics,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self._datastore = datastore
+        self._config = config_provider
+        self._metrics = metrics
+        self._clock = clock
+        self._rng = rng
+        self._rewriter = ModelRewriter(metrics, rng)
+        self._observers: dict[tuple[str, TypedName], Observe] = {}
+
+    def route(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
+        """Resolve, admit and schedule a request with a body; raises :class:`EppError`."""
+        datastore = self._datastore
+        self._resolve_model_and_priority(request, datastore)
+        candidates = self._candidates(subset)
+        config = self._config()
+        admit(request, candidates, config.saturation_detector, self._clock.now())
+        if not candidates:
+            raise EppError(ErrorCode.SERVICE_UNAVAILABLE, "failed to find endpoint candidates for serving the request")
+        cycle = CycleState()
+        result = config.scheduler.schedule(request, candidates, cycle=cycle)
+        for plugin in config.pre_request:
+            observe = self._observer("PreRequest", plugin.typed_name)
+            start = time.perf_counter()
+            try:
+                plugin.pre_request(cycle, request, result)
+            except Exception:  # a plugin bug must not fail a request that already has a target
+                log.exception("PreRequest plugin failed", extra={"plugin": str(plugin.typed_name)})
+            observe(time.perf_counter() - start)
+        decision = RoutingDecision(list(result.primary.targets))
+        for contributor in config.response_headers:
+            decision.response_headers.update(contributor.response_headers(request, result))
+        return decision
+
+    def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
+        """A request without a body (e.g. GET /v1/models): any candidate, chosen at random."""
+        candidates = self._candidates(subset)
+        if not candidates:
+            raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
+        return RoutingDecision([self._rng.choice(candidates)])
+
+    def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
+        """The response ended (``completed``) or the stream stopped early: run PostResponse plugins."""
+        endpoint = decision.targets[0] if decision is not None and decision.targets else None
+        for plugin in self._config().post_response:
+            observe = self._observer("PostResponse", plugin.typed_name)
+            start = time.perf_counter()
+            try:
+                plugin.post_response(request, endpoint)
+            except Exception:  # the response is already on its way; log and keep the stream alive
+                log.exception(
+                    "PostResponse plugin failed",
+                    extra={"plugin": str(plugin.typed_name), "completed": completed},
+                )
+            observe(time.perf_counter() - start)
+
+    def _resolve_model_and_priority(self, request: InferenceRequest, datastore: DatastoreReader) -> None:
+        incoming = request.model
+        target = request.headers.get(MODEL_REWRITE_HEADER) or incoming
+        rewritten = self._rewriter.rewrite(incoming, datastore.rewrites())
+        if rewritten is not None:
+            target = rewritten
+        priority = 0
+        pool = datastore.pool
+        if pool is not None and pool.is_v1alpha2:
+            model = datastore.model(target)
+            if model is None:
+                raise EppError(
+                    ErrorCode.NOT_FOUND, f"error finding a model object in InferenceModel for input {target}"
+                )
+            if model.target_models:
+                target = weighted_target(model.target_models, self._rng)
+            priority = CRITICALITY_PRIORITY.get(model.criticality or "", 0)
+        request.target_model = target
+
+        objective_name = request.headers.get(OBJECTIVE_HEADER, "")
+        if objective_name:
+            request.objective = objective_name
+            objective = datastore.objective(objective_name)
+            if objective is not None:
+                priority = objective.priority or 0
+        request.priority = priority
+
+    def _candidates(self, subset: frozenset[str] | None) -> Sequence[EndpointState]:
+        endpoints = self._datastore.endpoints()
+        if subset is None:
+            return endpoints
+        return [e for e in endpoints if e.endpoint.address in subset]
+
+    def _observer(self, extension_point: str, typed_name: TypedName) -> Observe:
+        key = (extension_point, typed_name)
+        observe = self._observers.get(key)
+        if observe is None:
+            observe = self._observers[key] = plugin_observer(self._metrics, extension_point, typed_name)
+        return observe

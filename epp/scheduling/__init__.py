@@ -1,0 +1,1 @@
+"""The scheduler: profiles (filters → weighted scorers → picker) run under a profile handler."""

@@ -1,0 +1,78 @@
+"""single-profile-handler, the in-tree registration list and the parameter helper."""
+
+from __future__ import annotations
+
+import pytest
+from scheduling_builders import request, state
+
+from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistry
+from epp.framework.scheduling import CycleState, ProfileHandler, ProfileResult
+from epp.plugins import in_tree_types, register_in_tree, single_profile
+from epp.plugins._params import Params, parse_duration
+
+
+class _View:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_single_profile_handler_runs_once_and_names_primary() -> None:
+    handler = single_profile.create("h", {}, PluginContext())
+    assert isinstance(handler, ProfileHandler)
+    profiles = {"only": _View("only")}
+    assert handler.pick_profiles(CycleState(), request(), profiles, {}) == ["only"]
+    result = ProfileResult([state(0)])
+    assert handler.pick_profiles(CycleState(), request(), profiles, {"only": result}) == []
+    processed = handler.process_results(CycleState(), request(), {"only": result})
+    assert processed.primary_profile == "only" and processed.primary is result
+
+
+def test_register_in_tree_registers_upstream_names() -> None:
+    registry = PluginRegistry()
+    register_in_tree(registry)
+    assert (
+        set(registry.types())
+        == set(in_tree_types())
+        == {
+            "queue-scorer",
+            "kv-cache-utilization-scorer",
+            "lora-affinity-scorer",
+            "prefix-cache-scorer",
+            "session-affinity-scorer",
+            "max-score-picker",
+            "random-picker",
+            "weighted-random-picker",
+            "single-profile-handler",
+            "utilization-detector",
+            "legacy-filter-tree",
+            "metrics-data-source",
+            "core-metrics-extractor",
+            "openai-parser",
+        }
+    )
+    marker = registry.create("metrics-data-source", "src", {"path": "/metrics"}, PluginContext())
+    assert marker.typed_name.type == "metrics-data-source"
+    assert dict(marker.parameters) == {"path": "/metrics"}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("200ms", 0.2), ("1.5s", 1.5), ("1m30s", 90.0), ("100us", 1e-4), ("2h", 7200.0), ("0", 0.0), ("-1s", -1.0)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "1x", "ms", "1s2"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+def test_params_reject_non_mapping_and_bools() -> None:
+    with pytest.raises(PluginConfigError, match=r"t\.parameters: must be a mapping"):
+        Params("t", [1, 2])  # type: ignore[arg-type]
+    with pytest.raises(PluginConfigError, match=r"t\.parameters\.n: must be an integer, got True"):
+        Params("t", {"n": True}).integer("n", 1)
+    with pytest.raises(PluginConfigError, match=r"t\.parameters\.x: must be a number, got 'nan'"):
+        Params("t", {"x": "nan"}).number("x", 1.0)
