@@ -1,0 +1,29 @@
+# syntax=docker/dockerfile:1
+# The epp endpoint picker image: `docker build -t <registry>/epp:<tag> .`
+# Stage 1 builds wheels for epp and every runtime dependency; stage 2 installs them into a clean
+# python:3.11-slim with no compilers, no sources and no wheels left behind, running as non-root.
+
+FROM python:3.11-slim AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+# README.md is optional (the glob keeps COPY from failing without it); pyproject.toml names it.
+COPY pyproject.toml README.md* ./
+COPY epp ./epp
+RUN pip wheel --wheel-dir /wheels .
+
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+# The wheels are bind-mounted from the builder for this one step, so no layer keeps them.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install --no-index --find-links=/wheels epp \
+    && groupadd --system --gid 10001 epp \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin epp
+USER 10001:10001
+WORKDIR /tmp
+# ext_proc gRPC, gRPC health, Prometheus metrics.
+EXPOSE 9002 9003 9090
+ENTRYPOINT ["epp", "serve"]

@@ -1,0 +1,1 @@
+"""`epp bench`: the picker's overhead and routing quality, measured against baselines."""

@@ -1,0 +1,1 @@
+"""The local data plane for development and tests: Envoy, child processes, the `epp dev` stack."""
