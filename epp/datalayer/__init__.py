@@ -1,0 +1,30 @@
+"""Model-server metrics: the shared HTTP session, the Prometheus text parser, engine metric maps,
+one scrape task per endpoint and the pool gauges built from what they read.
+
+Reads endpoints from the datastore and writes only their :class:`MetricsSnapshot`; never imports
+scheduling or extproc.
+"""
+
+from epp.datalayer.engines import ENGINES, EngineSpec, Extraction, engine_spec, extract, read
+from epp.datalayer.http_client import create_session
+from epp.datalayer.pool_gauges import PoolGauges
+from epp.datalayer.promtext import MetricSelector, ParseResult, Sample, parse, parse_selector, select
+from epp.datalayer.scraper import ScraperManager
+
+__all__ = [
+    "ENGINES",
+    "EngineSpec",
+    "Extraction",
+    "MetricSelector",
+    "ParseResult",
+    "PoolGauges",
+    "Sample",
+    "ScraperManager",
+    "create_session",
+    "engine_spec",
+    "extract",
+    "parse",
+    "parse_selector",
+    "read",
+    "select",
+]

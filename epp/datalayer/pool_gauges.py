@@ -1,0 +1,119 @@
+"""The ``inference_pool_*`` gauges: pool-wide averages of the scraped model-server metrics.
+
+Upstream refreshes them every 5 s (``refreshPrometheusMetricsInterval``); :meth:`PoolGauges.refresh`
+also runs on demand, e.g. just before ``/metrics`` is served, so a scrape never sees values older
+than the model-server metrics they summarise. ``ready_pods`` counts endpoints whose metrics are
+fresher than ``--metrics-staleness-threshold`` (2 s); averages are over every endpoint, as upstream.
+``per_pod_queue_size`` has one series per endpoint (``model_server_pod`` = ``<pod>-rank-<idx>``);
+series of endpoints or pools that went away are removed, not left frozen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from epp.clock import Clock
+from epp.datastore.types import PoolSpec
+from epp.framework.endpoint import EndpointState
+from epp.telemetry.metrics import EppMetrics
+
+__all__ = ["PoolGauges"]
+
+_log = logging.getLogger(__name__)
+
+
+class PoolSource(Protocol):
+    """What the gauges read of the datastore."""
+
+    @property
+    def pool(self) -> PoolSpec | None: ...
+
+    def endpoints(self) -> Sequence[EndpointState]: ...
+
+
+class PoolGauges:
+    """Computes and publishes the pool gauges periodically and on demand."""
+
+    def __init__(
+        self,
+        datastore: PoolSource,
+        metrics: EppMetrics,
+        clock: Clock,
+        *,
+        interval: float = 5.0,
+        staleness_threshold: float = 2.0,
+    ) -> None:
+        if interval <= 0 or staleness_threshold <= 0:
+            raise ValueError(f"interval ({interval}) and staleness threshold ({staleness_threshold}) must be > 0")
+        self._datastore = datastore
+        self._metrics = metrics
+        self._clock = clock
+        self._interval = interval
+        self._staleness = staleness_threshold
+        self._pool_name: str | None = None
+        self._pod_series: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def refresh(self) -> None:
+        """Recompute every gauge from the datastore now."""
+        m = self._metrics
+        pool = self._datastore.pool
+        name = pool.name if pool is not None else None
+        if self._pool_name is not None and name != self._pool_name:
+            self._forget(self._pool_name)
+        self._pool_name = name
+        if name is None:
+            return
+        endpoints = self._datastore.endpoints()
+        now = self._clock.now()
+        count = len(endpoints)
+        kv = queue = running = 0.0
+        ready = 0
+        seen: set[str] = set()
+        for state in endpoints:
+            metrics = state.metrics
+            kv += metrics.kv_cache_usage
+            queue += metrics.waiting_queue
+            running += metrics.running
+            if metrics.age(now) <= self._staleness:
+                ready += 1
+            pod = state.endpoint.name
+            seen.add(pod)
+            m.pool_per_pod_queue.labels(name=name, model_server_pod=pod).set(metrics.waiting_queue)
+        for gone in self._pod_series - seen:
+            m.pool_per_pod_queue.remove(name, gone)
+        self._pod_series = seen
+        m.pool_avg_kv.labels(name=name).set(kv / count if count else 0.0)
+        m.pool_avg_queue.labels(name=name).set(queue / count if count else 0.0)
+        m.pool_avg_running.labels(name=name).set(running / count if count else 0.0)
+        m.pool_ready_pods.labels(name=name).set(ready)
+
+    def _forget(self, name: str) -> None:
+        m = self._metrics
+        for gauge in (m.pool_avg_kv, m.pool_avg_queue, m.pool_avg_running, m.pool_ready_pods):
+            gauge.remove(name)
+        for pod in self._pod_series:
+            m.pool_per_pod_queue.remove(name, pod)
+        self._pod_series = set()
+
+    async def start(self) -> None:
+        """Refresh every ``interval`` of the injected clock until :meth:`stop`."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="epp-pool-gauges")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                self.refresh()
+            except Exception:  # task boundary: a bad value must not stop the gauges for good
+                _log.exception("Pool gauge refresh failed")
+            await self._clock.sleep(self._interval)

@@ -1,0 +1,99 @@
+"""inference_pool_* gauges: averages, staleness-based ready count, per-endpoint series, periodic refresh."""
+
+from __future__ import annotations
+
+import pytest
+
+from epp.clock import ManualClock
+from epp.datalayer.pool_gauges import PoolGauges
+from epp.datastore.store import Datastore
+from epp.datastore.types import PodInfo, PoolSpec
+from epp.framework.endpoint import MetricsSnapshot
+from epp.labels import parse_selector
+from epp.telemetry.metrics import EppMetrics
+from epp.testing import wait_until
+
+NS = "llm"
+
+
+def value(metrics: EppMetrics, series: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(series, labels)
+
+
+def setup(clock: ManualClock, pool_name: str = "pool") -> tuple[Datastore, EppMetrics]:
+    store = Datastore()
+    store.set_pool(PoolSpec(pool_name, NS, parse_selector("app=vllm"), (8000,)))
+    for i, (queue, running, kv, age) in enumerate([(4, 10, 0.5, 0.1), (2, 6, 0.25, 1.9), (9, 2, 0.9, 2.5)]):
+        store.upsert_pod(PodInfo(f"p{i}", NS, f"10.0.0.{i}", labels={"app": "vllm"}, ready=True))
+        state = store.endpoints()[i]
+        state.metrics = MetricsSnapshot(
+            waiting_queue=queue, running=running, kv_cache_usage=kv, updated_at=clock.now() - age
+        )
+    return store, EppMetrics()
+
+
+def test_refresh_computes_averages_ready_count_and_per_pod_queues() -> None:
+    clock = ManualClock()
+    store, metrics = setup(clock)
+    PoolGauges(store, metrics, clock, staleness_threshold=2.0).refresh()
+    assert value(metrics, "inference_pool_average_kv_cache_utilization", name="pool") == pytest.approx(1.65 / 3)
+    assert value(metrics, "inference_pool_average_queue_size", name="pool") == pytest.approx(5.0)
+    assert value(metrics, "inference_pool_average_running_requests", name="pool") == pytest.approx(6.0)
+    assert value(metrics, "inference_pool_ready_pods", name="pool") == 2  # p2's metrics are 2.5 s old
+    for pod, queue in (("p0-rank-0", 4), ("p1-rank-0", 2), ("p2-rank-0", 9)):
+        assert value(metrics, "inference_pool_per_pod_queue_size", name="pool", model_server_pod=pod) == queue
+
+
+def test_ready_count_follows_the_clock_and_removed_endpoints_lose_their_series() -> None:
+    clock = ManualClock()
+    store, metrics = setup(clock)
+    gauges = PoolGauges(store, metrics, clock, staleness_threshold=2.0)
+    clock.advance(0.5)
+    store.remove_pod(NS, "p0")
+    gauges.refresh()
+    assert value(metrics, "inference_pool_ready_pods", name="pool") == 0
+    assert value(metrics, "inference_pool_per_pod_queue_size", name="pool", model_server_pod="p0-rank-0") is None
+    assert value(metrics, "inference_pool_average_queue_size", name="pool") == pytest.approx(5.5)
+
+
+def test_renamed_pool_moves_its_series_and_an_empty_or_cleared_pool_reports_nothing_stale() -> None:
+    clock = ManualClock()
+    store, metrics = setup(clock)
+    gauges = PoolGauges(store, metrics, clock)
+    gauges.refresh()
+    store.set_pool(PoolSpec("renamed", NS, parse_selector("app=vllm"), (8000,)))
+    gauges.refresh()
+    assert value(metrics, "inference_pool_ready_pods", name="pool") is None
+    assert value(metrics, "inference_pool_per_pod_queue_size", name="pool", model_server_pod="p0-rank-0") is None
+    assert value(metrics, "inference_pool_average_queue_size", name="renamed") == pytest.approx(5.0)
+    store.set_pool(PoolSpec("renamed", NS, parse_selector("app=none"), (8000,)))
+    gauges.refresh()
+    assert value(metrics, "inference_pool_ready_pods", name="renamed") == 0
+    assert value(metrics, "inference_pool_average_kv_cache_utilization", name="renamed") == 0
+    assert value(metrics, "inference_pool_per_pod_queue_size", name="renamed", model_server_pod="p1-rank-0") is None
+    store.clear_pool()
+    gauges.refresh()
+    assert value(metrics, "inference_pool_ready_pods", name="renamed") is None
+
+
+async def test_periodic_refresh_runs_on_the_injected_clock() -> None:
+    clock = ManualClock()
+    store, metrics = setup(clock)
+    gauges = PoolGauges(store, metrics, clock, interval=5.0)
+    await gauges.start()
+    try:
+        await wait_until(lambda: value(metrics, "inference_pool_ready_pods", name="pool") == 2)
+        await wait_until(lambda: clock.sleepers == 1)
+        clock.advance(0.5)  # p1 goes stale, but the next refresh is not due yet
+        await wait_until(lambda: clock.sleepers == 1)
+        assert value(metrics, "inference_pool_ready_pods", name="pool") == 2
+        clock.advance(4.5)  # refresh due: every endpoint's metrics are now older than 2 s
+        await wait_until(lambda: value(metrics, "inference_pool_ready_pods", name="pool") == 0)
+    finally:
+        await gauges.stop()
+        await gauges.stop()
+
+
+def test_invalid_settings_are_rejected() -> None:
+    with pytest.raises(ValueError, match="staleness"):
+        PoolGauges(Datastore(), EppMetrics(), ManualClock(), staleness_threshold=0)

@@ -1,0 +1,99 @@
+"""Logging setup: -v levels, logfmt and JSON formatters, request id from the ContextVar."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from epp.telemetry.logs import TRACE, VERBOSE, level_for_verbosity, request_id_var, setup_logging
+
+
+@pytest.fixture
+def root_state() -> Iterator[None]:
+    """Restore the root logger after a test installs our handler."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    root.setLevel(level)
+    logging.getLogger("httpx").setLevel(logging.NOTSET)
+    logging.getLogger("httpcore").setLevel(logging.NOTSET)
+
+
+@pytest.mark.parametrize(
+    ("v", "level"),
+    [(0, logging.WARNING), (1, logging.WARNING), (2, logging.INFO), (3, VERBOSE), (4, logging.DEBUG), (5, TRACE)],
+)
+def test_verbosity_levels(v: int, level: int) -> None:
+    assert level_for_verbosity(v) == level
+
+
+def test_logfmt_with_fields_and_request_id(root_state: None) -> None:
+    out = io.StringIO()
+    setup_logging(2, stream=out)
+    log = logging.getLogger("epp.test")
+    token = request_id_var.set("req-123")
+    try:
+        log.info("Endpoint added", extra={"endpoint": "ns/p-rank-0", "note": 'has "quotes" and spaces'})
+    finally:
+        request_id_var.reset(token)
+    log.debug("hidden at -v=2")
+    log.warning("no request here")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("ts=")
+    assert ' level=info logger=epp.test msg="Endpoint added" request_id=req-123 endpoint=ns/p-rank-0' in lines[0]
+    assert 'note="has \\"quotes\\" and spaces"' in lines[0]
+    assert "request_id" not in lines[1] and "level=warning" in lines[1]
+
+
+def test_json_with_exception_and_verbose_level(root_state: None) -> None:
+    out = io.StringIO()
+    setup_logging(3, json_format=True, stream=out)
+    log = logging.getLogger("epp.test")
+    log.log(VERBOSE, "verbose line", extra={"count": 3})
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        log.exception("failed")
+    log.debug("hidden at -v=3")
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert {k: first[k] for k in ("level", "logger", "msg", "count")} == {
+        "level": "verbose",
+        "logger": "epp.test",
+        "msg": "verbose line",
+        "count": 3,
+    }
+    assert second["level"] == "error" and "ValueError: bad" in second["exc"]
+
+
+def test_setup_replaces_its_own_handler_and_quiets_http_client_logs(root_state: None) -> None:
+    first, second = io.StringIO(), io.StringIO()
+    setup_logging(2, stream=first)
+    setup_logging(2, stream=second)
+    assert sum(1 for h in logging.getLogger().handlers if getattr(h, "_epp_installed", False)) == 1
+    logging.getLogger("httpx").info("HTTP Request: GET /api")
+    logging.getLogger("epp").info("kept")
+    assert first.getvalue() == ""
+    assert "kept" in second.getvalue() and "HTTP Request" not in second.getvalue()
+
+
+async def test_request_id_is_per_task(root_state: None) -> None:
+    out = io.StringIO()
+    setup_logging(2, stream=out)
+    log = logging.getLogger("epp.test")
+
+    async def handle(request_id: str) -> None:
+        request_id_var.set(request_id)
+        await asyncio.sleep(0)
+        log.info("handled")
+
+    await asyncio.gather(handle("a"), handle("b"))
+    assert sorted(line.split("request_id=")[1] for line in out.getvalue().splitlines()) == ["a", "b"]
