@@ -10,14 +10,26 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-__all__ = ["main"]
+from epp import __version__, serve_command
+from epp.autoscale import command as autoscale_command
+from epp.sim.apiserver import command as apiserver_command
+from epp.sim.modelserver import command as modelserver_command
+
+__all__ = ["build_parser", "main"]
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="epp", description="Endpoint Picker for LLM inference (Envoy ext_proc).")
+    parser.add_argument("--version", action="version", version=f"epp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve_command.add_parser(sub)
+    sim = sub.add_parser("sim", help="stand-ins for what cannot run here: API server, model servers")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM")
+    apiserver_command.add_parser(sim_sub)
+    modelserver_command.add_parser(sim_sub)
+    autoscale_command.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,292 @@
+"""Composition root of ``epp serve``: builds every part, starts them in order, stops them in reverse.
+
+Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges, its own
+plugin instances (so per-endpoint plugin state never crosses pools) and a director. Shared: the
+metrics registry, the HTTP session for scraping, the kr8s API, the ext_proc/health servers, the
+metrics server and the configuration watcher.
+
+Start order: logging → metrics → API client → datastores and reconcilers → scrapers → config →
+directors → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
+Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → config watcher →
+reconcilers → scrapers → gauges → metrics server → HTTP session → API client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import logging
+import random
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from epp.clock import Clock, SystemClock
+from epp.config.loader import LoadedConfig, load_config, load_default_config
+from epp.config.options import ServeOptions
+from epp.config.reload import ConfigHolder, ConfigWatcher
+from epp.datalayer.http_client import create_session
+from epp.datalayer.pool_gauges import PoolGauges
+from epp.datalayer.scraper import ScraperManager
+from epp.datastore.store import Datastore
+from epp.extproc.server import ExtProcServer
+from epp.extproc.stream import Director, StreamOptions
+from epp.extproc.tls import TlsConfig
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.kube.client import Api, close_api, make_api
+from epp.kube.manager import PoolReconcilers, StandaloneReconciler
+from epp.kube.standalone import standalone_pool_name
+from epp.plugins import register_in_tree
+from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
+from epp.requestcontrol.director import Director as PoolDirector
+from epp.requestcontrol.pools import PoolDispatcher
+from epp.tasks import cancel_and_wait, start_guarded
+from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.metrics_server import MetricsServer
+
+__all__ = ["PoolRuntime", "Runtime", "RuntimePorts"]
+
+log = logging.getLogger(__name__)
+
+PoolKey = tuple[str, str]  # (namespace, name)
+Configs = dict[PoolKey, LoadedConfig]
+
+
+@dataclass
+class RuntimePorts:
+    """The ports actually bound (flags may ask for 0 = any free port)."""
+
+    grpc: int = 0
+    health: int = 0
+    metrics: int = 0
+
+
+@dataclass
+class PoolRuntime:
+    """Everything that belongs to one pool."""
+
+    key: PoolKey
+    datastore: Datastore
+    reconciler: PoolReconcilers | StandaloneReconciler
+    scrapers: ScraperManager
+    gauges: PoolGauges
+    director: PoolDirector
+    unsubscribe: Callable[[], None] = field(default=lambda: None)
+
+    @property
+    def synced(self) -> bool:
+        return self.reconciler.synced.is_set()
+
+
+class Runtime:
+    """The running picker; ``async with Runtime(options):`` or ``start()`` / ``stop()``."""
+
+    def __init__(
+        self,
+        options: ServeOptions,
+        *,
+        clock: Clock | None = None,
+        metrics: EppMetrics | None = None,
+        rng: random.Random | None = None,
+        readiness_interval: float = 0.1,
+    ) -> None:
+        self.options = options
+        self.clock = clock or SystemClock()
+        self.metrics = metrics or EppMetrics()
+        self.rng = rng or random.Random()
+        self.registry = PluginRegistry()
+        register_in_tree(self.registry)
+        self.ports = RuntimePorts()
+        self.pools: list[PoolRuntime] = []
+        self.configs: ConfigHolder[Configs] | None = None
+        self._readiness_interval = readiness_interval
+        self._api: Api | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._server: ExtProcServer | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._watcher: ConfigWatcher[Configs] | None = None
+        self._readiness: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def server(self) -> ExtProcServer:
+        if self._server is None:
+            raise RuntimeError("runtime not started")
+        return self._server
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.pools) and all(p.synced for p in self.pools)
+
+    def _pool_keys(self) -> list[PoolKey]:
+        o = self.options
+        if o.standalone:
+            return [(o.pool_namespace, standalone_pool_name(os.environ.get("POD_NAME")))]
+        return [(o.pool_namespace, name) for name in o.pool_names]
+
+    def _config_text(self) -> str:
+        o = self.options
+        if o.config_file:
+            with open(o.config_file, encoding="utf-8") as f:  # noqa: ASYNC230 - start-up, before serving
+                return f.read()
+        return o.config_text
+
+    def _load_configs(self, text: str, keys: Sequence[PoolKey]) -> Configs:
+        """One set of plugin instances per pool, all from the same configuration text."""
+        configs: Configs = {}
+        for key in keys:
+            context = PluginContext(clock=self.clock, pool_name=key[1])
+            if text.strip():
+                configs[key] = load_config(text, self.registry, context, metrics=self.metrics)
+            else:
+                configs[key] = load_default_config(self.registry, context, metrics=self.metrics)
+        return configs
+
+    async def start(self) -> None:
+        o = self.options
+        keys = self._pool_keys()
+        text = self._config_text()
+        self.configs = ConfigHolder(self._load_configs(text, keys))  # a bad config fails before binding
+        self._api = await make_api(o.kubeconfig or None)
+        self._session = create_session()
+        holder = self.configs
+        for key in keys:
+            self.pools.append(self._build_pool(key, holder))
+        for pool in self.pools:
+            await pool.reconciler.start()
+            await pool.scrapers.start()
+            await pool.gauges.start()
+        directors = {p.key: p.director for p in self.pools}
+        director: Director = self.pools[0].director if len(self.pools) == 1 else PoolDispatcher(directors)
+        stream_options = StreamOptions(
+            max_request_body_bytes=o.max_request_body_bytes,
+            disable_subset_filter=o.disable_endpoint_subset_filter,
+        )
+        self._server = ExtProcServer(director, self.metrics, options=stream_options)
+        tls = TlsConfig.from_cert_path(o.cert_path or None) if o.secure_serving else None
+        self.ports.grpc, self.ports.health = await self._server.start(
+            o.bind_address, o.grpc_port, o.grpc_health_port, tls
+        )
+        self._metrics_server = MetricsServer(self.metrics, before_scrape=[self._refresh_gauges])
+        self.ports.metrics = await self._metrics_server.start(o.bind_address, o.metrics_port)
+        if o.config_file:
+            self._watcher = ConfigWatcher(
+                o.config_file,
+                holder,
+                lambda t: self._load_configs(t, keys),
+                clock=self.clock,
+                metrics=self.metrics,
+            )
+            await self._watcher.start(text)
+        self._readiness = start_guarded(self._follow_readiness(), name="epp-readiness")
+        log.info(
+            "epp serving",
+            extra={
+                "pools": [f"{ns}/{name}" for ns, name in keys],
+                "grpc_port": self.ports.grpc,
+                "health_port": self.ports.health,
+                "metrics_port": self.ports.metrics,
+            },
+        )
+
+    def _build_pool(self, key: PoolKey, holder: ConfigHolder[Configs]) -> PoolRuntime:
+        o = self.options
+        assert self._api is not None and self._session is not None
+        datastore = Datastore()
+        reconciler: PoolReconcilers | StandaloneReconciler
+        if o.standalone:
+            reconciler = StandaloneReconciler(
+                self._api,
+                datastore,
+                selector=o.selector,
+                target_ports=o.endpoint_target_ports,
+                namespace=key[0],
+                pool_name=key[1],
+            )
+        else:
+            reconciler = PoolReconcilers(
+                self._api, datastore, pool_name=key[1], namespace=key[0], pool_group=o.pool_group
+            )
+        scrapers = ScraperManager(
+            datastore, self._session, self.clock, self.metrics, interval=o.refresh_metrics_interval
+        )
+        gauges = PoolGauges(
+            datastore,
+            self.metrics,
+            self.clock,
+            interval=o.refresh_prometheus_metrics_interval,
+            staleness_threshold=o.metrics_staleness_threshold,
+        )
+        director = PoolDirector(datastore, lambda: holder.current[key], self.metrics, self.clock, self.rng)
+        pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, director)
+
+        def on_endpoints(added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
+            if removed:
+                self._forget_endpoints(key, [s.endpoint.key for s in removed])
+
+        pool.unsubscribe = datastore.subscribe(on_endpoints)
+        return pool
+
+    def _forget_endpoints(self, key: PoolKey, keys: Collection[str]) -> None:
+        """Endpoints left the pool: plugins drop their per-endpoint state (the prefix index)."""
+        if self.configs is None:
+            return
+        for observer in self.configs.current[key].endpoint_observers:
+            observer.endpoints_removed(keys)
+
+    def _refresh_gauges(self) -> None:
+        for pool in self.pools:
+            pool.gauges.refresh()
+        if self.configs is not None:
+            size = sum(
+                p.index_size
+                for config in self.configs.current.values()
+                for p in config.plugins.values()
+                if isinstance(p, PrefixCacheScorer)
+            )
+            self.metrics.prefix_indexer_size.set(size)
+
+    async def _follow_readiness(self) -> None:
+        """SERVING once every pool has synced; back to NOT_SERVING if a pool goes away."""
+        current: bool | None = None
+        while True:
+            ready = self.ready
+            if ready != current:
+                self.server.set_ready(ready)
+                log.info("readiness changed", extra={"ready": ready})
+                current = ready
+            await self.clock.sleep(self._readiness_interval)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop in reverse order; safe to call after a failed or partial start."""
+        await cancel_and_wait(self._readiness)
+        self._readiness = None
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        if self._watcher is not None:
+            await self._watcher.stop()
+            self._watcher = None
+        for pool in reversed(self.pools):
+            pool.unsubscribe()
+            await pool.reconciler.stop()
+            await pool.scrapers.stop()
+            await pool.gauges.stop()
+        self.pools.clear()
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
+            self._metrics_server = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._api is not None:
+            await close_api(self._api)
+            self._api = None
