@@ -1,0 +1,81 @@
+"""`epp autoscale`: flags, one cycle against the fake API server, and the served gauges."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from epp.autoscale.command import add_parser, run
+from epp.sim.apiserver.fixture import running_apiserver
+from epp.tasks import cancel_and_wait, start_guarded
+from epp.testing import free_port, wait_until
+
+CRD = Path(__file__).parents[2] / "manifests" / "autoscaler" / "crd.yaml"
+SAMPLES = Path(__file__).parents[2] / "manifests" / "autoscaler" / "sample-va.yaml"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="epp")
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["autoscale", *argv])
+
+
+def test_flags_and_defaults() -> None:
+    args = parse("--pending-timeout", "2m30s", "--interval", "15s", "--actuate")
+    assert (args.pending_timeout, args.interval, args.actuate, args.metrics_port) == (150.0, 15.0, True, 8080)
+    assert args.func is not None
+    defaults = parse()
+    assert (defaults.pending_timeout, defaults.interval, defaults.actuate) == (600.0, 30.0, False)
+    with pytest.raises(SystemExit):
+        parse("--pending-timeout", "soon")
+
+
+async def test_bad_flag_values_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert await run(parse("--pending-timeout", "0")) == 2
+    assert "--pending-timeout must be > 0" in capsys.readouterr().err
+
+
+async def test_once_against_the_fake_api_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async with running_apiserver(kubeconfig_path=tmp_path / "kubeconfig") as api:
+        store = api.server.store
+        store.create("customresourcedefinitions", yaml.safe_load(CRD.read_text()))
+        store.create("namespaces", {"metadata": {"name": "llm-production"}})
+        for doc in yaml.safe_load_all(SAMPLES.read_text()):
+            store.create("variantautoscalings.llmd.ai", doc, namespace="llm-production")
+        code = await run(parse("--kubeconfig", str(api.kubeconfig), "--once"))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "llm-production/llama-8b-a100: Deployment llm-production/llama-8b-a100 not found" in out
+    assert "llm-production/llama-8b-h100: Deployment llm-production/llama-8b-h100 not found" in out
+
+
+async def test_loop_serves_gauges_until_stopped(tmp_path: Path) -> None:
+    port = free_port()
+    async with running_apiserver(kubeconfig_path=tmp_path / "kubeconfig") as api:
+        store = api.server.store
+        store.create("customresourcedefinitions", yaml.safe_load(CRD.read_text()))
+        stop = asyncio.Event()
+        task = start_guarded(
+            run(parse("--kubeconfig", str(api.kubeconfig), "--metrics-port", str(port)), stop=stop),
+            name="test-autoscale-command",
+        )
+        try:
+            async with aiohttp.ClientSession() as http:
+
+                async def served() -> bool:
+                    try:
+                        async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                            return resp.status == 200 and "wva_desired_replicas" in await resp.text()
+                    except aiohttp.ClientError:
+                        return False
+
+                await wait_until(served, timeout=10)
+            stop.set()
+            assert await asyncio.wait_for(task, 10) == 0
+        finally:
+            await cancel_and_wait(task)
