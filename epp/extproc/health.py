@@ -1,0 +1,81 @@
+"""gRPC health for the picker: liveness always, everything else only once the pool is synced.
+
+Upstream without leader election answers SERVING for *any* service name once the pool is synced
+(its Helm chart probes ``inference-extension``), and with leader election distinguishes
+``liveness`` (always SERVING) from ``readiness``, ``""`` and the ext_proc service name. We answer
+the union: ``liveness`` is always SERVING; every other name follows readiness. So both chart
+variants and Envoy's cluster health check (service ``envoy.service.ext_proc.v3.ExternalProcessor``)
+work. Readiness is pushed with :meth:`HealthState.set_ready` (from the event loop); ``Watch``
+streams see each change and end at shutdown so they never hold up a graceful stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from epp.extproc import pb
+
+__all__ = ["LIVENESS", "READINESS", "HealthState"]
+
+LIVENESS = "liveness"
+READINESS = "readiness"
+_SERVING: int = pb.HealthCheckResponse.SERVING
+_NOT_SERVING: int = pb.HealthCheckResponse.NOT_SERVING
+
+
+class HealthState(pb.HealthServicer):  # type: ignore[misc]  # generated base class is untyped
+    """The ``grpc.health.v1.Health`` service (Check, Watch, List) over one readiness flag."""
+
+    def __init__(self) -> None:
+        self._ready = False
+        self._stopping = False
+        self._changed = asyncio.Event()
+
+    @property
+    def ready(self) -> bool:
+        """True while readiness-dependent services answer SERVING."""
+        return self._ready and not self._stopping
+
+    def set_ready(self, ready: bool) -> None:
+        """Flip readiness (call on the event loop); watchers are told at once."""
+        if ready != self._ready:
+            self._ready = ready
+            self._notify()
+
+    def shutdown(self) -> None:
+        """Everything but liveness turns NOT_SERVING for good; open Watch streams end."""
+        if not self._stopping:
+            self._stopping = True
+            self._notify()
+
+    def status(self, service: str) -> int:
+        """The serving status reported for ``service``."""
+        if service == LIVENESS:
+            return _SERVING
+        return _SERVING if self.ready else _NOT_SERVING
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def Check(self, request: pb.HealthCheckRequest, context: Any) -> pb.HealthCheckResponse:  # noqa: N802 (gRPC method name)
+        return pb.HealthCheckResponse(status=self.status(request.service))
+
+    async def List(self, request: pb.HealthListRequest, context: Any) -> pb.HealthListResponse:  # noqa: N802 (gRPC method name)
+        response = pb.HealthListResponse()
+        for service in ("", LIVENESS, READINESS, pb.EXT_PROC_SERVICE):
+            response.statuses[service].status = self.status(service)
+        return response
+
+    async def Watch(self, request: pb.HealthCheckRequest, context: Any) -> None:  # noqa: N802 (gRPC method name)
+        last = None
+        while True:
+            changed = self._changed  # Taken before reading the status, so no change is missed.
+            status = self.status(request.service)
+            if status != last:
+                await context.write(pb.HealthCheckResponse(status=status))
+                last = status
+            if self._stopping:
+                return
+            await changed.wait()

@@ -1,0 +1,174 @@
+"""Builders for every ProcessingResponse the picker sends: routing, bodies, headers, errors.
+
+Messages are filled in place (``msg.a.b.c = x``, ``repeated.add()``): with upb that is ~3× faster
+than composing them from constructors, and this runs once or more per request. The routing
+decision travels twice, as the ``x-gateway-destination-endpoint`` header and as the
+``envoy.lb`` dynamic-metadata value of the same key; Envoy's ORIGINAL_DST cluster reads either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from epp.errors import EppError
+from epp.extproc import pb
+
+__all__ = [
+    "DESTINATION_ENDPOINT",
+    "METADATA_NAMESPACE",
+    "SYSTEM_OWNED_HEADERS",
+    "WENT_INTO_RESP_HEADERS",
+    "body_chunk",
+    "body_chunks",
+    "error_response",
+    "headers_ack",
+    "response_body_replaced",
+    "response_headers_response",
+    "response_trailers_response",
+    "routing_body_response",
+    "routing_headers_response",
+]
+
+DESTINATION_ENDPOINT = "x-gateway-destination-endpoint"
+METADATA_NAMESPACE = "envoy.lb"
+WENT_INTO_RESP_HEADERS = "x-went-into-resp-headers"
+# Never echoed back (upstream pkg/epp/util/request/headers.go); compared lower-case.
+SYSTEM_OWNED_HEADERS = frozenset(
+    {
+        "x-gateway-inference-fairness-id",
+        "x-gateway-inference-objective",
+        "x-gateway-model-name-rewrite",
+        "x-gateway-destination-endpoint-subset",
+        "x-gateway-destination-endpoint",
+        "x-gateway-destination-endpoint-served",
+        "content-length",
+    }
+)
+_OVERWRITE = pb.OVERWRITE_IF_EXISTS_OR_ADD
+
+
+def _set_header(set_headers: Any, key: str, raw: bytes) -> None:
+    # Explicit overwrite: the echo must replace each header, never add a duplicate.
+    option = set_headers.add()
+    option.header.key = key
+    option.header.raw_value = raw
+    option.append_action = _OVERWRITE
+
+
+def _fill_routing(common: Any, headers: Mapping[str, str], destination: str, body_length: int) -> None:
+    common.clear_route_cache = True
+    set_headers = common.header_mutation.set_headers
+    _set_header(set_headers, DESTINATION_ENDPOINT, destination.encode())
+    if body_length > 0:
+        _set_header(set_headers, "Content-Length", str(body_length).encode())
+    for key, value in headers.items():
+        if key.lower() not in SYSTEM_OWNED_HEADERS:
+            _set_header(set_headers, key, value.encode("utf-8", "surrogateescape"))
+
+
+def _fill_metadata(response: pb.ProcessingResponse, destination: str) -> None:
+    namespace = response.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value
+    namespace.fields[DESTINATION_ENDPOINT].string_value = destination
+
+
+def routing_headers_response(headers: Mapping[str, str], destination: str, body_length: int) -> pb.ProcessingResponse:
+    """The request-headers answer that routes (FULL_DUPLEX_STREAMED, and header-only requests).
+
+    Sets the destination, the body's ``Content-Length`` when it is non-empty, echoes ``headers``
+    minus the system-owned ones, clears the route cache and carries the ``envoy.lb`` metadata.
+    """
+    response = pb.ProcessingResponse()
+    _fill_routing(response.request_headers.response, headers, destination, body_length)
+    _fill_metadata(response, destination)
+    return response
+
+
+def routing_body_response(
+    headers: Mapping[str, str], destination: str, body_length: int, body: bytes | None
+) -> pb.ProcessingResponse:
+    """The request-body answer that routes in BUFFERED mode; ``body`` only when it was rewritten."""
+    response = pb.ProcessingResponse()
+    common = response.request_body.response
+    _fill_routing(common, headers, destination, body_length)
+    if body is not None:
+        common.body_mutation.body = body
+    _fill_metadata(response, destination)
+    return response
+
+
+def headers_ack() -> pb.ProcessingResponse:
+    """The BUFFERED-mode request-headers answer: no mutation yet (routing rides on the body answer)."""
+    response = pb.ProcessingResponse()
+    response.request_headers.response.clear_route_cache = True
+    return response
+
+
+def body_chunk(chunk: bytes, *, request: bool, end_of_stream: bool) -> pb.ProcessingResponse:
+    """One FULL_DUPLEX_STREAMED body message (``chunk`` must fit the 62,000-byte limit)."""
+    response = pb.ProcessingResponse()
+    body = response.request_body if request else response.response_body
+    streamed = body.response.body_mutation.streamed_response
+    streamed.body = chunk
+    streamed.end_of_stream = end_of_stream
+    return response
+
+
+def body_chunks(body: bytes, chunk_size: int, *, request: bool, end_of_stream: bool) -> list[pb.ProcessingResponse]:
+    """``body`` as streamed messages of at most ``chunk_size`` bytes; EoS only on the last.
+
+    An empty body still yields one (empty) message, so the phase is always answered.
+    """
+    if len(body) <= chunk_size:
+        return [body_chunk(body, request=request, end_of_stream=end_of_stream)]
+    last = len(body) - chunk_size
+    return [
+        body_chunk(body[i : i + chunk_size], request=request, end_of_stream=end_of_stream and i >= last)
+        for i in range(0, len(body), chunk_size)
+    ]
+
+
+def response_body_replaced(body: bytes | None) -> pb.ProcessingResponse:
+    """A response-body answer outside FULL_DUPLEX_STREAMED: replace the body, or leave it (None)."""
+    response = pb.ProcessingResponse()
+    common = response.response_body.response
+    if body is not None:
+        common.body_mutation.body = body
+    else:
+        common.SetInParent()
+    return response
+
+
+def response_headers_response(
+    echo: Iterable[tuple[str, bytes]], *, remove_content_length: bool
+) -> pb.ProcessingResponse:
+    """The response-headers answer: the debug marker plus the echoed upstream headers.
+
+    ``remove_content_length`` when the body will be rewritten (model name back to the client's):
+    the upstream length would then be wrong.
+    """
+    response = pb.ProcessingResponse()
+    mutation = response.response_headers.response.header_mutation
+    set_headers = mutation.set_headers
+    _set_header(set_headers, WENT_INTO_RESP_HEADERS, b"true")
+    for key, raw in echo:
+        _set_header(set_headers, key, raw)
+    if remove_content_length:
+        mutation.remove_headers.append("content-length")
+    return response
+
+
+def response_trailers_response() -> pb.ProcessingResponse:
+    """An empty response-trailers answer (no mutation)."""
+    response = pb.ProcessingResponse()
+    response.response_trailers.SetInParent()
+    return response
+
+
+def error_response(err: EppError) -> pb.ProcessingResponse:
+    """The ImmediateResponse for ``err``: its HTTP status, body ``inference error: <Code> - <Msg>``."""
+    response = pb.ProcessingResponse()
+    immediate = response.immediate_response
+    immediate.status.code = err.code.http_status
+    immediate.body = str(err).encode()
+    return response

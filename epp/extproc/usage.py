@@ -1,0 +1,133 @@
+"""Token ``usage`` from model-server responses: whole JSON bodies, and SSE streams chunk by chunk.
+
+Streams are never buffered for this: :class:`SseUsageScanner` keeps only the unfinished last line
+of the previous chunk, and decodes only ``data:`` lines that mention ``"usage"`` with a value, so
+an ordinary token chunk costs a substring search. Field names follow the upstream parser: the
+Responses and Conversations APIs say ``input_tokens``/``output_tokens``, the completions APIs
+``prompt_tokens``/``completion_tokens``; anything else may use either.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SseUsageScanner", "Usage", "usage_from_json", "usage_from_object"]
+
+_USAGE_KEY = b'"usage"'
+_NULL_USAGE = (b'"usage":null', b'"usage": null')
+_COMPLETED = b"response.completed"
+_COMPLETIONS_OBJECTS = frozenset({"chat.completion", "chat.completion.chunk", "text_completion"})
+_CACHED_DETAILS = ("prompt_tokens_details", "prompt_token_details", "input_tokens_details")
+# A line longer than this without a newline is not an SSE event we can use; drop it, not memory.
+_MAX_LINE = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts reported by the model server (0 when not reported)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    total_tokens: int = 0
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return int(value)
+
+
+def _from_usage(object_type: str, usage: Mapping[str, Any]) -> Usage:
+    if object_type.startswith(("response", "conversation")):
+        prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
+    elif object_type in _COMPLETIONS_OBJECTS:
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    else:
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+    cached = 0
+    for key in _CACHED_DETAILS:
+        details = usage.get(key)
+        if isinstance(details, Mapping):
+            cached = _count(details.get("cached_tokens"))
+            break
+    return Usage(_count(prompt), _count(completion), cached, _count(usage.get("total_tokens")))
+
+
+def usage_from_object(obj: Any) -> Usage | None:
+    """Usage of one decoded response object or SSE event; None when it carries none.
+
+    A Responses API ``response.completed`` event carries it under ``response.usage``.
+    """
+    if not isinstance(obj, Mapping):
+        return None
+    usage = obj.get("usage")
+    object_type = obj.get("object")
+    if not isinstance(usage, Mapping) and obj.get("type") == "response.completed":
+        response = obj.get("response")
+        if isinstance(response, Mapping):
+            usage, object_type = response.get("usage"), "response"
+    if not isinstance(usage, Mapping):
+        return None
+    return _from_usage(object_type if isinstance(object_type, str) else "", usage)
+
+
+def usage_from_json(body: bytes) -> Usage | None:
+    """Usage of a complete JSON response body; None when absent or the body is not JSON."""
+    if _USAGE_KEY not in body:
+        return None  # Skip decoding bodies that cannot carry usage (errors, embeddings...).
+    try:
+        return usage_from_object(json.loads(body))
+    except ValueError:
+        return None
+
+
+class SseUsageScanner:
+    """Finds usage in an SSE stream fed chunk by chunk; the last usage event seen wins.
+
+    The last one wins (not the first) because servers that report running totals, such as vLLM
+    with ``continuous_usage_stats``, put the final count in the last event.
+    """
+
+    __slots__ = ("_tail", "usage")
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self.usage: Usage | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        """Scan the complete lines in ``chunk``; keep the unfinished last line for the next call."""
+        data = self._tail + chunk if self._tail else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._tail = data if len(data) <= _MAX_LINE else b""
+            return
+        self._tail = data[cut + 1 :]
+        if _USAGE_KEY in data:
+            self._scan(data[:cut])
+
+    def finish(self) -> None:
+        """Scan a final line that had no newline after it (the stream ended)."""
+        tail, self._tail = self._tail, b""
+        if _USAGE_KEY in tail:
+            self._scan(tail)
+
+    def _scan(self, lines: bytes) -> None:
+        for line in lines.split(b"\n"):
+            if _USAGE_KEY not in line or not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                continue
+            if _COMPLETED not in payload and any(null in payload for null in _NULL_USAGE):
+                continue  # A token chunk announcing no usage: not worth decoding.
+            try:
+                usage = usage_from_object(json.loads(payload))
+            except ValueError:
+                continue
+            if usage is not None:
+                self.usage = usage

@@ -1,0 +1,88 @@
+"""A real ExtProcServer on loopback port 0 per test, with a grpc.aio client channel to it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+from extproc_harness import ExtProcCall, RecordingDirector
+
+from epp.extproc import pb
+from epp.extproc.server import ExtProcServer
+from epp.extproc.stream import StreamOptions
+from epp.extproc.tls import TlsConfig
+from epp.telemetry.metrics import EppMetrics
+
+
+@dataclass
+class Running:
+    server: ExtProcServer
+    director: RecordingDirector
+    metrics: EppMetrics
+    grpc_port: int
+    health_port: int
+    channel: Any
+    health_channel: Any
+
+    @property
+    def stub(self) -> Any:
+        return pb.ExternalProcessorStub(self.channel)
+
+    def open(self) -> ExtProcCall:
+        return ExtProcCall(self.stub)
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+Start = Callable[..., Awaitable[Running]]
+
+
+@pytest.fixture
+async def start_server() -> AsyncIterator[Start]:
+    started: list[Running] = []
+
+    async def start(
+        director: RecordingDirector | None = None,
+        *,
+        options: StreamOptions | None = None,
+        tls: TlsConfig | None = None,
+        ready: bool = True,
+    ) -> Running:
+        director = director or RecordingDirector()
+        metrics = EppMetrics()
+        server = ExtProcServer(director, metrics, options=options or StreamOptions())
+        grpc_port, health_port = await server.start("127.0.0.1", 0, 0, tls)
+        server.set_ready(ready)
+        if tls is None:
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
+        else:
+            channel = grpc.aio.secure_channel(
+                f"127.0.0.1:{grpc_port}", grpc.ssl_channel_credentials(root_certificates=tls.cert_pem)
+            )
+        running = Running(
+            server,
+            director,
+            metrics,
+            grpc_port,
+            health_port,
+            channel,
+            grpc.aio.insecure_channel(f"127.0.0.1:{health_port}"),
+        )
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        await running.channel.close()
+        await running.health_channel.close()
+        await running.server.stop(0)
+
+
+@pytest.fixture
+async def running(start_server: Start) -> Running:
+    return await start_server()

@@ -1,0 +1,210 @@
+"""Response path over a real gRPC stream: headers, SSE pass-through, JSON usage, model name restored."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import Running, Start
+from extproc_harness import (
+    ExtProcCall,
+    RecordingDirector,
+    post_headers,
+    protocol,
+    request_body,
+    request_headers,
+    response_body,
+    response_headers,
+    response_trailers,
+    set_headers,
+    streamed,
+)
+
+from epp.extproc import pb
+from epp.extproc.stream import StreamOptions
+from epp.testing import wait_until
+
+
+async def _routed(running: Running, body: dict[str, object], path: str = "/v1/chat/completions") -> ExtProcCall:
+    call = running.open()
+    await call.send(request_headers(post_headers(path)), request_body(json.dumps(body).encode()))
+    await call.recv(2)
+    return call
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_response_headers_are_answered_at_once_with_marker_and_echo(running: Running) -> None:
+    call = await _routed(running, CHAT)
+    await call.send(
+        response_headers({":status": "200", "content-type": "application/json", "content-length": "12", "x-up": "1"})
+    )
+    answer = await call.recv_one()
+    mutation = answer.response_headers.response.header_mutation
+    assert set_headers(mutation) == {
+        "x-went-into-resp-headers": b"true",
+        ":status": b"200",
+        "content-type": b"application/json",
+        "x-up": b"1",
+    }
+    assert list(mutation.remove_headers) == []  # no rewrite planned: the upstream length stays valid
+
+
+async def test_sse_chunks_pass_through_one_by_one_with_usage_split_across_chunks(running: Running) -> None:
+    call = await _routed(running, {**CHAT, "stream": True})
+    await call.send(response_headers({":status": "200", "content-type": "text/event-stream"}))
+    await call.recv_one()
+    events = (
+        b'data: {"object":"chat.completion.chunk","choices":[{"delta":{"content":"a"}}],"usage":null}\n\n'
+        b'data: {"object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":11,"comp'
+        b'letion_tokens":6,"total_tokens":17,"prompt_tokens_details":{"cached_tokens":3}}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    cut_a = events.index(b"completion_tokens") + 4  # inside the usage line
+    pieces = [events[:40], events[40:cut_a], events[cut_a:], b""]
+    for i, piece in enumerate(pieces):
+        last = i == len(pieces) - 1
+        await call.send(response_body(piece, eos=last))
+        # Each chunk is answered before the next is sent: nothing is held back.
+        assert streamed(await call.recv_one(), request=False) == (piece, last)
+    assert await call.end() == []
+    labels = {"model_name": "m", "target_model_name": "m"}
+    assert running.sample("inference_objective_input_tokens_sum", **labels) == 11
+    assert running.sample("inference_objective_output_tokens_sum", **labels) == 6
+    assert running.sample("inference_objective_prompt_cached_tokens_sum", **labels) == 3
+    assert running.sample("inference_objective_normalized_time_per_output_token_seconds_count", **labels) == 1
+    assert running.sample("inference_objective_request_duration_seconds_count", **labels) == 1
+    assert running.sample("inference_objective_response_sizes_sum", **labels) == len(events)
+    assert [f.completed for f in running.director.finished_calls] == [True]
+
+
+async def test_json_response_is_buffered_parsed_and_sent_back_in_chunks(running: Running) -> None:
+    call = await _routed(running, {"model": "m", "prompt": "x"}, "/v1/completions")
+    await call.send(response_headers({":status": "200", "content-type": "application/json"}))
+    await call.recv_one()
+    payload = json.dumps(
+        {"object": "text_completion", "text": "y" * 70_000, "usage": {"prompt_tokens": 5, "completion_tokens": 9}}
+    ).encode()
+    await call.send(response_body(payload[:30_000]), response_body(payload[30_000:]))
+    await call.send(response_body(b"", eos=True))
+    chunks = [streamed(m, request=False) for m in await call.recv(2)]
+    assert [eos for _, eos in chunks] == [False, True] and len(chunks[0][0]) == 62_000
+    assert b"".join(c for c, _ in chunks) == payload
+    assert await call.end() == []
+    labels = {"model_name": "m", "target_model_name": "m"}
+    assert running.sample("inference_objective_input_tokens_sum", **labels) == 5
+    assert running.sample("inference_objective_output_tokens_sum", **labels) == 9
+    assert running.sample("inference_objective_prompt_cached_tokens_count", **labels) == 0  # 0 is not observed
+    assert running.sample("inference_objective_response_sizes_sum", **labels) == len(payload)
+
+
+async def test_target_model_is_rewritten_back_to_the_client_name(start_server: Start) -> None:
+    running = await start_server(RecordingDirector(target_model="m-lora"))
+    call = await _routed(running, {**CHAT, "stream": True})
+    await call.send(response_headers({":status": "200", "content-type": "text/event-stream", "content-length": "9"}))
+    head = await call.recv_one()
+    assert list(head.response_headers.response.header_mutation.remove_headers) == ["content-length"]
+    await call.send(response_body(b'data: {"model": "m-lora","x":1}\n\n'))
+    assert streamed(await call.recv_one(), request=False)[0] == b'data: {"model": "m","x":1}\n\n'
+
+    json_call = await _routed(running, CHAT)
+    await json_call.send(response_headers({":status": "200"}))
+    await json_call.recv_one()
+    await json_call.send(response_body(b'{"id":"1","model":"m-lora","choices":[]}', eos=True))
+    assert streamed(await json_call.recv_one(), request=False) == (b'{"id":"1","model":"m","choices":[]}', True)
+
+
+async def test_response_trailers_flush_buffered_body_then_answer(running: Running) -> None:
+    call = await _routed(running, CHAT)
+    await call.send(response_headers({":status": "200"}))
+    await call.recv_one()
+    await call.send(response_body(b'{"usage":{"prompt_tokens":2,"completion_tokens":1}}'))
+    await call.send(response_trailers())
+    flushed, trailers = await call.recv(2)
+    assert streamed(flushed, request=False) == (b'{"usage":{"prompt_tokens":2,"completion_tokens":1}}', False)
+    assert trailers.WhichOneof("response") == "response_trailers"
+    assert await call.end() == []
+    assert running.sample("inference_objective_output_tokens_count", model_name="m", target_model_name="m") == 1
+    assert [f.completed for f in running.director.finished_calls] == [True]
+
+
+async def test_response_phase_without_request_phase_is_answered(running: Running) -> None:
+    call = running.open()
+    await call.send(response_headers({":status": "200", "content-type": "application/json"}))
+    assert set_headers((await call.recv_one()).response_headers.response.header_mutation)["x-went-into-resp-headers"]
+    await call.send(response_body(b'{"usage":{"completion_tokens":3}}', eos=True))
+    assert streamed(await call.recv_one(), request=False) == (b'{"usage":{"completion_tokens":3}}', True)
+    assert await call.end() == []
+    assert running.sample("inference_objective_output_tokens_sum", model_name="", target_model_name="") == 3
+    assert not running.director.finished_calls
+
+
+async def test_client_cancel_mid_stream_leaves_no_state(running: Running) -> None:
+    call = await _routed(running, {**CHAT, "stream": True})
+    assert running.sample("inference_objective_running_requests", model_name="m") == 1
+    await call.send(response_headers({":status": "200", "content-type": "text/event-stream"}))
+    await call.recv_one()
+    await call.send(response_body(b"data: {}\n\n"))
+    await call.recv_one()
+    call.call.cancel()
+    await wait_until(lambda: running.sample("inference_objective_running_requests", model_name="m") == 0)
+    await wait_until(lambda: len(running.director.finished_calls) == 1)
+    (finished,) = running.director.finished_calls
+    assert not finished.completed and finished.decision is not None
+    assert (
+        running.sample("inference_objective_request_duration_seconds_count", model_name="m", target_model_name="m") == 0
+    )
+
+
+async def test_response_body_mode_none_completes_at_response_headers(start_server: Start) -> None:
+    running = await start_server(RecordingDirector(target_model="m-lora"))
+    call = running.open()
+    config = protocol(pb.BODY_BUFFERED, pb.BODY_NONE)
+    await call.send(request_headers(post_headers("/v1/chat/completions"), config=config))
+    await call.recv_one()
+    await call.send(request_body(json.dumps(CHAT).encode()))
+    await call.recv_one()
+    await call.send(response_headers({":status": "200", "content-length": "40"}))
+    head = await call.recv_one()
+    # Envoy will not show us the body, so nothing is rewritten and the length stays valid.
+    assert list(head.response_headers.response.header_mutation.remove_headers) == []
+    assert [f.completed for f in running.director.finished_calls] == [True]
+    labels = {"model_name": "m", "target_model_name": "m-lora"}
+    assert running.sample("inference_objective_request_duration_seconds_count", **labels) == 1
+
+
+async def test_streamed_response_mode_answers_every_message_and_reads_usage_at_the_end(start_server: Start) -> None:
+    running = await start_server(RecordingDirector(target_model="m-lora"))
+    call = running.open()
+    await call.send(
+        request_headers(post_headers("/v1/chat/completions"), config=protocol(response_mode=pb.ProcessingMode.STREAMED))
+    )
+    await call.send(request_body(json.dumps(CHAT).encode()))
+    await call.recv(2)
+    await call.send(response_headers({":status": "200", "content-type": "application/json"}))
+    await call.recv_one()
+    await call.send(response_body(b'{"model":"m-lora","usage":{"prompt_tokens":'))
+    first = (await call.recv_one()).response_body.response
+    assert first.body_mutation.body == b'{"model":"m","usage":{"prompt_tokens":'
+    await call.send(response_body(b'8,"completion_tokens":2}}', eos=True))
+    second = (await call.recv_one()).response_body.response
+    assert not second.HasField("body_mutation")  # unchanged chunk: left as Envoy has it
+    assert await call.end() == []
+    labels = {"model_name": "m", "target_model_name": "m-lora"}
+    assert running.sample("inference_objective_input_tokens_sum", **labels) == 8
+
+
+async def test_oversized_json_response_is_passed_through_instead_of_held(start_server: Start) -> None:
+    running = await start_server(
+        RecordingDirector(target_model="m-lora"), options=StreamOptions(max_response_buffer_bytes=100)
+    )
+    call = await _routed(running, CHAT)
+    await call.send(response_headers({":status": "200", "content-type": "application/json"}))
+    await call.recv_one()
+    await call.send(response_body(b'{"model":"m-lora","text":"' + b"a" * 60))
+    await call.send(response_body(b"b" * 60))  # crosses 100 bytes: what is held is flushed, without EoS
+    assert streamed(await call.recv_one(), request=False) == (b'{"model":"m","text":"' + b"a" * 60 + b"b" * 60, False)
+    await call.send(response_body(b'c"}', eos=True))  # from now on each chunk passes straight through
+    assert streamed(await call.recv_one(), request=False) == (b'c"}', True)
+    assert await call.end() == []
+    assert [f.completed for f in running.director.finished_calls] == [True]
