@@ -80,6 +80,8 @@ class ExtProcServer:
         pb.enable_server_reflection((pb.EXT_PROC_SERVICE, pb.HEALTH_SERVICE, pb.REFLECTION_SERVICE), ext_proc)
         health = grpc.aio.server(options=_SERVER_OPTIONS)
         pb.add_HealthServicer_to_server(self._health, health)
+        # Reflection here too, so `grpcurl -plaintext host:9003 grpc.health.v1.Health/Check` works bare.
+        pb.enable_server_reflection((pb.HEALTH_SERVICE, pb.REFLECTION_SERVICE), health)
         grpc_address = join_host_port(host, grpc_port)
         health_address = join_host_port(host, health_port)
         bound_grpc = _bind(ext_proc, "ext_proc", grpc_address, tls)

@@ -1,0 +1,147 @@
+"""An Envoy-like ext_proc client: builds the messages Envoy sends and reads the answers.
+
+Used by the hermetic tests, ``epp bench`` (direct gRPC mode) and anyone probing a picker
+without an Envoy in front. It speaks the same upb messages as the server (``pb``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import grpc
+
+from epp.extproc import pb
+
+__all__ = [
+    "ExtProcCall",
+    "destination_metadata",
+    "post_headers",
+    "protocol",
+    "request_body",
+    "request_headers",
+    "response_body",
+    "response_headers",
+    "response_trailers",
+    "set_headers",
+    "streamed",
+]
+
+
+def _header_map(headers: Mapping[str, str] | Sequence[tuple[str, str]], *, raw: bool = True) -> Any:
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    header_map = pb.HeaderMap()
+    for key, value in items:
+        if raw:
+            header_map.headers.add(key=key, raw_value=value.encode())
+        else:
+            header_map.headers.add(key=key, value=value)
+    return header_map
+
+
+def protocol(request_mode: int = pb.BODY_FULL_DUPLEX_STREAMED, response_mode: int | None = None) -> Any:
+    return pb.ProtocolConfiguration(
+        request_body_mode=request_mode, response_body_mode=request_mode if response_mode is None else response_mode
+    )
+
+
+def request_headers(
+    headers: Mapping[str, str] | Sequence[tuple[str, str]],
+    *,
+    eos: bool = False,
+    raw: bool = True,
+    config: Any = None,
+    subset: list[Any] | None = None,
+) -> Any:
+    msg = pb.ProcessingRequest(request_headers=pb.HttpHeaders(headers=_header_map(headers, raw=raw), end_of_stream=eos))
+    if config is not None:
+        msg.protocol_config.CopyFrom(config)
+    if subset is not None:
+        hint = msg.metadata_context.filter_metadata["envoy.lb.subset_hint"]
+        values = hint.fields["x-gateway-destination-endpoint-subset"].list_value
+        values.SetInParent()  # an empty list is still a list
+        values.extend(subset)
+    return msg
+
+
+def request_body(body: bytes, *, eos: bool = True) -> Any:
+    return pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=eos))
+
+
+def response_headers(headers: Mapping[str, str], *, eos: bool = False) -> Any:
+    return pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=_header_map(headers), end_of_stream=eos))
+
+
+def response_body(body: bytes, *, eos: bool = False) -> Any:
+    return pb.ProcessingRequest(response_body=pb.HttpBody(body=body, end_of_stream=eos))
+
+
+def response_trailers() -> Any:
+    return pb.ProcessingRequest(response_trailers=pb.HttpTrailers())
+
+
+def post_headers(path: str = "/v1/completions", **extra: str) -> dict[str, str]:
+    return {":method": "POST", ":path": path, ":authority": "gw", "content-type": "application/json", **extra}
+
+
+# -- reading answers -----------------------------------------------------------------------------
+
+
+def set_headers(mutation: Any) -> dict[str, bytes]:
+    """The header mutation as {key: raw value}; asserts every entry overwrites and none repeats."""
+    out: dict[str, bytes] = {}
+    for option in mutation.set_headers:
+        if option.append_action != pb.OVERWRITE_IF_EXISTS_OR_ADD:
+            raise ValueError(f"header {option.header.key} is not set with OVERWRITE_IF_EXISTS_OR_ADD")
+        if option.header.key in out:
+            raise ValueError(f"duplicate header {option.header.key}")
+        out[option.header.key] = option.header.raw_value
+    return out
+
+
+def destination_metadata(response: Any) -> str:
+    return str(
+        response.dynamic_metadata.fields["envoy.lb"].struct_value.fields["x-gateway-destination-endpoint"].string_value
+    )
+
+
+def streamed(response: Any, *, request: bool = True) -> tuple[bytes, bool]:
+    body = response.request_body if request else response.response_body
+    chunk = body.response.body_mutation.streamed_response
+    return chunk.body, chunk.end_of_stream
+
+
+class ExtProcCall:
+    """One Process stream driven like Envoy drives it: write messages, read answers."""
+
+    def __init__(self, stub: Any, *, timeout: float = 5.0) -> None:
+        self.call = stub.Process()
+        self.timeout = timeout
+
+    async def send(self, *messages: Any) -> None:
+        for message in messages:
+            await self.call.write(message)
+
+    async def recv(self, n: int = 1) -> list[Any]:
+        out: list[Any] = []
+        for _ in range(n):
+            message = await asyncio.wait_for(self.call.read(), self.timeout)
+            if message is grpc.aio.EOF:
+                raise EOFError(f"stream ended after {len(out)} of {n} answers")
+            out.append(message)
+        return out
+
+    async def recv_one(self) -> Any:
+        return (await self.recv(1))[0]
+
+    async def end(self) -> list[Any]:
+        """Half-close, then collect whatever is left until the server ends the stream."""
+        await self.call.done_writing()
+        return await self.rest()
+
+    async def rest(self) -> list[Any]:
+        out: list[Any] = []
+        while (message := await asyncio.wait_for(self.call.read(), self.timeout)) is not grpc.aio.EOF:
+            out.append(message)
+        return out
