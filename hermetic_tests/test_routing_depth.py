@@ -1,0 +1,137 @@
+"""Routing depth end to end: prefix affinity and spill-over, cache salt, rewrites, live config."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+from pathlib import Path
+
+from harness import POOL, Env, hermetic
+
+from epp.testing import wait_until
+
+SYSTEM = "You are a meticulous assistant for a food review site. " * 30  # ~1.7 KB shared prefix
+EVEN = {"waiting": 0, "kv_cache_usage": 0.1}
+
+
+def chat(question: str, *, salt: str | None = None) -> dict[str, object]:
+    body: dict[str, object] = {
+        "model": "m",
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+    }
+    if salt is not None:
+        body["cache_salt"] = salt
+    return body
+
+
+async def _chat(env: Env, question: str, **kw: str) -> str:
+    routed = await env.route(chat(question, **kw), path="/v1/chat/completions")
+    assert routed.status == 200
+    return routed.endpoint
+
+
+async def test_shared_prefix_sticks_to_one_pod_then_spills_when_it_saturates() -> None:
+    async with hermetic("v1", pods=3) as env:
+        await env.set_pins([EVEN, EVEN, EVEN])
+        first = await _chat(env, "What is the best pizza in town?")
+        for i in range(8):
+            assert await _chat(env, f"question {i}") == first
+        sticky = next(i for i in range(3) if env.hostport(i) == first)
+        pins = [dict(EVEN) for _ in range(3)]
+        pins[sticky] = {"waiting": 12, "kv_cache_usage": 0.9}
+        await env.set_pins(pins)
+        spilled = {await _chat(env, f"later question {i}") for i in range(4)}
+        assert first not in spilled
+
+
+async def test_cache_salt_does_not_match_an_unsalted_prefix() -> None:
+    async with hermetic("v1", pods=2) as env:
+        await env.set_pins([EVEN, EVEN])
+        first = await _chat(env, "seed question")
+        sticky = 0 if env.hostport(0) == first else 1
+        pins = [dict(EVEN), dict(EVEN)]
+        pins[sticky] = {"waiting": 1, "kv_cache_usage": 0.1}  # slightly busier: only affinity keeps it
+        await env.set_pins(pins)
+        assert await _chat(env, "another question") == first
+        assert await _chat(env, "another question", salt="tenant-a") == env.hostport(1 - sticky)
+
+
+REWRITE = {
+    "apiVersion": "inference.networking.x-k8s.io/v1alpha2",
+    "kind": "InferenceModelRewrite",
+    "metadata": {"name": "canary", "namespace": "default"},
+    "spec": {
+        "poolRef": {"name": POOL},
+        "rules": [
+            {
+                "matches": [{"model": {"type": "Exact", "value": "food-review"}}],
+                "targets": [
+                    {"modelRewrite": "food-review-1", "weight": 90},
+                    {"modelRewrite": "food-review-2", "weight": 10},
+                ],
+            }
+        ],
+    },
+}
+
+
+async def test_model_rewrite_weights_hold_statistically() -> None:
+    async with hermetic("v1", pods=1, objects=[REWRITE], seed=11) as env:
+        await wait_until(lambda: bool(env.runtime.pools[0].datastore.rewrites()), timeout=10)
+        counts: collections.Counter[str] = collections.Counter()
+        for i in range(300):
+            routed = await env.route({"model": "food-review", "prompt": f"p{i}"})
+            counts[json.loads(routed.body)["model"]] += 1
+        assert set(counts) == {"food-review-1", "food-review-2"}
+        assert 0.85 <= counts["food-review-1"] / 300 <= 0.95
+
+
+QUEUE_ONLY = """apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer}
+"""
+KV_ONLY = QUEUE_ONLY.replace("queue-scorer", "kv-cache-utilization-scorer")
+
+
+async def test_config_reload_good_bad_and_under_load_drops_no_stream(tmp_path: Path) -> None:
+    config = tmp_path / "epp-config.yaml"
+    config.write_text(QUEUE_ONLY)
+    async with hermetic("v1", pods=2, config_file=config) as env:
+        # pod 0: short queue, full cache; pod 1: long queue, empty cache.
+        await env.set_pins([{"waiting": 0, "kv_cache_usage": 0.9}, {"waiting": 4, "kv_cache_usage": 0.0}])
+        assert (await env.route({"model": "m", "prompt": "p"})).endpoint == env.hostport(0)
+        holder = env.runtime.configs
+        assert holder is not None
+        generation = holder.generation
+
+        results: list[int] = []
+        stop = asyncio.Event()
+
+        async def load() -> None:
+            i = 0
+            while not stop.is_set():
+                results.append((await env.route({"model": "m", "prompt": f"load {i}"})).status)
+                i += 1
+
+        workers = [asyncio.create_task(load(), name=f"load-{n}") for n in range(4)]
+        try:
+            config.write_text(KV_ONLY)
+            await wait_until(lambda: holder.generation == generation + 1, timeout=10, message="reloaded")
+            config.write_text("plugins: [this is not a config")
+            await wait_until(
+                lambda: env.sample("epp_config_reloads_total", result="rejected") == 1, timeout=10, message="rejected"
+            )
+            await wait_until(lambda: len(results) > 40, timeout=20)
+        finally:
+            stop.set()
+            await asyncio.gather(*workers)
+        assert holder.generation == generation + 1  # the bad file kept the last good config
+        assert env.sample("epp_config_last_reload_successful") == 0
+        assert set(results) == {200}  # no stream dropped or failed during the swaps
+        assert (await env.route({"model": "m", "prompt": "p"})).endpoint == env.hostport(1)  # KV now decides
