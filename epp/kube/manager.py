@@ -1,0 +1,161 @@
+"""Starts and stops the reconcilers of one InferencePool; ``synced`` gates readiness.
+
+Always: the pod informer (the pool namespace) and the pool informer (our pool by name, v1 or
+v1alpha2 by ``--pool-group``). Then, in a background task that retries while the API server is
+away, discovery decides which optional kinds exist: InferenceObjective and
+InferenceModelRewrite, and for v1alpha2 pools InferenceModel. A cluster without those CRDs simply
+runs without them.
+
+``synced`` is set while the pool is known and the first pod list has arrived, and cleared when
+the pool is deleted (upstream's ``PoolHasSynced``). Losing the API server changes nothing: the
+informers retry and the store keeps serving its last known state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+from epp.datastore.types import DatastoreWriter, PoolSpec
+from epp.kube.client import Api, KubeError, served_kinds
+from epp.kube.informer import Informer, InformerHandler, InformerSettings, guarded_task
+from epp.kube.keyed import KeyedReconciler
+from epp.kube.objective_reconciler import model_reconciler, objective_reconciler
+from epp.kube.pod_reconciler import PodReconciler
+from epp.kube.pool_reconciler import PoolReconciler
+from epp.kube.resources import (
+    INFERENCE_MODEL,
+    INFERENCE_MODEL_REWRITE,
+    INFERENCE_OBJECTIVE,
+    POD,
+    V1ALPHA2_GROUP,
+    ResourceKind,
+    pool_kind,
+)
+from epp.kube.rewrite_reconciler import rewrite_reconciler
+from epp.kube.standalone import StandaloneReconciler
+
+__all__ = ["PoolReconcilers", "StandaloneReconciler"]
+
+log = logging.getLogger(__name__)
+
+
+class PoolReconcilers:
+    """Everything that keeps the store in step with one pool's Kubernetes objects."""
+
+    def __init__(
+        self,
+        api: Api,
+        datastore: DatastoreWriter,
+        *,
+        pool_name: str,
+        namespace: str,
+        pool_group: str,
+        settings: InformerSettings | None = None,
+    ) -> None:
+        self._api = api
+        self._datastore = datastore
+        self._pool_name = pool_name
+        self._namespace = namespace
+        self._pool_group = pool_group
+        self._settings = settings or InformerSettings()
+        self.synced = asyncio.Event()
+        """Set while the pool is known and pods have been listed; cleared when the pool goes."""
+        self._pods = PodReconciler(datastore, on_listed=self._update_synced)
+        self._pool = PoolReconciler(
+            datastore, self._pods, pool_name=pool_name, pool_group=pool_group, on_change=self._pool_changed
+        )
+        self._keyed: list[KeyedReconciler[Any]] = []
+        self._informers: list[Informer] = [
+            self._informer(POD, self._pods),
+            self._informer(pool_kind(pool_group), self._pool, field_selector=f"metadata.name={pool_name}"),
+        ]
+        self._discovery: asyncio.Task[None] | None = None
+        self.discovered = asyncio.Event()
+        """Set once discovery has decided which optional kinds to watch."""
+
+    @property
+    def pool(self) -> PoolSpec | None:
+        """The pool as last handed to the store."""
+        return self._pool.pool
+
+    @property
+    def informers(self) -> dict[str, Informer]:
+        """Running informers by kind (tests read their counters)."""
+        return {inf.kind.kind: inf for inf in self._informers}
+
+    async def start(self) -> None:
+        """Start the pod and pool informers, and discovery of the optional kinds."""
+        for informer in self._informers:
+            informer.start()
+        if self._discovery is None:
+            self._discovery = guarded_task(self._discover(), name=f"discover:{self._pool_name}")
+
+    async def stop(self) -> None:
+        """Stop discovery and every informer; the store keeps its state."""
+        task, self._discovery = self._discovery, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+        await asyncio.gather(*(informer.stop() for informer in self._informers))
+
+    def _informer(self, kind: ResourceKind, handler: InformerHandler, *, field_selector: str = "") -> Informer:
+        return Informer(
+            self._api,
+            kind,
+            handler,
+            namespace=self._namespace,
+            field_selector=field_selector,
+            settings=self._settings,
+        )
+
+    def _pool_changed(self, pool: PoolSpec | None) -> None:
+        if pool is not None:  # the store may have dropped objectives and rewrites with the pool
+            for reconciler in self._keyed:
+                reconciler.replay()
+        self._update_synced()
+
+    def _update_synced(self) -> None:
+        if self._pool.pool is not None and self._pods.listed:
+            self.synced.set()
+        else:
+            self.synced.clear()
+
+    async def _discover(self) -> None:
+        """Find which optional CRDs are served (retrying while the API server is away)."""
+        group_version = INFERENCE_OBJECTIVE.group_version
+        rng = random.Random()
+        attempt = 0
+        while True:
+            try:
+                async with asyncio.timeout(self._settings.request_timeout):
+                    kinds = await served_kinds(self._api, group_version)
+                break
+            except (KubeError, TimeoutError) as e:
+                delay = self._settings.backoff.delay(attempt, rng)
+                attempt += 1
+                log.warning("discovery failed; retrying", extra={"error": str(e), "retry_in": round(delay, 3)})
+                await self._settings.clock.sleep(delay)
+        optional: list[tuple[ResourceKind, KeyedReconciler[Any]]] = [
+            (
+                INFERENCE_OBJECTIVE,
+                objective_reconciler(self._datastore, pool_name=self._pool_name, pool_group=self._pool_group),
+            ),
+            (
+                INFERENCE_MODEL_REWRITE,
+                rewrite_reconciler(self._datastore, pool_name=self._pool_name, pool_group=self._pool_group),
+            ),
+        ]
+        if self._pool_group == V1ALPHA2_GROUP:
+            optional.append((INFERENCE_MODEL, model_reconciler(self._datastore, pool_name=self._pool_name)))
+        for kind, reconciler in optional:
+            if kind.kind not in kinds:
+                log.info("kind not served; not watching it", extra={"kind": kind.kind, "group_version": group_version})
+                continue
+            informer = self._informer(kind, reconciler)
+            self._keyed.append(reconciler)
+            self._informers.append(informer)
+            informer.start()
+        self.discovered.set()
