@@ -6,6 +6,7 @@ sees arrives through real watches, never through a side door into the server's s
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,10 +86,10 @@ class KubeRest:
         await self._call("DELETE", self.path(api_version, kind, namespace, name))
 
     async def apply_crds(self, directory: Path) -> None:
-        for path in sorted(directory.glob("*.yaml")):
-            for doc in load_manifest(path):
-                if doc.get("kind") == "CustomResourceDefinition":
-                    await self.create(doc)
+        docs = await asyncio.to_thread(lambda: [d for p in sorted(directory.glob("*.yaml")) for d in load_manifest(p)])
+        for doc in docs:
+            if doc.get("kind") == "CustomResourceDefinition":
+                await self.create(doc)
 
     async def create_ready_pod(
         self, name: str, ip: str, labels: Mapping[str, str], *, namespace: str = "default", ready: bool = True

@@ -83,7 +83,7 @@ async def test_two_pools_are_isolated() -> None:
                 )
 
                 body = {"model": "m", "prompt": "p"}
-                for i in range(6):
+                for _ in range(6):
                     routed_b = await env.route(
                         body, headers={"x-gateway-inference-pool": "pool-b", SHEDDABLE: "batch-pool-b"}
                     )
