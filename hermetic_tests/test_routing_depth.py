@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness import POOL, Env, hermetic
 
+from epp.extproc.client import post_headers, request_body, request_headers, response_headers, set_headers
 from epp.testing import wait_until
 
 SYSTEM = "You are a meticulous assistant for a food review site. " * 30  # ~1.7 KB shared prefix
@@ -135,3 +136,38 @@ async def test_config_reload_good_bad_and_under_load_drops_no_stream(tmp_path: P
         assert env.sample("epp_config_last_reload_successful") == 0
         assert set(results) == {200}  # no stream dropped or failed during the swaps
         assert (await env.route({"model": "m", "prompt": "p"})).endpoint == env.hostport(1)  # KV now decides
+
+
+SESSION = """apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: session-affinity-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 1}
+  - {pluginRef: session-affinity-scorer, weight: 3}
+"""
+
+
+async def test_session_token_is_returned_and_keeps_the_session_on_its_pod() -> None:
+    async with hermetic("v1", pods=3, config_text=SESSION) as env:
+        await env.set_pins([EVEN, EVEN, EVEN])
+        call = env.open()
+        await call.send(request_headers(post_headers()), request_body(b'{"model":"m","prompt":"hello"}'))
+        first, _ = await call.recv(2)
+        chosen = set_headers(first.request_headers.response.header_mutation)["x-gateway-destination-endpoint"]
+        await call.send(response_headers({":status": "200", "content-type": "application/json"}, eos=True))
+        answer = await call.recv_one()
+        await call.end()
+        token = set_headers(answer.response_headers.response.header_mutation)["x-session-token"].decode()
+        others = [dict(EVEN) for _ in range(3)]
+        sticky = next(i for i in range(3) if env.hostport(i).encode() == chosen)
+        others[sticky] = {"waiting": 2, "kv_cache_usage": 0.1}  # busier, but the session keeps it
+        await env.set_pins(others)
+        for i in range(4):
+            routed = await env.route({"model": "m", "prompt": f"turn {i}"}, headers={"x-session-token": token})
+            assert routed.endpoint.encode() == chosen
+        fresh = await env.route({"model": "m", "prompt": "no session"})
+        assert fresh.endpoint.encode() != chosen

@@ -402,6 +402,11 @@ class Stream:
                 self._upstream_error = raw.strip() != b"200"
             elif lower == "content-type" and b"text/event-stream" in raw:
                 self._stream_sse()
+        if self._decision is not None and self._decision.response_headers:
+            # What the picker hands the client (e.g. the session-affinity token) wins over upstream.
+            extra = self._decision.response_headers
+            echo = [(k, v) for k, v in echo if k.lower() not in extra]
+            echo.extend((k, v.encode()) for k, v in extra.items())
         answer = response_headers_response(echo, remove_content_length=bool(self._rewrite))
         if http_headers.end_of_stream or self._response_mode == _BODY_NONE:
             self._complete_response(None)  # No body follows, or Envoy will not send it to us.
