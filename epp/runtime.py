@@ -14,9 +14,10 @@ reconcilers → scrapers → gauges → metrics server → HTTP session → API 
 from __future__ import annotations
 
 import asyncio
-import os
 import logging
+import os
 import random
+import socket
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ from epp.extproc.tls import TlsConfig
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.kube.client import Api, close_api, make_api
+from epp.kube.leader import LeaderElector, lease_name
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
 from epp.kube.standalone import standalone_pool_name
 from epp.plugins import register_in_tree
@@ -108,6 +110,7 @@ class Runtime:
         self._metrics_server: MetricsServer | None = None
         self._watcher: ConfigWatcher[Configs] | None = None
         self._readiness: asyncio.Task[None] | None = None
+        self.elector: LeaderElector | None = None
 
     async def __aenter__(self) -> Runtime:
         await self.start()
@@ -124,7 +127,9 @@ class Runtime:
 
     @property
     def ready(self) -> bool:
-        return bool(self.pools) and all(p.synced for p in self.pools)
+        """Every pool synced and, with leader election, this replica holds the lease."""
+        synced = bool(self.pools) and all(p.synced for p in self.pools)
+        return synced and (self.elector is None or self.elector.is_leader)
 
     def _pool_keys(self) -> list[PoolKey]:
         o = self.options
@@ -164,6 +169,13 @@ class Runtime:
             await pool.reconciler.start()
             await pool.scrapers.start()
             await pool.gauges.start()
+        if o.leader_election:
+            identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+            namespace, name = keys[0]
+            self.elector = LeaderElector(
+                self._api, namespace=namespace, name=lease_name(namespace, name), identity=identity, clock=self.clock
+            )
+            await self.elector.start()
         directors = {p.key: p.director for p in self.pools}
         director: Director = self.pools[0].director if len(self.pools) == 1 else PoolDispatcher(directors)
         stream_options = StreamOptions(
@@ -275,6 +287,9 @@ class Runtime:
         if self._watcher is not None:
             await self._watcher.stop()
             self._watcher = None
+        if self.elector is not None:
+            await self.elector.stop()
+            self.elector = None
         for pool in reversed(self.pools):
             pool.unsubscribe()
             await pool.reconciler.stop()

@@ -88,6 +88,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--refresh-prometheus-metrics-interval", default="5s", help="interval of the inference_pool_* gauges"
     )
     cfg.add_argument("--metrics-staleness-threshold", default="2s", help="metrics older than this are stale")
+    cfg.add_argument(
+        "--ha-enable-leader-election",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="several replicas: only the holder of the pool's Lease reports ready",
+    )
     cfg.add_argument("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     cfg.add_argument("-v", "--v", dest="verbosity", type=int, default=2, help="log verbosity (2 info, 4 debug)")
     cfg.add_argument("--log-json", action="store_true", help="log JSON lines instead of key=value")
@@ -129,6 +137,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         verbosity=args.verbosity,
         max_request_body_bytes=args.max_request_body_bytes,
         disable_endpoint_subset_filter=args.disable_endpoint_subset_filter,
+        leader_election=args.ha_enable_leader_election,
     )
 
 

@@ -70,7 +70,7 @@ class ServeOptions:
     verbosity: int = 2
     max_request_body_bytes: int = 16 * 1024 * 1024
     disable_endpoint_subset_filter: bool = False
-    pool_header: str = "x-gateway-inference-pool"
+    leader_election: bool = False
     selector: Selector = field(init=False, default_factory=Selector)
 
     def __post_init__(self) -> None:

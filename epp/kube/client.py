@@ -35,6 +35,7 @@ from epp.errors import EppError, ErrorCode
 
 __all__ = [
     "Api",
+    "call_json",
     "KubeApiError",
     "KubeConfigError",
     "KubeError",
@@ -158,6 +159,32 @@ def _location(group_version: str, namespace: str | None, path: str) -> tuple[str
     return base, "/".join(parts)
 
 
+async def call_json(
+    api: Api,
+    method: str,
+    *,
+    group_version: str,
+    path: str = "",
+    namespace: str | None = None,
+    params: Mapping[str, str] | None = None,
+    body: JsonObject | None = None,
+    content_type: str = "application/json",
+) -> JsonObject:
+    """One JSON request under ``/api`` or ``/apis``; errors come out as :class:`KubeError`."""
+    base, url = _location(group_version, namespace, path)
+    what = f"{method} {base}/{url}"
+    kwargs: dict[str, Any] = {"params": dict(params or {})}
+    if body is not None:
+        kwargs["content"] = json.dumps(body)
+        kwargs["headers"] = {"Content-Type": content_type}
+    with _translate(what):
+        async with api.call_api(method, version="", base=base, url=url, **kwargs) as response:
+            result = response.json()
+    if not isinstance(result, dict):
+        raise KubeApiError(f"{what}: expected a JSON object, got {type(result).__name__}", status=0)
+    return result
+
+
 async def request_json(
     api: Api,
     *,
@@ -167,14 +194,7 @@ async def request_json(
     params: Mapping[str, str] | None = None,
 ) -> JsonObject:
     """GET one JSON document (a list page, discovery) under ``/api`` or ``/apis``."""
-    base, url = _location(group_version, namespace, path)
-    what = f"GET {base}/{url}"
-    with _translate(what):
-        async with api.call_api("GET", version="", base=base, url=url, params=dict(params or {})) as response:
-            body = response.json()
-    if not isinstance(body, dict):
-        raise KubeApiError(f"{what}: expected a JSON object, got {type(body).__name__}", status=0)
-    return body
+    return await call_json(api, "GET", group_version=group_version, path=path, namespace=namespace, params=params)
 
 
 @contextlib.asynccontextmanager
