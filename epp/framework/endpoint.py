@@ -15,6 +15,7 @@ __all__ = ["ENGINE_TYPE_LABEL", "Endpoint", "EndpointState", "MetricsSnapshot", 
 
 ENGINE_TYPE_LABEL = "inference.networking.k8s.io/engine-type"
 
+
 def join_host_port(host: str, port: int) -> str:
     """``ip:port``, with IPv6 addresses bracketed (Go's ``net.JoinHostPort``)."""
     if ":" in host and not host.startswith("["):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from epp.clock import Clock, SystemClock
 
 __all__ = [
+    "NamedPlugin",
     "Plugin",
     "PluginConfigError",
     "PluginContext",
@@ -41,6 +42,16 @@ class Plugin(Protocol):
 
     @property
     def typed_name(self) -> TypedName: ...
+
+
+class NamedPlugin:
+    """Base of the in-tree plugins: holds the :class:`TypedName` (``plugin_type`` + instance name)."""
+
+    __slots__ = ("typed_name",)
+    plugin_type: ClassVar[str] = ""
+
+    def __init__(self, name: str = "") -> None:
+        self.typed_name = TypedName(self.plugin_type, name or self.plugin_type)
 
 
 class PluginConfigError(ValueError):

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginContext, TypedName
+from epp.framework.plugin import NamedPlugin, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._params import Params
@@ -20,17 +20,11 @@ __all__ = ["TYPE", "KvCacheUtilizationScorer", "create"]
 TYPE = "kv-cache-utilization-scorer"
 
 
-class KvCacheUtilizationScorer:
+class KvCacheUtilizationScorer(NamedPlugin):
     """One minus KV-cache utilisation."""
 
-    __slots__ = ("_typed_name",)
-
-    def __init__(self, name: str = TYPE) -> None:
-        self._typed_name = TypedName(TYPE, name)
-
-    @property
-    def typed_name(self) -> TypedName:
-        return self._typed_name
+    __slots__ = ()
+    plugin_type = TYPE
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         return [1.0 - c.metrics.kv_cache_usage for c in candidates]

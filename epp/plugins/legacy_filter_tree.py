@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginContext, TypedName
+from epp.framework.plugin import NamedPlugin, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._params import Params
@@ -84,10 +84,12 @@ def _drop(request: InferenceRequest, pods: Sequence[EndpointState]) -> list[Endp
     return []
 
 
-class LegacyFilterTree:
+class LegacyFilterTree(NamedPlugin):
     """The v0.3 tree as a Filter; its thresholds are parameters with the v0.3 defaults."""
 
-    __slots__ = ("_affinity", "_kv_threshold", "_lora_queue", "_queue_critical", "_rng", "_root", "_typed_name")
+    plugin_type = TYPE
+
+    __slots__ = ("_affinity", "_kv_threshold", "_lora_queue", "_queue_critical", "_rng", "_root")
 
     def __init__(
         self,
@@ -99,7 +101,7 @@ class LegacyFilterTree:
         queueing_threshold_lora: int = 128,
         lora_affinity_threshold: float = 0.999,
     ) -> None:
-        self._typed_name = TypedName(TYPE, name)
+        super().__init__(name)
         self._rng = rng
         self._kv_threshold = kv_cache_threshold
         self._queue_critical = queue_threshold_critical
@@ -118,10 +120,6 @@ class LegacyFilterTree:
         )
         sheddable = _Node(self._has_capacity_for_sheddable, on_success=queue_lora_kv, on_failure=_Node(_drop))
         self._root = _Node(_critical, on_success=low_latency, on_failure=sheddable)
-
-    @property
-    def typed_name(self) -> TypedName:
-        return self._typed_name
 
     def filter(
         self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]

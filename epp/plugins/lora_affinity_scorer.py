@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginContext, TypedName
+from epp.framework.plugin import NamedPlugin, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._params import Params
@@ -26,17 +26,11 @@ HAS_ROOM = 0.8
 WAITING = 0.6
 
 
-class LoraAffinityScorer:
+class LoraAffinityScorer(NamedPlugin):
     """Adapter active > free slot > adapter waiting > none."""
 
-    __slots__ = ("_typed_name",)
-
-    def __init__(self, name: str = TYPE) -> None:
-        self._typed_name = TypedName(TYPE, name)
-
-    @property
-    def typed_name(self) -> TypedName:
-        return self._typed_name
+    __slots__ = ()
+    plugin_type = TYPE
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         model = request.target_model or request.model

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginConfigError, PluginContext, TypedName
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -78,8 +78,10 @@ def prompt_prefix_bytes(request: InferenceRequest, limit: int) -> bytes:
     return text.encode()[:limit]
 
 
-class PrefixCacheScorer:
+class PrefixCacheScorer(NamedPlugin):
     """Scorer + PreRequest + endpoint-removal observer around one :class:`PrefixIndex`."""
+
+    plugin_type = TYPE
 
     def __init__(
         self,
@@ -90,16 +92,12 @@ class PrefixCacheScorer:
         lru_capacity_per_server: int = 31_250,
         auto_tune: bool = True,
     ) -> None:
-        self._typed_name = TypedName(TYPE, name)
+        super().__init__(name)
         self.block_size_tokens = block_size_tokens
         self.max_prefix_blocks = max_prefix_blocks
         self.auto_tune = auto_tune
         self.index = PrefixIndex(lru_capacity_per_server)
         self._cycle_key = f"{TYPE}/{name}/hashes"
-
-    @property
-    def typed_name(self) -> TypedName:
-        return self._typed_name
 
     def _block_bytes(self, candidates: Sequence[EndpointState]) -> int:
         tokens = self.block_size_tokens

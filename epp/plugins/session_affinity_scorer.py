@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginContext, TypedName
+from epp.framework.plugin import NamedPlugin, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -38,14 +38,12 @@ def decode_token(token: str) -> str | None:
     return key or None
 
 
-class SessionAffinityScorer:
-    def __init__(self, name: str, *, header: str = DEFAULT_HEADER) -> None:
-        self._typed_name = TypedName(TYPE, name)
-        self.header = header.lower()
+class SessionAffinityScorer(NamedPlugin):
+    plugin_type = TYPE
 
-    @property
-    def typed_name(self) -> TypedName:
-        return self._typed_name
+    def __init__(self, name: str, *, header: str = DEFAULT_HEADER) -> None:
+        super().__init__(name)
+        self.header = header.lower()
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         token = request.headers.get(self.header)

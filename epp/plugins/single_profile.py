@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from epp.framework.plugin import PluginContext, TypedName
+from epp.framework.plugin import NamedPlugin, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulerProfileView, SchedulingResult
 from epp.plugins._params import Params
@@ -19,17 +19,11 @@ __all__ = ["TYPE", "SingleProfileHandler", "create"]
 TYPE = "single-profile-handler"
 
 
-class SingleProfileHandler:
+class SingleProfileHandler(NamedPlugin):
     """All profiles once, then stop; the primary is the first profile run."""
 
-    __slots__ = ("_typed_name",)
-
-    def __init__(self, name: str = TYPE) -> None:
-        self._typed_name = TypedName(TYPE, name)
-
-    @property
-    def typed_name(self) -> TypedName:
-        return self._typed_name
+    __slots__ = ()
+    plugin_type = TYPE
 
     def pick_profiles(
         self,

@@ -19,7 +19,7 @@ from typing import Any
 
 from epp.clock import Clock
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginConfigError, PluginContext, TypedName
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import Thresholds
 from epp.framework.scheduling import CycleState
@@ -30,13 +30,15 @@ __all__ = ["TYPE", "UtilizationDetector", "create"]
 TYPE = "utilization-detector"
 
 
-class UtilizationDetector:
+class UtilizationDetector(NamedPlugin):
     """SaturationDetector + Filter over queue depth, KV-cache use and metric age."""
 
-    __slots__ = ("_clock", "_kv", "_kv_limit", "_queue", "_queue_limit", "_stale", "_typed_name", "thresholds")
+    plugin_type = TYPE
+
+    __slots__ = ("_clock", "_kv", "_kv_limit", "_queue", "_queue_limit", "_stale", "thresholds")
 
     def __init__(self, name: str = TYPE, *, thresholds: Thresholds | None = None, clock: Clock) -> None:
-        self._typed_name = TypedName(TYPE, name)
+        super().__init__(name)
         self.thresholds = t = thresholds if thresholds is not None else Thresholds()
         self._clock = clock
         self._queue = t.queue_depth
@@ -44,10 +46,6 @@ class UtilizationDetector:
         self._stale = t.staleness_seconds
         self._queue_limit = t.queue_depth * (1.0 + t.headroom)
         self._kv_limit = t.kv_cache_util * (1.0 + t.headroom)
-
-    @property
-    def typed_name(self) -> TypedName:
-        return self._typed_name
 
     def is_saturated(self, state: EndpointState, now: float) -> bool:
         m = state.metrics

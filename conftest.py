@@ -1,4 +1,4 @@
-"""Shared test hygiene: every test must leave no asyncio task running behind it."""
+"""Shared test hygiene for tests/ and hermetic_tests/: no test may leave an asyncio task running."""
 
 from __future__ import annotations
 
