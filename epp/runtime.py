@@ -140,7 +140,7 @@ class Runtime:
     def _config_text(self) -> str:
         o = self.options
         if o.config_file:
-            with open(o.config_file, encoding="utf-8") as f:  # noqa: ASYNC230 - start-up, before serving
+            with open(o.config_file, encoding="utf-8") as f:
                 return f.read()
         return o.config_text
 
@@ -158,7 +158,7 @@ class Runtime:
     async def start(self) -> None:
         o = self.options
         keys = self._pool_keys()
-        text = self._config_text()
+        text = await asyncio.to_thread(self._config_text)
         self.configs = ConfigHolder(self._load_configs(text, keys))  # a bad config fails before binding
         self._api = await make_api(o.kubeconfig or None)
         self._session = create_session()
@@ -183,7 +183,8 @@ class Runtime:
             disable_subset_filter=o.disable_endpoint_subset_filter,
         )
         self._server = ExtProcServer(director, self.metrics, options=stream_options)
-        tls = TlsConfig.from_cert_path(o.cert_path or None) if o.secure_serving else None
+        # Reading the certificate or generating a key pair takes tens of milliseconds: off the loop.
+        tls = await asyncio.to_thread(TlsConfig.from_cert_path, o.cert_path or None) if o.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls
         )
