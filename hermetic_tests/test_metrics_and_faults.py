@@ -91,6 +91,7 @@ async def test_api_server_restart_dropped_watches_and_410_keep_routing() -> None
         await wait_until(lambda: env.addresses() == {env.hostport(0), env.hostport(1)}, timeout=20)
 
         server.inject_error(500, verb="list", times=5)  # the relists fail a while; our PATCH gets through
+        server.store.compact()  # resuming a watch now needs a relist
         server.drop_watches()
         await env.kube.set_pod_ready("pod-1", env.sims[1].host, ready=False)
         await wait_until(lambda: env.addresses() == {env.hostport(0)}, timeout=20)
