@@ -90,9 +90,14 @@ async def test_api_server_restart_dropped_watches_and_410_keep_routing() -> None
         await env.kube.delete("v1", "Pod", "pod-2")
         await wait_until(lambda: env.addresses() == {env.hostport(0), env.hostport(1)}, timeout=20)
 
-        server.inject_error(500, verb="list", times=5)  # the relists fail a while; our PATCH gets through
-        server.store.compact()  # resuming a watch now needs a relist
-        server.drop_watches()
-        await env.kube.set_pod_ready("pod-1", env.sims[1].host, ready=False)
-        await wait_until(lambda: env.addresses() == {env.hostport(0)}, timeout=20)
-        assert not server.faults.errors  # the informer really went through all five failed relists
+        # A change lands while the picker cannot watch (API server down; written straight into its
+        # store) and the history is compacted: the resumed watch gets 410 Gone, and the relists that
+        # follow fail five times before one gets through.
+        await server.stop()
+        status = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+        server.store.patch("Pod", "pod-1", status, namespace="default", subresource="status")
+        server.store.compact()
+        server.inject_error(500, verb="list", times=5)
+        await server.start()
+        await wait_until(lambda: env.addresses() == {env.hostport(0)}, timeout=30)
+        assert not server.faults.errors  # all five list errors were hit on the way
