@@ -2,44 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from extproc_harness import ExtProcCall, RecordingDirector
+from extproc_harness import RecordingDirector, Running, Start
 
-from epp.extproc import pb
 from epp.extproc.server import ExtProcServer
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import TlsConfig
 from epp.telemetry.metrics import EppMetrics
-
-
-@dataclass
-class Running:
-    server: ExtProcServer
-    director: RecordingDirector
-    metrics: EppMetrics
-    grpc_port: int
-    health_port: int
-    channel: Any
-    health_channel: Any
-
-    @property
-    def stub(self) -> Any:
-        return pb.ExternalProcessorStub(self.channel)
-
-    def open(self) -> ExtProcCall:
-        return ExtProcCall(self.stub)
-
-    def sample(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
-
-
-Start = Callable[..., Awaitable[Running]]
 
 
 @pytest.fixture

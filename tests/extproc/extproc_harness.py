@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from epp.errors import EppError, ErrorCode
+from epp.extproc import pb
 from epp.extproc.client import (  # noqa: F401 - re-exported for the tests
     ExtProcCall,
     destination_metadata,
@@ -18,8 +21,10 @@ from epp.extproc.client import (  # noqa: F401 - re-exported for the tests
     set_headers,
     streamed,
 )
+from epp.extproc.server import ExtProcServer
 from epp.framework.endpoint import Endpoint, EndpointState
 from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.telemetry.metrics import EppMetrics
 
 RECV_TIMEOUT = 5.0
 
@@ -70,3 +75,28 @@ class RecordingDirector:
 
     def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
         self.finished_calls.append(FinishedCall(request, decision, completed))
+
+
+@dataclass
+class Running:
+    server: ExtProcServer
+    director: RecordingDirector
+    metrics: EppMetrics
+    grpc_port: int
+    health_port: int
+    channel: Any
+    health_channel: Any
+
+    @property
+    def stub(self) -> Any:
+        return pb.ExternalProcessorStub(self.channel)
+
+    def open(self) -> ExtProcCall:
+        return ExtProcCall(self.stub)
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+Start = Callable[..., Awaitable[Running]]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import Running, Start
 from extproc_harness import (
     RecordingDirector,
+    Running,
+    Start,
     post_headers,
     request_body,
     request_headers,

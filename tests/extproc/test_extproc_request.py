@@ -6,9 +6,10 @@ import json
 import uuid
 
 import pytest
-from conftest import Running, Start
 from extproc_harness import (
     RecordingDirector,
+    Running,
+    Start,
     destination_metadata,
     endpoint,
     post_headers,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from conftest import Running, Start
 from extproc_harness import (
     ExtProcCall,
     RecordingDirector,
+    Running,
+    Start,
     post_headers,
     protocol,
     request_body,

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import Running, Start
 from cryptography import x509
 from cryptography.x509.oid import NameOID
-from extproc_harness import RECV_TIMEOUT, post_headers, request_body, request_headers
+from extproc_harness import RECV_TIMEOUT, Running, Start, post_headers, request_body, request_headers
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from epp.extproc import pb
