@@ -17,12 +17,15 @@ from epp.sim.apiserver.kinds import Obj, ResourceType
 from epp.sim.apiserver.schema import apply_defaults, prune, validate
 
 __all__ = [
+    "SUBDOMAIN",
+    "SUBDOMAIN_RULE",
     "SYSTEM_META",
     "admit",
     "check_rv",
     "copy_json",
     "fresh",
     "path_get",
+    "path_segment_problems",
     "path_set",
     "same",
     "scale_of",
@@ -31,6 +34,7 @@ __all__ = [
 ]
 
 SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+SUBDOMAIN_RULE = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
 SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "selfLink")
 """Metadata only the server writes; updates cannot change it."""
 T = TypeVar("T")
@@ -92,15 +96,12 @@ def admit(rt: ResourceType, new: Obj, old: Obj | None, *, strict: bool) -> None:
     meta = new["metadata"]
     name = str(meta.get("name", ""))
     causes = validate(schema, new)
-    if not SUBDOMAIN.match(name) or len(name) > 253:
-        causes.append(
-            (
-                "metadata.name",
-                "FieldValueInvalid",
-                f"Invalid value: {name!r}: a lowercase RFC 1123 "
-                "subdomain must consist of lower case alphanumeric characters, '-' or '.'",
-            )
-        )
+    if rt.path_segment_names:
+        causes += [
+            ("metadata.name", "FieldValueInvalid", f"Invalid value: {name!r}: {p}") for p in path_segment_problems(name)
+        ]
+    elif not SUBDOMAIN.match(name) or len(name) > 253:
+        causes.append(("metadata.name", "FieldValueInvalid", f"Invalid value: {name!r}: {SUBDOMAIN_RULE}"))
     for field in ("labels", "annotations"):
         if not isinstance(meta.get(field) or {}, dict) or not all(
             isinstance(v, str) for v in (meta.get(field) or {}).values()
@@ -111,6 +112,13 @@ def admit(rt: ResourceType, new: Obj, old: Obj | None, *, strict: bool) -> None:
     if causes:
         raise invalid(rt.kind, rt.group, name, causes)
     new["apiVersion"] = rt.api_version()
+
+
+def path_segment_problems(name: str) -> list[str]:
+    """Why ``name`` is not a valid URL path segment (the rule for RBAC names such as ``system:auth-delegator``)."""
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in "/%" if c in name]
 
 
 def scale_of(rt: ResourceType, o: Obj) -> Obj:

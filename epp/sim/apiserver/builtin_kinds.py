@@ -1,9 +1,10 @@
 """The built-in resources: names, scope, subresources, table columns and kind-specific rules.
 
 ``builtin_types()`` returns fresh ``ResourceType``s for namespaces, pods, configmaps, services,
-deployments, replicasets, leases and CRDs. Each ``_prepare_*`` does what the real registry
-strategy does on write (defaults the schema cannot express, cross-field validation, immutable
-fields); each ``_row_*`` computes the cells ``kubectl get`` prints.
+service accounts, deployments, replicasets, leases, RBAC roles and bindings, and CRDs. Each
+``_prepare_*`` (and ``epp.sim.apiserver.rbac``) does what the real registry strategy does on write
+(defaults the schema cannot express, cross-field validation, immutable fields); each ``_row_*``
+computes the cells ``kubectl get`` prints.
 """
 
 from __future__ import annotations
@@ -12,9 +13,15 @@ import zlib
 from typing import Any
 
 from epp.labels import SelectorError, selector_from_object
-from epp.sim.apiserver.builtin_schemas import SCHEMAS
+from epp.sim.apiserver.builtin_schemas import RBAC_GROUP, SCHEMAS
 from epp.sim.apiserver.crds import prepare_crd
 from epp.sim.apiserver.kinds import Column, Obj, ResourceType, ScaleSpec
+from epp.sim.apiserver.rbac import (
+    prepare_cluster_role,
+    prepare_cluster_role_binding,
+    prepare_role,
+    prepare_role_binding,
+)
 from epp.sim.apiserver.timefmt import human_age, parse_time
 
 __all__ = ["builtin_types"]
@@ -125,8 +132,29 @@ def _row_lease(o: Obj, now: float) -> list[Any]:
     return [(o.get("spec") or {}).get("holderIdentity") or "", _age(o, now)]
 
 
-def _row_crd(o: Obj, now: float) -> list[Any]:
+def _row_created_at(o: Obj, now: float) -> list[Any]:
     return [(o.get("metadata") or {}).get("creationTimestamp", "")]
+
+
+def _row_service_account(o: Obj, now: float) -> list[Any]:
+    return [len(o.get("secrets") or []), _age(o, now)]
+
+
+def _row_binding(o: Obj, now: float) -> list[Any]:
+    ref = o.get("roleRef") or {}
+    by_kind: dict[str, list[str]] = {"User": [], "Group": [], "ServiceAccount": []}
+    for s in o.get("subjects") or []:
+        name = (
+            f"{s['namespace']}/{s.get('name')}"
+            if s.get("kind") == "ServiceAccount" and s.get("namespace")
+            else s.get("name")
+        )
+        by_kind.get(str(s.get("kind")), []).append(str(name))
+    return [
+        f"{ref.get('kind')}/{ref.get('name')}",
+        _age(o, now),
+        *(", ".join(names) for names in by_kind.values()),
+    ]
 
 
 def _prepare_pod(new: Obj, old: Obj | None) -> list[Cause]:
@@ -231,6 +259,39 @@ def _cols(*spec: tuple[str, str, int]) -> tuple[Column, ...]:
     return tuple(_AGE if name == "Age" else Column(name, typ, priority=prio) for name, typ, prio in spec)
 
 
+def _rbac_types() -> list[ResourceType]:
+    """Role, ClusterRole, RoleBinding, ClusterRoleBinding: no spec, no generation, path-segment names."""
+    created = (Column("Created At", "date"),)
+    binding_cols = _cols(
+        ("Role", "string", 0), ("Age", "", 0), ("Users", "string", 1), ("Groups", "string", 1),
+        ("ServiceAccounts", "string", 1),
+    )  # fmt: skip
+    kinds = (
+        ("Role", True, created, _row_created_at, prepare_role),
+        ("ClusterRole", False, created, _row_created_at, prepare_cluster_role),
+        ("RoleBinding", True, binding_cols, _row_binding, prepare_role_binding),
+        ("ClusterRoleBinding", False, binding_cols, _row_binding, prepare_cluster_role_binding),
+    )
+    return [
+        ResourceType(
+            RBAC_GROUP,
+            ("v1",),
+            kind,
+            f"{kind.lower()}s",
+            kind.lower(),
+            namespaced,
+            {"v1": SCHEMAS[kind]},
+            columns=columns,
+            row=row,
+            tracks_generation=False,
+            prepare=prepare,
+            openapi_name=f"io.k8s.api.rbac.v1.{kind}",
+            path_segment_names=True,
+        )
+        for kind, namespaced, columns, row, prepare in kinds
+    ]
+
+
 def builtin_types() -> list[ResourceType]:
     """Fresh descriptions of every built-in resource, in discovery order."""
     workload_cols = _cols(("Containers", "string", 1), ("Images", "string", 1), ("Selector", "string", 1))
@@ -315,6 +376,20 @@ def builtin_types() -> list[ResourceType]:
             openapi_name="io.k8s.api.core.v1.Service",
         ),
         ResourceType(
+            "",
+            ("v1",),
+            "ServiceAccount",
+            "serviceaccounts",
+            "serviceaccount",
+            True,
+            {"v1": SCHEMAS["ServiceAccount"]},
+            short_names=("sa",),
+            columns=_cols(("Secrets", "string", 0), ("Age", "", 0)),
+            row=_row_service_account,
+            tracks_generation=False,
+            openapi_name="io.k8s.api.core.v1.ServiceAccount",
+        ),
+        ResourceType(
             "apps",
             ("v1",),
             "Deployment",
@@ -365,6 +440,7 @@ def builtin_types() -> list[ResourceType]:
             tracks_generation=False,
             openapi_name="io.k8s.api.coordination.v1.Lease",
         ),
+        *_rbac_types(),
         ResourceType(
             "apiextensions.k8s.io",
             ("v1",),
@@ -377,7 +453,7 @@ def builtin_types() -> list[ResourceType]:
             categories=("api-extensions",),
             status_subresource=True,
             columns=(Column("Created At", "date"),),
-            row=_row_crd,
+            row=_row_created_at,
             prepare=prepare_crd,
             openapi_name="io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
         ),

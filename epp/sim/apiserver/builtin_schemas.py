@@ -21,9 +21,10 @@ from epp.sim.apiserver.schema import (
     string_map,
 )
 
-__all__ = ["SCHEMAS", "object_meta", "wrap"]
+__all__ = ["RBAC_GROUP", "SCHEMAS", "object_meta", "wrap"]
 
 Schema = dict[str, Any]
+RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 def object_meta() -> Schema:
@@ -385,6 +386,68 @@ def _lease_spec() -> Schema:
     )
 
 
+def _atomic(schema: Schema) -> Schema:
+    """A struct replaced as a whole by merges and applies (``x-kubernetes-map-type: atomic``)."""
+    return {**schema, "x-kubernetes-map-type": "atomic"}
+
+
+def _service_account() -> Schema:
+    object_ref = obj(
+        {
+            "apiVersion": string(),
+            "kind": string(),
+            "name": string(),
+            "namespace": string(),
+            "uid": string(),
+            "resourceVersion": string(),
+            "fieldPath": string(),
+        }
+    )
+    return wrap(
+        None,
+        None,
+        automountServiceAccountToken=boolean(),
+        imagePullSecrets=arr(_atomic(obj({"name": string()})), list_type="atomic"),
+        secrets=arr(_atomic(object_ref), merge_key="name"),
+    )
+
+
+def _rules() -> Schema:
+    strings = arr(string(), list_type="atomic")
+    rule = obj(
+        {
+            "verbs": strings,
+            "apiGroups": strings,
+            "resources": strings,
+            "resourceNames": strings,
+            "nonResourceURLs": strings,
+        },
+        required=("verbs",),
+    )
+    return arr(rule, list_type="atomic")
+
+
+def _role(*, cluster: bool) -> Schema:
+    if not cluster:
+        return wrap(None, None, rules=_rules())
+    aggregation = obj({"clusterRoleSelectors": arr(label_selector(), list_type="atomic")})
+    return wrap(None, None, rules=_rules(), aggregationRule=aggregation)
+
+
+def _binding() -> Schema:
+    """RoleBinding and ClusterRoleBinding; ``roleRef.apiGroup`` defaults to the RBAC group, as on the real server."""
+    role_ref = obj(
+        {"apiGroup": string(default=RBAC_GROUP), "kind": string(), "name": string()},
+        required=("apiGroup", "kind", "name"),
+    )
+    subject = obj(
+        {"apiGroup": string(), "kind": string(), "name": string(), "namespace": string()},
+        required=("kind", "name"),
+    )
+    binding = wrap(None, None, roleRef=_atomic(role_ref), subjects=arr(_atomic(subject), list_type="atomic"))
+    return {**binding, "required": ["roleRef"]}
+
+
 SCHEMAS: dict[str, Schema] = {
     "Namespace": wrap(
         obj({"finalizers": arr(string(), list_type="atomic")}), obj({"phase": string(), "conditions": _conditions()})
@@ -395,6 +458,11 @@ SCHEMAS: dict[str, Schema] = {
     "Deployment": wrap(_deployment_spec(), _workload_status(), spec_needed=True),
     "ReplicaSet": wrap(_replicaset_spec(), _workload_status(), spec_needed=True),
     "Lease": wrap(_lease_spec(), None),
+    "ServiceAccount": _service_account(),
+    "Role": _role(cluster=False),
+    "ClusterRole": _role(cluster=True),
+    "RoleBinding": _binding(),
+    "ClusterRoleBinding": _binding(),
     "CustomResourceDefinition": wrap(_crd_spec(), any_object(), spec_needed=True),
 }
 """Whole-object schemas by kind (fresh dicts at import: plain data, nothing started)."""

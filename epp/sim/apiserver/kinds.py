@@ -70,6 +70,8 @@ class ResourceType:
     prepare: Callable[[Obj, Obj | None], list[tuple[str, str, str]]] | None = None
     """Kind-specific defaulting and validation on write: (new, old) → invalid causes."""
     openapi_name: str = ""
+    path_segment_names: bool = False
+    """Names need only be valid URL path segments (RBAC: ``system:auth-delegator``), not DNS subdomains."""
 
     @property
     def storage_version(self) -> str:

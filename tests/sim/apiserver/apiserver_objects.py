@@ -1,4 +1,4 @@
-"""Object builders for the fake API server tests: a pod, a deployment, the InferencePool CRD and pools."""
+"""Object builders for the fake API server tests: a pod, a deployment, RBAC objects, the InferencePool CRD and pools."""
 
 from __future__ import annotations
 
@@ -143,4 +143,29 @@ def pool(name: str, *, port: int = 8000, **spec: Any) -> dict[str, Any]:
             "endpointPickerRef": {"name": "epp", "port": {"number": 9002}},
             **spec,
         },
+    }
+
+
+def role(name: str, *, cluster: bool = False, **rule: Any) -> dict[str, Any]:
+    """A Role (or ClusterRole) with one rule: read pods unless ``rule`` says otherwise."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole" if cluster else "Role",
+        "metadata": {"name": name},
+        "rules": [rule or {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+    }
+
+
+def binding(name: str, role_name: str, *, cluster: bool = False, role_kind: str | None = None) -> dict[str, Any]:
+    """A RoleBinding (or ClusterRoleBinding) of ``role_name`` to the ``default/epp`` ServiceAccount."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding" if cluster else "RoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind or ("ClusterRole" if cluster else "Role"),
+            "name": role_name,
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "epp", "namespace": "default"}],
     }

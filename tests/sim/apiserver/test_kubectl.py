@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from apiserver_objects import POOL_CRD, deployment, pod, pool
+from apiserver_objects import POOL_CRD, binding, deployment, pod, pool, role
 
 from epp.clock import ManualClock
 from epp.sim.apiserver import RunningApiServer, running_apiserver
@@ -99,6 +99,46 @@ async def test_apply_crd_then_objects_reapply_and_reject_unknown_fields(
     assert code != 0 and 'unknown field "spec.bogus"' in err
     await kubectl.run("apply", "--validate=false", "-f", str(bad))
     assert "bogus" not in store.get("InferencePool", "pool2", namespace="default")["spec"]  # pruned
+
+
+async def test_apply_service_account_and_rbac_get_wide_reject_unknown_fields_and_role_ref_change(
+    kubectl: Kubectl, apiserver: RunningApiServer, tmp_path: Path
+) -> None:
+    sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "epp"}}
+    rb, crb = binding("epp", "epp-reader"), binding("epp-metrics", "metrics-reader", cluster=True)
+    cluster_role = role("metrics-reader", cluster=True, verbs=["get"], nonResourceURLs=["/metrics"])
+    objects = _write(tmp_path / "rbac.yaml", sa, role("epp-reader"), rb, cluster_role, crb)
+    _, out, _ = await kubectl.run("apply", "-f", str(objects))
+    assert out.splitlines() == [
+        "serviceaccount/epp created",
+        "role.rbac.authorization.k8s.io/epp-reader created",
+        "rolebinding.rbac.authorization.k8s.io/epp created",
+        "clusterrole.rbac.authorization.k8s.io/metrics-reader created",
+        "clusterrolebinding.rbac.authorization.k8s.io/epp-metrics created",
+    ]
+    _, out, _ = await kubectl.run("apply", "-f", str(objects))
+    assert out.count(" unchanged") == 5
+    _, out, _ = await kubectl.run("get", "sa")
+    assert [line.split()[:2] for line in out.splitlines()] == [["NAME", "SECRETS"], ["epp", "0"]]
+    _, out, _ = await kubectl.run("get", "clusterrolebindings", "-o", "wide")
+    header, row = out.splitlines()
+    assert header.split() == ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]
+    assert row.split()[:2] == ["epp-metrics", "ClusterRole/metrics-reader"] and row.split()[-1] == "default/epp"
+    _, out, _ = await kubectl.run("get", "roles,clusterroles", "-o", "name")
+    assert out.split() == [
+        "role.rbac.authorization.k8s.io/epp-reader",
+        "clusterrole.rbac.authorization.k8s.io/metrics-reader",
+    ]
+
+    bogus = _write(tmp_path / "bogus.yaml", {**sa, "metadata": {"name": "other"}, "tokens": []})
+    code, _, err = await kubectl.run("apply", "-f", str(bogus), ok=False)
+    assert code != 0 and 'unknown field "tokens"' in err
+    rb["roleRef"]["name"] = "someone-else"
+    code, _, err = await kubectl.run("apply", "-f", str(_write(tmp_path / "moved.yaml", rb)), ok=False)
+    assert code != 0 and "roleRef: Invalid value" in err and "cannot change roleRef" in err
+    store = apiserver.server.store
+    assert store.get("RoleBinding", "epp", namespace="default")["roleRef"]["name"] == "epp-reader"
+    assert [o["metadata"]["name"] for o in store.list("ServiceAccount")] == ["epp"]
 
 
 async def test_get_label_patch_status_scale_server_side_apply_delete(
