@@ -44,7 +44,7 @@ from epp.plugins import register_in_tree
 from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp.requestcontrol.director import Director as PoolDirector
 from epp.requestcontrol.pools import PoolDispatcher
-from epp.tasks import cancel_and_wait, start_guarded
+from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_server import MetricsServer
 
@@ -82,7 +82,7 @@ class PoolRuntime:
         return self.reconciler.synced.is_set()
 
 
-class Runtime:
+class Runtime(Service):
     """The running picker; ``async with Runtime(options):`` or ``start()`` / ``stop()``."""
 
     def __init__(
@@ -111,13 +111,6 @@ class Runtime:
         self._watcher: ConfigWatcher[Configs] | None = None
         self._readiness: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
-
-    async def __aenter__(self) -> Runtime:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     @property
     def server(self) -> ExtProcServer:

@@ -1,4 +1,4 @@
-"""Background tasks with an owner: named, failures logged at once, stopped on purpose.
+"""Background tasks with an owner (named, failures logged at once, stopped on purpose) and services.
 
 (kopf's ``create_guarded_task``.) A long-running loop that dies with an exception would
 otherwise be noticed only when someone awaits it; here the failure is logged immediately.
@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine, Iterable
-from typing import Any
+from typing import Any, Self
 
-__all__ = ["cancel_and_wait", "start_guarded"]
+__all__ = ["Service", "cancel_and_wait", "start_guarded"]
 
 log = logging.getLogger(__name__)
 
@@ -42,3 +42,20 @@ async def cancel_and_wait(tasks: asyncio.Task[Any] | Iterable[asyncio.Task[Any]]
     for task in group:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class Service:
+    """A thing with ``start()`` and ``stop()`` that is also its own async context manager."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -25,13 +25,13 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import aiohttp
 import yaml
 
 from epp.dev.processes import ChildProcess, ChildProcessError
+from epp.tasks import Service
 
 __all__ = [
     "DESTINATION_HEADER",
@@ -418,7 +418,7 @@ async def validate_bootstrap(bootstrap: Mapping[str, Any], *, binary: str | None
         )
 
 
-class EnvoyProcess:
+class EnvoyProcess(Service):
     """A real Envoy running one bootstrap, as an async context manager.
 
     On enter: writes the bootstrap YAML to its work directory, starts ``envoy`` with
@@ -556,18 +556,6 @@ class EnvoyProcess:
             await self._child.stop()
         if self._own_work_dir and self._work_dir is not None:
             await asyncio.to_thread(shutil.rmtree, self._work_dir, True)
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
 
 def _read_if_exists(path: Path) -> str:
