@@ -39,7 +39,7 @@ from epp.sim.modelserver.config import SimConfig
 from epp.sim.modelserver.fixture import ModelServer, model_servers
 from epp.testing import free_port, wait_until
 
-__all__ = ["POOL", "Env", "Routed", "hermetic"]
+__all__ = ["POOL", "Env", "Routed", "hermetic", "picker_options"]
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "manifests" / "crds"
@@ -173,6 +173,21 @@ def _pool_object(mode: Mode, port: int) -> dict[str, Any]:
     }
 
 
+def picker_options(kubeconfig: Path, **fields: Any) -> ServeOptions:
+    """Options for an in-process picker on loopback: free ports, plaintext, fast scraping."""
+    defaults: dict[str, Any] = {
+        "pool_namespace": "default",
+        "bind_address": "127.0.0.1",
+        "grpc_port": 0,
+        "grpc_health_port": 0,
+        "metrics_port": 0,
+        "secure_serving": False,
+        "kubeconfig": str(kubeconfig),
+        "refresh_metrics_interval": 0.02,
+    }
+    return ServeOptions(**{**defaults, **fields})
+
+
 @asynccontextmanager
 async def hermetic(
     mode: Mode = "v1",
@@ -199,21 +214,14 @@ async def hermetic(
             await kube.create(obj)
         for i, sim in enumerate(sims):
             await kube.create_ready_pod(f"pod-{i}", sim.host, LABELS)
-        options = ServeOptions(
+        options = picker_options(
+            api.kubeconfig,
             pool_names=() if mode == "standalone" else (POOL,),
             pool_group=V1ALPHA2_GROUP if mode == "v1alpha2" else V1_GROUP,
             endpoint_selector=",".join(f"{k}={v}" for k, v in LABELS.items()) if mode == "standalone" else "",
             endpoint_target_ports=(port,) if mode == "standalone" else (),
-            pool_namespace="default",
-            bind_address="127.0.0.1",
-            grpc_port=0,
-            grpc_health_port=0,
-            metrics_port=0,
-            secure_serving=False,
-            kubeconfig=str(api.kubeconfig),
             config_text=config_text,
             config_file=str(config_file or ""),
-            refresh_metrics_interval=0.02,
         )
         runtime = Runtime(options, rng=random.Random(seed), readiness_interval=0.02)
         await runtime.start()

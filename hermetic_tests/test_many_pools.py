@@ -6,10 +6,9 @@ import json
 import random
 
 import grpc
-from harness import CRDS, Env
+from harness import CRDS, Env, picker_options
 from kube_rest import KubeRest
 
-from epp.config.options import ServeOptions
 from epp.runtime import Runtime
 from epp.sim.apiserver.fixture import running_apiserver
 from epp.sim.modelserver.fixture import model_servers
@@ -49,17 +48,7 @@ async def test_two_pools_are_isolated() -> None:
             await kube.create(objective(name))
         for i, sim in enumerate(sims):
             await kube.create_ready_pod(f"pod-{i}", sim.host, {"app": "pool-a" if i < 2 else "pool-b"})
-        options = ServeOptions(
-            pool_names=("pool-a", "pool-b"),
-            pool_namespace="default",
-            bind_address="127.0.0.1",
-            grpc_port=0,
-            grpc_health_port=0,
-            metrics_port=0,
-            secure_serving=False,
-            kubeconfig=str(api.kubeconfig),
-            refresh_metrics_interval=0.02,
-        )
+        options = picker_options(api.kubeconfig, pool_names=("pool-a", "pool-b"))
         async with Runtime(options, rng=random.Random(3), readiness_interval=0.02) as runtime:
             channel = grpc.aio.insecure_channel(f"127.0.0.1:{runtime.ports.grpc}")
             env = Env(api, kube, runtime, list(sims), channel, "v1")
