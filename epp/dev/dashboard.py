@@ -1,4 +1,4 @@
-"""The live per-pod table of ``epp dev``: queue, running, KV use, adapters and requests routed.
+"""The live per-pod table of ``epp dev``: state, queue, running, KV use, adapters and requests routed.
 
 Formatting is pure (:func:`pod_row`, :func:`render_table`, :func:`render_line`) so it is unit
 tested without a terminal; :class:`Dashboard` only samples the rows once a second and writes
@@ -7,7 +7,9 @@ them. On a TTY it redraws the table in place with plain ANSI escapes (no curses)
 
 Rows come from the simulators' ``/_sim/stats`` document (``ModelServer.stats()`` in-process):
 ``requests`` is what the picker routed there, ``waiting``/``running``/``kv_cache_usage`` the
-engine's own state, ``loaded_adapters``/``resident_adapters`` the LoRA slots.
+engine's own state, ``loaded_adapters``/``resident_adapters`` the LoRA slots. A pod whose model
+is still loading has no simulator yet: its row has a state such as ``Loading 3s`` and zeros. An
+optional status line (``epp dev --autoscale``: the autoscaler's last decision) follows the table.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ _BOLD = "\x1b[1m"
 _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
 _BAR_WIDTH = 10
-_HEADERS = ("POD", "IP", "QUEUE", "RUNNING", "KV", "", "ADAPTERS", "ROUTED", "REQ/S")
+_HEADERS = ("POD", "IP", "STATE", "QUEUE", "RUNNING", "KV", "", "ADAPTERS", "ROUTED", "REQ/S")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +40,11 @@ class PodRow:
     kv_cache_usage: float
     adapters: tuple[str, ...]
     routed: int
+    state: str = "Ready"
 
 
-def pod_row(name: str, ip: str, stats: Mapping[str, Any]) -> PodRow:
-    """A row from a simulator's ``/_sim/stats`` document."""
+def pod_row(name: str, ip: str, stats: Mapping[str, Any], *, state: str = "Ready") -> PodRow:
+    """A row from a simulator's ``/_sim/stats`` document (``{}`` for a pod without one yet)."""
     loaded = [str(a) for a in stats.get("loaded_adapters") or ()]
     loading = [f"{a}*" for a in stats.get("resident_adapters") or () if a not in loaded]
     return PodRow(
@@ -52,6 +55,7 @@ def pod_row(name: str, ip: str, stats: Mapping[str, Any]) -> PodRow:
         kv_cache_usage=float(stats.get("kv_cache_usage", 0.0)),
         adapters=(*loaded, *loading),
         routed=int(stats.get("requests", 0)),
+        state=state,
     )
 
 
@@ -65,11 +69,13 @@ def render_table(
     *,
     rates: Mapping[str, float] | None = None,
     title: str = "",
+    status: str = "",
     ansi: bool = False,
 ) -> str:
     """The table as text (a trailing newline per line); ``rates`` are requests/s by pod name.
 
-    With ``ansi`` the title and header are bold and the totals line dim; the layout is identical.
+    ``status`` lines follow the totals. With ``ansi`` the title and header are bold and the totals
+    line dim; the layout is identical.
     """
     rates = rates or {}
     total = sum(r.routed for r in rows)
@@ -77,6 +83,7 @@ def render_table(
         (
             r.name,
             r.ip,
+            r.state,
             str(r.waiting),
             str(r.running),
             f"{r.kv_cache_usage * 100:.1f}%",
@@ -88,7 +95,7 @@ def render_table(
         for r in rows
     ]
     widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(_HEADERS)]
-    numeric = {2, 3, 4, 7, 8}
+    numeric = {3, 4, 5, 8, 9}
 
     def line(values: Sequence[str]) -> str:
         parts = [
@@ -106,14 +113,15 @@ def render_table(
         f"{dim}{len(rows)} pods · {queued} queued · {running} running · {total} routed · "
         f"{sum(rates.values()):.1f} req/s{reset}"
     )
+    out.extend(status.splitlines())
     return "".join(f"{text}\n" for text in out)
 
 
 def render_line(rows: Sequence[PodRow]) -> str:
-    """One compact line for logs: ``name q=… run=… kv=…% routed=…`` per pod."""
+    """One compact line for logs: ``name q=… run=… kv=…% routed=…`` per pod (state if not Ready)."""
     return " | ".join(
-        f"{r.name} q={r.waiting} run={r.running} kv={r.kv_cache_usage * 100:.0f}% "
-        f"lora={','.join(r.adapters) or '-'} routed={r.routed}"
+        f"{r.name}{'' if r.state == 'Ready' else f' [{r.state}]'} q={r.waiting} run={r.running} "
+        f"kv={r.kv_cache_usage * 100:.0f}% lora={','.join(r.adapters) or '-'} routed={r.routed}"
         for r in rows
     )
 
@@ -122,7 +130,9 @@ class Dashboard:
     """Samples ``rows()`` every ``interval`` seconds and draws them on ``out`` until cancelled.
 
     ``tty`` (default: ``out.isatty()``) selects the in-place table; otherwise a summary line is
-    printed every ``plain_interval`` seconds, and only when something changed.
+    printed every ``plain_interval`` seconds, and only when something changed. ``status`` (if
+    given) is sampled with the rows and shown under the table (on a TTY only: in a log the notes
+    already say it).
     """
 
     def __init__(
@@ -131,6 +141,7 @@ class Dashboard:
         *,
         out: TextIO | None = None,
         title: str = "",
+        status: Callable[[], str] | None = None,
         interval: float = 1.0,
         plain_interval: float = 5.0,
         tty: bool | None = None,
@@ -140,6 +151,7 @@ class Dashboard:
         self._rows = rows
         self._out = out if out is not None else sys.stdout
         self._title = title
+        self._status = status
         self._tty = self._out.isatty() if tty is None else tty
         self._interval = interval if self._tty else plain_interval
         self._last_routed: dict[str, int] = {}
@@ -151,7 +163,8 @@ class Dashboard:
         rates = {r.name: max(0, r.routed - self._last_routed.get(r.name, r.routed)) / self._interval for r in rows}
         self._last_routed = {r.name: r.routed for r in rows}
         if self._tty:
-            return render_table(rows, rates=rates, title=self._title, ansi=True)
+            status = self._status() if self._status is not None else ""
+            return render_table(rows, rates=rates, title=self._title, status=status, ansi=True)
         return render_line(rows)
 
     def draw(self) -> None:

@@ -2,19 +2,22 @@
 
 What ``epp dev``, the end-to-end tests and the benchmarks run: a fake Kubernetes API server
 (in-process, port 0) holding the inference CRDs and the sample pool, objectives and rewrite from
-``manifests/``; N simulated vLLM pods (in-process, one per ``127.0.0.x``, all on one port so the
-pool's single target port fits, registered as Ready Pods with that podIP); the picker as a real
-``epp serve`` child process reading that API server; and a real Envoy whose ext_proc filter calls
-the picker. Everything is started through an ``AsyncExitStack``, so a failed start, an exception
-or Ctrl-C stops whatever had started (children by PID) and removes the work directory.
+``manifests/`` (read by :mod:`epp.dev.samples`); N simulated vLLM pods (in-process, one per
+``127.0.0.x``, all on one port so the pool's single target port fits, registered as Ready Pods
+with that podIP); the picker as a real ``epp serve`` child process reading that API server; and a
+real Envoy whose ext_proc filter calls the picker. Everything is started through an
+``AsyncExitStack``, so a failed start, an exception or Ctrl-C stops whatever had started
+(children by PID) and removes the work directory.
 
 The sample pool's ``targetPorts`` is rewritten to the port the simulators share (a free one,
 chosen at start), since 8000 may be taken on a developer's machine. The sample Deployment is read
-for the model name, LoRA slots and pod labels but not applied (nothing would run its pods), nor
-is the v1alpha2 InferenceModel (it belongs to the v1alpha2 pool, which ``epp dev`` does not run).
+for the model name, LoRA slots and pod labels but not applied here (nothing would run its pods),
+nor is the v1alpha2 InferenceModel (it belongs to the v1alpha2 pool, which ``epp dev`` does not run).
 
-Extra parts (``epp dev --autoscale`` later) plug in as :class:`StackComponent`: started after
-Envoy, stopped before it.
+Extra parts (``epp dev --autoscale``'s simulated Deployment and autoscaler) plug in as
+:class:`StackComponent`: started after Envoy, stopped before it. A component declares the
+addresses it will serve pods on, so the shared target port is chosen free there too; with
+``pods=0`` every pod of the pool comes from components.
 """
 
 from __future__ import annotations
@@ -27,23 +30,22 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar
+from typing import Protocol, TypeVar
 
 import aiohttp
-import yaml
 
 from epp.datalayer import promtext
 from epp.dev.envoy import EnvoyProcess, ExtProcTarget, envoy_bootstrap
 from epp.dev.processes import ChildProcess
+from epp.dev.samples import ManifestError, SamplePool, load_samples, qualified
 from epp.sim.apiserver.errors import ApiError
 from epp.sim.apiserver.fixture import RunningApiServer, running_apiserver
-from epp.sim.modelserver.config import SimConfig
 from epp.sim.modelserver.fixture import ModelServer
+from epp.tasks import Service
 from epp.testing import free_port
 
 __all__ = [
@@ -51,19 +53,16 @@ __all__ = [
     "DEFAULT_MANIFESTS",
     "LocalStack",
     "PickerPorts",
-    "SamplePool",
     "SimPod",
     "StackComponent",
     "StackConfig",
     "StackError",
-    "load_samples",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ENVOY_PORT = 8081
 DEFAULT_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
-_POOL_GROUP = "inference.networking.k8s.io"
 _READY_PODS_METRIC = "inference_pool_ready_pods"
 _PORT_ATTEMPTS = 5
 _POLL_INTERVAL = 0.05
@@ -77,10 +76,15 @@ class StackError(RuntimeError):
 class StackComponent(Protocol):
     """An optional part started once the data plane is up (an autoscaler, say) and stopped first.
 
+    ``hosts`` are the addresses where it will serve pods of the pool, on
+    :attr:`LocalStack.target_port` (chosen free on them too); empty if it serves none.
     ``stop`` is called even when ``start`` failed part way, so it must cope with that.
     """
 
     name: str
+
+    @property
+    def hosts(self) -> Sequence[str]: ...
 
     async def start(self, stack: LocalStack) -> None: ...
 
@@ -91,8 +95,9 @@ class StackComponent(Protocol):
 class StackConfig:
     """What to start; validated when built.
 
-    ``envoy_port`` None means 8081 if it is free, else any free port; 0 means any free port.
-    ``manifests`` is the folder holding ``crds/`` and ``samples/``.
+    ``pods`` hand-made Ready pods (0 when components bring the pool's pods). ``envoy_port`` None
+    means 8081 if it is free, else any free port; 0 means any free port. ``manifests`` is the
+    folder holding ``crds/`` and ``samples/``.
     """
 
     pods: int = 4
@@ -105,8 +110,8 @@ class StackConfig:
     ready_timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 1:
-            raise StackError(f"pods must be a positive integer, got {self.pods!r}")
+        if isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 0:
+            raise StackError(f"pods must be a non-negative integer, got {self.pods!r}")
         if not 1 <= self.first_host <= 254 or self.first_host + self.pods - 1 > 254:
             raise StackError(
                 f"pods {self.base_ip}{self.first_host}..{self.base_ip}{self.first_host + self.pods - 1} run past .254"
@@ -117,46 +122,6 @@ class StackConfig:
             raise StackError(f"time_scale must be a positive number, got {self.time_scale!r}")
         if self.ready_timeout <= 0:
             raise StackError(f"ready_timeout must be positive, got {self.ready_timeout!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class SamplePool:
-    """The objects applied from ``manifests/`` and what the simulated pods must look like."""
-
-    crds: list[dict[str, Any]]
-    pool: dict[str, Any]
-    objectives: list[dict[str, Any]]
-    rewrites: list[dict[str, Any]]
-    model: str
-    adapters: tuple[str, ...]
-    max_loras: int
-    pod_labels: dict[str, str]
-
-    @property
-    def name(self) -> str:
-        return str(self.pool["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.pool["metadata"].get("namespace") or "default")
-
-    @property
-    def objective_names(self) -> tuple[str, ...]:
-        """InferenceObjective names, as clients give them in ``x-gateway-inference-objective``."""
-        return tuple(str(o["metadata"]["name"]) for o in self.objectives)
-
-    @property
-    def rewritten_models(self) -> tuple[str, ...]:
-        """Models clients ask for that a rewrite sends to the adapters (``food-review``)."""
-        return tuple(
-            dict.fromkeys(
-                str(match["model"]["value"])
-                for rewrite in self.rewrites
-                for rule in rewrite["spec"].get("rules") or []
-                for match in rule.get("matches") or []
-                if "model" in match
-            )
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,88 +150,6 @@ class SimPod:
         return self.server.address
 
 
-def _read_yaml_docs(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise StackError(f"cannot read manifest {path}: {e}") from e
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        raise StackError(f"manifest {path} is not valid YAML: {e}") from e
-    for d in docs:
-        if not isinstance(d, dict) or "kind" not in d or "apiVersion" not in d:
-            raise StackError(f"manifest {path} holds a document without kind/apiVersion")
-    return docs
-
-
-def _kustomization_docs(folder: Path) -> list[dict[str, Any]]:
-    """Every document of the files a ``kustomization.yaml`` lists, in its order."""
-    docs = _read_yaml_docs(folder / "kustomization.yaml")
-    resources = [name for doc in docs for name in doc.get("resources") or []]
-    return [doc for name in resources for doc in _read_yaml_docs(folder / str(name))]
-
-
-def _flag(args: Sequence[object], name: str) -> str | None:
-    prefix = f"--{name}="
-    for i, arg in enumerate(args):
-        text = str(arg)
-        if text.startswith(prefix):
-            return text[len(prefix) :]
-        if text == f"--{name}" and i + 1 < len(args):
-            return str(args[i + 1])
-    return None
-
-
-def load_samples(manifests: Path) -> SamplePool:
-    """Read the CRDs and the sample pool from ``manifests`` (blocking: call off the loop)."""
-    crds = [d for d in _kustomization_docs(manifests / "crds") if d["kind"] == "CustomResourceDefinition"]
-    samples = _kustomization_docs(manifests / "samples")
-    try:
-        return _sample_pool(crds, samples, manifests / "samples")
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-        raise StackError(f"the sample manifests in {manifests / 'samples'} lack a field epp dev needs: {e!r}") from e
-
-
-def _sample_pool(crds: list[dict[str, Any]], samples: list[dict[str, Any]], where: Path) -> SamplePool:
-    pools = [d for d in samples if d["kind"] == "InferencePool" and d["apiVersion"].startswith(f"{_POOL_GROUP}/")]
-    deployments = [d for d in samples if d["kind"] == "Deployment"]
-    if len(pools) != 1 or len(deployments) != 1:
-        raise StackError(
-            f"{where} must hold exactly one {_POOL_GROUP} InferencePool and one Deployment, "
-            f"found {len(pools)} and {len(deployments)}"
-        )
-    pool, deployment = pools[0], deployments[0]
-    template = deployment["spec"]["template"]
-    container = template["spec"]["containers"][0]
-    model = _flag(container.get("args") or [], "model")
-    if not model:
-        raise StackError(f"the sample Deployment's first container has no --model argument: {container.get('args')}")
-    pod_labels = {str(k): str(v) for k, v in (template["metadata"].get("labels") or {}).items()}
-    selector = pool["spec"]["selector"]["matchLabels"]
-    if any(pod_labels.get(k) != v for k, v in selector.items()):
-        raise StackError(f"the sample Deployment's pod labels {pod_labels} do not match the pool selector {selector}")
-    rewrites = [d for d in samples if d["kind"] == "InferenceModelRewrite"]
-    adapters = tuple(
-        dict.fromkeys(
-            str(target["modelRewrite"])
-            for rewrite in rewrites
-            for rule in rewrite["spec"].get("rules") or []
-            for target in rule.get("targets") or []
-        )
-    )
-    return SamplePool(
-        crds=crds,
-        pool=pool,
-        objectives=[d for d in samples if d["kind"] == "InferenceObjective"],
-        rewrites=rewrites,
-        model=model,
-        adapters=adapters,
-        max_loras=int(_flag(container.get("args") or [], "max-loras") or 1),
-        pod_labels=pod_labels,
-    )
-
-
 def _port_free_on(hosts: Sequence[str], port: int) -> bool:
     for host in hosts:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -286,13 +169,7 @@ def _common_free_port(hosts: Sequence[str]) -> int:
     raise StackError(f"no port found free on all of {hosts[0]}..{hosts[-1]}")
 
 
-def _qualified(doc: Mapping[str, Any]) -> str:
-    """``Kind.group`` as the fake API server's store resolves it (core kinds have no group)."""
-    group = str(doc["apiVersion"]).rpartition("/")[0]
-    return f"{doc['kind']}.{group}" if group else str(doc["kind"])
-
-
-class LocalStack:
+class LocalStack(Service):
     """Fake API server, simulated pods, ``epp serve`` and Envoy, as one async context manager.
 
     ``async with LocalStack(StackConfig(pods=3)) as stack:`` then send requests to
@@ -309,6 +186,7 @@ class LocalStack:
         self._samples: SamplePool | None = None
         self._apiserver: RunningApiServer | None = None
         self._pods: list[SimPod] = []
+        self._target_port: int | None = None
         self._picker: ChildProcess | None = None
         self._picker_ports: PickerPorts | None = None
         self._envoy: EnvoyProcess | None = None
@@ -343,6 +221,11 @@ class LocalStack:
         return [p.server for p in self._pods]
 
     @property
+    def target_port(self) -> int:
+        """The pool's single target port: every pod's simulator (hand-made or a component's) listens on it."""
+        return _need(self._target_port, "target port")
+
+    @property
     def envoy(self) -> EnvoyProcess:
         return _need(self._envoy, "Envoy")
 
@@ -368,16 +251,19 @@ class LocalStack:
         """PIDs of every child process the stack started (picker, Envoy)."""
         return [c.pid for c in (self._picker, self._envoy) if c is not None]
 
+    async def wait_ready_pods(self, count: int, *, timeout: float | None = None) -> None:
+        """Wait until the picker counts at least ``count`` Ready pods of the pool, each scraped.
+
+        StackError after ``timeout`` (default: the config's ``ready_timeout``) seconds.
+        """
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
+            await _poll(
+                lambda: _pool_has_ready_pods(session, self.picker_metrics_url, self.samples.name, count),
+                timeout=self.config.ready_timeout if timeout is None else timeout,
+                what=f"the picker routing to {count} pod(s) of {self.samples.name} (logs in {self.work_dir})",
+            )
+
     # ------------------------------------------------------------------------------ lifecycle
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     async def start(self) -> None:
         """Start every part in order; on any failure (or cancellation) stop what had started."""
@@ -409,7 +295,10 @@ class LocalStack:
         work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="epp-dev-"))
         self._work_dir = work
         self._exit.push_async_callback(asyncio.to_thread, shutil.rmtree, work, True)
-        self._samples = samples = await asyncio.to_thread(load_samples, cfg.manifests)
+        try:
+            self._samples = samples = await asyncio.to_thread(load_samples, cfg.manifests)
+        except ManifestError as e:
+            raise StackError(str(e)) from e
         self._apiserver = await self._exit.enter_async_context(
             running_apiserver(kubeconfig_path=work / "kubeconfig", namespace=samples.namespace)
         )
@@ -422,17 +311,13 @@ class LocalStack:
             await component.start(self)
 
     async def _start_servers(self, samples: SamplePool) -> None:
-        """N simulators on one port that is free on every pod address (retried if someone races us)."""
+        """N simulators on one port that is also free on the components' addresses (retried if raced)."""
         cfg = self.config
         hosts = [f"{cfg.base_ip}{cfg.first_host + i}" for i in range(cfg.pods)]
-        sim = SimConfig(
-            model=samples.model,
-            lora_modules={name: f"/adapters/{name}" for name in samples.adapters},
-            max_loras=max(1, samples.max_loras),
-            time_scale=cfg.time_scale,
-        )
+        reserved = [h for c in self._components for h in c.hosts if h not in hosts]
+        sim = samples.sim_config(time_scale=cfg.time_scale)
         for attempt in range(_PORT_ATTEMPTS):
-            port = await asyncio.to_thread(_common_free_port, hosts)
+            port = await asyncio.to_thread(_common_free_port, [*hosts, *reserved] or ["127.0.0.1"])
             servers: AsyncExitStack = AsyncExitStack()
             started: list[ModelServer] = []
             try:
@@ -449,6 +334,7 @@ class LocalStack:
                 raise
             self._exit.push_async_callback(servers.aclose)
             self._pods = [SimPod(f"{samples.name}-{i}", server) for i, server in enumerate(started)]
+            self._target_port = port
             return
 
     def _apply(self, samples: SamplePool) -> None:
@@ -461,12 +347,12 @@ class LocalStack:
     def _apply_objects(self, samples: SamplePool) -> None:
         store = self.apiserver.server.store
         for crd in samples.crds:
-            store.create(_qualified(crd), crd)
-        port = self._pods[0].server.port
+            store.create(qualified(crd), crd)
+        port = self.target_port
         pool = {**samples.pool, "spec": {**samples.pool["spec"], "targetPorts": [{"number": port}]}}
         ns = samples.namespace
         for doc in (pool, *samples.objectives, *samples.rewrites):
-            store.create(_qualified(doc), doc, namespace=ns)
+            store.create(qualified(doc), doc, namespace=ns)
         for pod in self._pods:
             store.create(
                 "Pod",

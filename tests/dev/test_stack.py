@@ -20,7 +20,8 @@ from epp.dev.dashboard import Dashboard, PodRow, pod_row, render_line, render_ta
 from epp.dev.envoy import DESTINATION_HEADER
 from epp.dev.load import OBJECTIVE_HEADER, LoadConfig, plan_requests
 from epp.dev.processes import ChildProcessError
-from epp.dev.stack import LocalStack, StackConfig, StackError, load_samples
+from epp.dev.samples import load_samples
+from epp.dev.stack import LocalStack, StackConfig, StackError
 
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # the sample Deployment's --model
@@ -69,6 +70,7 @@ class RecordingComponent:
     """A stand-in for ``epp dev --autoscale``'s part: sees the stack up at start, Envoy still up at stop."""
 
     name = "recorder"
+    hosts = ("127.0.0.9",)  # the pool's target port must be free here too
 
     def __init__(self) -> None:
         self.events: list[str] = []
@@ -88,7 +90,7 @@ async def test_local_stack_routes_streams_and_leaves_nothing_behind(tmp_path: Pa
     async with LocalStack(StackConfig(pods=3, envoy_port=0), components=[component]) as stack:
         assert component.events == [f"start {stack.envoy_url}"]
         assert [p.name for p in stack.pods] == [f"vllm-llama3-8b-instruct-{i}" for i in range(3)]
-        assert len({s.port for s in stack.servers}) == 1, "the pool's single target port fits every pod"
+        assert {s.port for s in stack.servers} == {stack.target_port}, "the pool's single target port fits every pod"
         ports = [
             ("127.0.0.1", stack.envoy.port),
             ("127.0.0.1", stack.envoy.admin_port),
@@ -182,6 +184,7 @@ def test_samples_come_from_the_manifests() -> None:
     samples = load_samples(Path(__file__).resolve().parents[2] / "manifests")
     assert samples.name == "vllm-llama3-8b-instruct" and samples.namespace == "default"
     assert samples.model == MODEL and samples.max_loras == 2
+    assert samples.deployment_name == "vllm-llama3-8b-instruct"
     assert samples.adapters == ("food-review-1", "food-review-2")
     assert samples.rewritten_models == ("food-review",)
     assert samples.objective_names == ("critical", "sheddable")
@@ -191,7 +194,8 @@ def test_samples_come_from_the_manifests() -> None:
 
 def test_stack_config_is_validated() -> None:
     with pytest.raises(StackError, match="pods"):
-        StackConfig(pods=0)
+        StackConfig(pods=-1)
+    assert StackConfig(pods=0).pods == 0, "components may bring every pod"
     with pytest.raises(StackError, match="past .254"):
         StackConfig(pods=300)
     with pytest.raises(StackError, match="time_scale"):
@@ -254,21 +258,35 @@ STATS = {
 
 def test_pod_row_reads_sim_stats() -> None:
     row = pod_row("pod-a", "127.0.0.2", STATS)
-    assert row == PodRow("pod-a", "127.0.0.2", 2, 5, 0.375, ("food-review-1", "food-review-2*"), 30)
-    assert pod_row("pod-b", "127.0.0.3", {}) == PodRow("pod-b", "127.0.0.3", 0, 0, 0.0, (), 0)
+    assert row == PodRow("pod-a", "127.0.0.2", 2, 5, 0.375, ("food-review-1", "food-review-2*"), 30, "Ready")
+    assert pod_row("pod-b", "-", {}, state="Loading 3s") == PodRow("pod-b", "-", 0, 0, 0.0, (), 0, "Loading 3s")
 
 
 def test_render_table_columns_shares_and_totals() -> None:
     rows = [pod_row("pod-a", "127.0.0.2", STATS), pod_row("pod-b", "127.0.0.3", {"requests": 10, "running": 1})]
-    text = render_table(rows, rates={"pod-a": 3.0, "pod-b": 0.5}, title="pool p")
+    text = render_table(rows, rates={"pod-a": 3.0, "pod-b": 0.5}, title="pool p", status="autoscaler: p 1 → 2")
     lines = text.splitlines()
     assert lines[0] == "pool p"
-    assert lines[1].split() == ["POD", "IP", "QUEUE", "RUNNING", "KV", "ADAPTERS", "ROUTED", "REQ/S"]
+    assert lines[1].split() == ["POD", "IP", "STATE", "QUEUE", "RUNNING", "KV", "ADAPTERS", "ROUTED", "REQ/S"]
     assert lines[2].split() == [
-        "pod-a", "127.0.0.2", "2", "5", "37.5%", "████······", "food-review-1,", "food-review-2*", "30", "(75%)", "3.0",
+        "pod-a", "127.0.0.2", "Ready", "2", "5", "37.5%", "████······", "food-review-1,", "food-review-2*", "30",
+        "(75%)", "3.0",
     ]  # fmt: skip
-    assert lines[3].split() == ["pod-b", "127.0.0.3", "0", "1", "0.0%", "··········", "-", "10", "(25%)", "0.5"]
+    assert lines[3].split() == [
+        "pod-b",
+        "127.0.0.3",
+        "Ready",
+        "0",
+        "1",
+        "0.0%",
+        "··········",
+        "-",
+        "10",
+        "(25%)",
+        "0.5",
+    ]
     assert lines[4] == "2 pods · 2 queued · 6 running · 40 routed · 3.5 req/s"
+    assert lines[5] == "autoscaler: p 1 → 2"
     assert "\x1b[" not in text
     assert len({len(line) for line in lines[1:4]}) <= 2, "columns are aligned"
     assert render_table(rows, ansi=True).startswith("\x1b[1mPOD")
@@ -277,6 +295,8 @@ def test_render_table_columns_shares_and_totals() -> None:
 def test_render_line_is_one_line_per_frame() -> None:
     line = render_line([pod_row("pod-a", "127.0.0.2", STATS)])
     assert line == "pod-a q=2 run=5 kv=38% lora=food-review-1,food-review-2* routed=30"
+    loading = render_line([pod_row("pod-b", "-", {}, state="Loading 2s")])
+    assert loading == "pod-b [Loading 2s] q=0 run=0 kv=0% lora=- routed=0"
     assert render_table([]).splitlines()[-1].startswith("0 pods")
 
 

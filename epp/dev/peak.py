@@ -1,0 +1,56 @@
+"""Each pod's peak load over a trailing window: upstream WVA's ``max_over_time[1m]``, without Prometheus.
+
+Upstream reads ``max by (pod) (max_over_time(vllm:kv_cache_usage_perc[1m]))`` (and the same for
+the waiting queue), so one quiet instant does not look like spare capacity.
+:class:`~epp.autoscale.inputs.ScrapeSource` takes one instantaneous sample per cycle instead; with
+direct actuation (no HPA stabilisation window) a steady load then flaps between N and N−1
+replicas whenever a sample lands between requests. :class:`PeakSource` wraps any
+:class:`~epp.autoscale.inputs.MetricsSource` and reports, for each pod that answered this cycle,
+the highest KV use and queue it reported during the last ``window`` seconds of cycles.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from epp.autoscale.inputs import MetricsSource, PodTarget
+from epp.autoscale.types import ModelKey, ReplicaMetrics
+from epp.clock import Clock
+
+__all__ = ["PeakSource"]
+
+
+class PeakSource:
+    """Peak-over-``window`` readings from ``inner``; pods that stop reporting are forgotten."""
+
+    def __init__(self, inner: MetricsSource, clock: Clock, *, window: float) -> None:
+        if not window > 0:
+            raise ValueError(f"window must be > 0 seconds, got {window!r}")
+        self._inner = inner
+        self._clock = clock
+        self._window = window
+        self._history: dict[ModelKey, dict[str, deque[tuple[float, ReplicaMetrics]]]] = {}
+
+    async def collect(self, key: ModelKey, pods: Sequence[PodTarget]) -> dict[str, ReplicaMetrics]:
+        readings = await self._inner.collect(key, pods)
+        now = self._clock.now()
+        previous = self._history.get(key, {})
+        history: dict[str, deque[tuple[float, ReplicaMetrics]]] = {}
+        out: dict[str, ReplicaMetrics] = {}
+        for name, reading in readings.items():
+            samples = previous.get(name, deque())
+            samples.append((now, reading))
+            while samples[0][0] < now - self._window:
+                samples.popleft()
+            history[name] = samples
+            out[name] = ReplicaMetrics(
+                name,
+                max(r.kv_cache_usage for _, r in samples),
+                max(r.queue_length for _, r in samples),
+            )
+        self._history[key] = history
+        return out
+
+    async def idle(self, key: ModelKey, pods: Sequence[PodTarget], window: float) -> bool | None:
+        return await self._inner.idle(key, pods, window)
