@@ -205,7 +205,10 @@ class WorkloadsController:
                 live.append(self._create_pod(rs, template))
         elif len(live) > want:
             # not Ready before Ready, then newest first (the ReplicaSet controller's ranking)
-            doomed = sorted(live, key=lambda p: (_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+            newest_first = sorted(
+                live, key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]), reverse=True
+            )
+            doomed = sorted(newest_first, key=_ready)  # stable: not-Ready pods go first, then the newest
             for pod in doomed[: len(live) - want]:
                 self._store.delete("pods", pod["metadata"]["name"], namespace=ns)
                 live.remove(pod)

@@ -42,8 +42,8 @@ def deployment(name: str, replicas: int, *, model: str = "llama", ns: str = "def
 
 @pytest.fixture
 async def env() -> AsyncIterator[tuple[Store, WorkloadsController, ManualClock]]:
-    store = Store()
     clock = ManualClock()
+    store = Store(clock=clock)  # creationTimestamps follow the test clock
     workloads = WorkloadsController(store, clock=clock, load_delay=LOAD_DELAY, port=0, first_host=150)
     await workloads.start()
     try:
@@ -132,6 +132,15 @@ async def test_scale_up_and_down_through_the_scale_subresource(
     store.patch("deployments", "m", {"spec": {"replicas": 2}}, namespace="default", subresource="scale")
     await wait_until(lambda: {p["metadata"]["name"] for p in pods(store)} == ready_names, timeout=5)
     await wait_until(lambda: status(store, "m").get("replicas") == 2 and clock.sleepers == 0, timeout=5)
+
+    # all Ready: the newest pod goes first (the ReplicaSet controller's ranking)
+    clock.advance(5)
+    store.patch("deployments", "m", {"spec": {"replicas": 3}}, namespace="default", subresource="scale")
+    await wait_until(lambda: clock.sleepers == 1, timeout=5)
+    clock.advance(LOAD_DELAY)
+    await wait_until(lambda: status(store, "m").get("readyReplicas") == 3, timeout=10)
+    store.patch("deployments", "m", {"spec": {"replicas": 2}}, namespace="default", subresource="scale")
+    await wait_until(lambda: {p["metadata"]["name"] for p in pods(store)} == ready_names, timeout=5)
 
     store.patch("deployments", "m", {"spec": {"replicas": 1}}, namespace="default", subresource="scale")
     await wait_until(
