@@ -19,6 +19,7 @@ from typing import cast
 from epp.autoscale.controller import DEFAULT_CONFIG_NAMESPACE, Controller, ControllerOptions
 from epp.autoscale.inputs import MetricsSource, PrometheusSource, ScrapeSource
 from epp.autoscale.metrics import AutoscalerMetrics
+from epp.autoscale.peak import PeakSource
 from epp.autoscale.resources import KubeCluster
 from epp.autoscale.thresholds import SATURATION_CONFIGMAP
 from epp.clock import SystemClock
@@ -83,6 +84,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--prometheus-url", default="", help="read load with upstream PromQL instead of scraping pods")
     p.add_argument("--scrape-port", type=int, default=8000, help="pod metrics port when the pod declares none")
+    p.add_argument(
+        "--peak-window",
+        type=float,
+        default=60.0,
+        help="when scraping pods, use each pod's peak KV use and queue over this many seconds of cycles "
+        "(upstream's max_over_time[1m]); 0 = one sample per cycle",
+    )
     p.add_argument("--scrape-timeout", type=_duration("scrape-timeout"), default=2.0, help="per-pod scrape deadline")
     p.add_argument("--metrics-port", type=int, default=8080, help="port for /metrics (wva_* gauges)")
     p.add_argument("--once", action="store_true", help="run one cycle, print the decisions and exit")
@@ -121,11 +129,13 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
     server = MetricsServer(cast(EppMetrics, metrics))  # it reads only ``.registry``
     try:
         clock = SystemClock()
-        source: MetricsSource = (
-            PrometheusSource(session, args.prometheus_url)
-            if args.prometheus_url
-            else ScrapeSource(session, clock, timeout=args.scrape_timeout)
-        )
+        source: MetricsSource
+        if args.prometheus_url:
+            source = PrometheusSource(session, args.prometheus_url)  # upstream PromQL already takes the peak
+        else:
+            source = ScrapeSource(session, clock, timeout=args.scrape_timeout)
+            if args.peak_window > 0:
+                source = PeakSource(source, clock, window=args.peak_window)
         cluster = KubeCluster(api, watch_namespace=args.watch_namespace, controller_instance=args.controller_instance)
         controller = Controller(cluster, source, clock=clock, metrics=metrics, options=options)
         if args.once:

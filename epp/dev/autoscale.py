@@ -40,13 +40,13 @@ from epp.autoscale.cluster import ACCELERATOR_LABEL
 from epp.autoscale.controller import Controller, ControllerOptions, Outcome
 from epp.autoscale.inputs import MetricsSource, ScrapeSource
 from epp.autoscale.metrics import AutoscalerMetrics
+from epp.autoscale.peak import PeakSource
 from epp.autoscale.resources import GROUP_VERSION, KubeCluster
 from epp.autoscale.stability import deployment_stable
 from epp.autoscale.types import VariantKey
 from epp.clock import Clock, SystemClock
 from epp.datalayer.http_client import create_session
 from epp.dev.dashboard import PodRow, pod_row
-from epp.dev.peak import PeakSource
 from epp.dev.samples import ManifestError, load_autoscaler_crd, qualified
 from epp.dev.stack import LocalStack, StackError
 from epp.kube.client import Api, close_api, make_api

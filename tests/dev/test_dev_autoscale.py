@@ -14,7 +14,6 @@ import asyncio
 import os
 import re
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
@@ -22,13 +21,11 @@ import pytest
 
 from epp.autoscale.analysis import Decision, Reason
 from epp.autoscale.controller import Outcome
-from epp.autoscale.inputs import PodTarget
-from epp.autoscale.types import ModelKey, ReplicaMetrics, VariantKey
+from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
 from epp.dev.autoscale import AutoscaleConfig, DevAutoscaler, describe
 from epp.dev.dashboard import render_table
 from epp.dev.envoy import DESTINATION_HEADER
-from epp.dev.peak import PeakSource
 from epp.dev.stack import LocalStack, StackConfig, StackError
 from epp.testing import wait_until
 
@@ -167,35 +164,6 @@ def test_decision_lines() -> None:
     assert describe("pool", Outcome(key, None, error="Deployment default/pool not found")) == (
         "autoscaler: pool: Deployment default/pool not found"
     )
-
-
-class _Scripted:
-    """A metrics source that returns the next prepared readings each cycle."""
-
-    def __init__(self, cycles: list[dict[str, tuple[float, float]]]) -> None:
-        self._cycles = cycles
-
-    async def collect(self, key: ModelKey, pods: Sequence[PodTarget]) -> dict[str, ReplicaMetrics]:
-        return {pod: ReplicaMetrics(pod, kv, q) for pod, (kv, q) in self._cycles.pop(0).items()}
-
-    async def idle(self, key: ModelKey, pods: Sequence[PodTarget], window: float) -> bool | None:
-        return None
-
-
-async def test_peak_source_reports_each_pods_peak_over_the_window() -> None:
-    clock = ManualClock()
-    inner = _Scripted([{"a": (0.7, 4)}, {"a": (0.2, 0), "b": (0.1, 1)}, {"a": (0.3, 0)}, {"b": (0.0, 0)}])
-    source = PeakSource(inner, clock, window=10)
-    key, pods = ModelKey("default", MODEL), [PodTarget("default", "a", "127.0.0.2", 8000)]
-    assert await source.collect(key, pods) == {"a": ReplicaMetrics("a", 0.7, 4)}
-    clock.advance(5)
-    assert await source.collect(key, pods) == {"a": ReplicaMetrics("a", 0.7, 4), "b": ReplicaMetrics("b", 0.1, 1)}
-    clock.advance(6)  # the first reading is now 11 s old
-    assert await source.collect(key, pods) == {"a": ReplicaMetrics("a", 0.3, 0)}, "b did not report: not counted"
-    clock.advance(1)
-    assert await source.collect(key, pods) == {"b": ReplicaMetrics("b", 0.0, 0)}, "b's old peak was forgotten"
-    with pytest.raises(ValueError, match="window"):
-        PeakSource(inner, clock, window=0)
 
 
 async def test_epp_dev_autoscale_command_scales_up_under_load() -> None:

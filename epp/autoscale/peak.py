@@ -4,7 +4,8 @@ Upstream reads ``max by (pod) (max_over_time(vllm:kv_cache_usage_perc[1m]))`` (a
 the waiting queue), so one quiet instant does not look like spare capacity.
 :class:`~epp.autoscale.inputs.ScrapeSource` takes one instantaneous sample per cycle instead; with
 direct actuation (no HPA stabilisation window) a steady load then flaps between N and N−1
-replicas whenever a sample lands between requests. :class:`PeakSource` wraps any
+replicas whenever a sample lands between requests (seen in ``epp dev --autoscale``).
+:class:`PeakSource` wraps any
 :class:`~epp.autoscale.inputs.MetricsSource` and reports, for each pod that answered this cycle,
 the highest KV use and queue it reported during the last ``window`` seconds of cycles.
 """
