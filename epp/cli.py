@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from epp import __version__, serve_command
 from epp.autoscale import command as autoscale_command
+from epp.bench import command as bench_command
 from epp.dev import command as dev_command
 from epp.sim.apiserver import command as apiserver_command
 from epp.sim.modelserver import command as modelserver_command
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     modelserver_command.add_parser(sim_sub)
     autoscale_command.add_parser(sub)
     dev_command.add_parser(sub)
+    bench_command.add_parser(sub)
     return parser
 
 

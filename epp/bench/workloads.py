@@ -1,0 +1,274 @@
+"""Seeded workload generators for the routing benchmark: the same arrivals for every strategy.
+
+A workload turns ``(rate, duration, seed)`` into a sorted list of :class:`Arrival` (simulated
+seconds from the start, an OpenAI chat body already serialised, headers). Everything derives from
+``random.Random(seed)``, so every strategy is offered exactly the same requests at exactly the
+same times, and a run replays.
+
+Two workloads, each a mix real clusters see:
+
+- ``shared-prefix``: many tenants, each with a long system prompt (RAG context, agent
+  instructions) and short unique questions; the system prompts together exceed one server's KV
+  cache but fit in the cluster's, which is where prefix-aware routing pays.
+- ``chat-mix``: multi-turn chat sessions (each turn resends the whole conversation, think time
+  between turns), a LoRA adapter mix (a Zipf-weighted set of adapters besides the base model; a
+  session keeps its adapter) and a sheddable fraction (``x-gateway-inference-objective`` naming
+  an objective with priority −1).
+
+Tokens are counted as the simulator counts them: 4 characters each. :func:`capacity` is the
+request rate that would use every server's whole prefill budget if no prompt token were ever
+cached: offered loads are given as fractions of it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ADAPTERS",
+    "BASE_MODEL",
+    "SHEDDABLE_OBJECTIVE",
+    "WORKLOADS",
+    "Arrival",
+    "Workload",
+    "capacity",
+    "chat_mix",
+    "shared_prefix",
+]
+
+BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+ADAPTERS = ("sql-lora", "summarize-lora", "tweet-lora", "code-lora")
+SHEDDABLE_OBJECTIVE = "batch"
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+CHARS_PER_TOKEN = 4
+
+_WORDS = [
+    "model",
+    "cluster",
+    "request",
+    "token",
+    "cache",
+    "prefix",
+    "server",
+    "latency",
+    "queue",
+    "batch",
+    "decode",
+    "prefill",
+    "adapter",
+    "gateway",
+    "route",
+    "pool",
+    "endpoint",
+    "metric",
+    "policy",
+    "tenant",
+    "answer",
+    "context",
+    "document",
+    "section",
+    "table",
+    "value",
+    "system",
+    "user",
+    "assistant",
+    "question",
+    "result",
+    "summary",
+    "detail",
+    "example",
+    "reason",
+    "number",
+    "record",
+    "field",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One request of a workload: when it arrives (simulated s) and what it sends."""
+
+    at: float
+    model: str
+    body: dict[str, object]
+    data: bytes
+    headers: dict[str, str]
+    group: str
+    """System-prompt group or chat session: requests that share a prompt prefix."""
+    prompt_tokens: int
+    max_tokens: int
+
+    @property
+    def sheddable(self) -> bool:
+        return self.headers.get(OBJECTIVE_HEADER) == SHEDDABLE_OBJECTIVE
+
+
+def _text(rng: random.Random, tokens: int) -> str:
+    """About ``tokens`` simulator tokens of deterministic words."""
+    out: list[str] = []
+    size = 0
+    target = tokens * CHARS_PER_TOKEN
+    while size < target:
+        word = rng.choice(_WORDS)
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)[:target]
+
+
+def _prompt_tokens(messages: Sequence[dict[str, str]]) -> int:
+    # The simulator renders "<|role|>\ncontent\n" per message, then "<|assistant|>\n".
+    chars = sum(len(m["role"]) + len(m["content"]) + 6 for m in messages) + len("<|assistant|>\n")
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+def _arrival(
+    at: float, model: str, messages: list[dict[str, str]], max_tokens: int, group: str, *, sheddable: bool = False
+) -> Arrival:
+    body: dict[str, object] = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {OBJECTIVE_HEADER: SHEDDABLE_OBJECTIVE} if sheddable else {}
+    return Arrival(
+        at=at,
+        model=model,
+        body=body,
+        data=json.dumps(body, separators=(",", ":")).encode(),
+        headers=headers,
+        group=group,
+        prompt_tokens=_prompt_tokens(messages),
+        max_tokens=max_tokens,
+    )
+
+
+def _poisson(rng: random.Random, rate: float, duration: float) -> list[float]:
+    times: list[float] = []
+    t = rng.expovariate(rate)
+    while t < duration:
+        times.append(t)
+        t += rng.expovariate(rate)
+    return times
+
+
+def shared_prefix(
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    groups: int = 48,
+    system_tokens: int = 3000,
+    question_tokens: int = 120,
+    output_tokens: tuple[int, int] = (16, 48),
+) -> list[Arrival]:
+    """Poisson arrivals; each picks a tenant uniformly and asks a fresh question under its system prompt."""
+    texts = random.Random(seed * 7919 + 1)
+    systems = [f"[tenant {g}] " + _text(texts, system_tokens) for g in range(groups)]
+    rng = random.Random(seed)
+    arrivals = []
+    for at in _poisson(rng, rate, duration):
+        g = rng.randrange(groups)
+        messages = [
+            {"role": "system", "content": systems[g]},
+            {"role": "user", "content": _text(rng, question_tokens)},
+        ]
+        arrivals.append(_arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"tenant-{g}"))
+    return arrivals
+
+
+@dataclass
+class _Session:
+    model: str
+    sheddable: bool
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+
+def chat_mix(
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    turns: tuple[int, int] = (2, 6),
+    think_time: float = 4.0,
+    system_prompts: int = 8,
+    system_tokens: int = 1200,
+    user_tokens: tuple[int, int] = (40, 200),
+    reply_tokens: tuple[int, int] = (24, 96),
+    adapter_share: float = 0.5,
+    sheddable_share: float = 0.2,
+) -> list[Arrival]:
+    """Multi-turn sessions (Poisson session starts, exponential think time), LoRA mix, sheddable share.
+
+    The request rate is ``rate`` on average: sessions start at ``rate / mean turns``. A turn's
+    prompt is the whole conversation so far, the earlier replies included (as generated here,
+    since an open-loop workload cannot wait for the server's text).
+    """
+    texts = random.Random(seed * 7919 + 2)
+    systems = [f"[assistant {i}] " + _text(texts, system_tokens) for i in range(system_prompts)]
+    rng = random.Random(seed)
+    zipf = [1.0 / (i + 1) for i in range(len(ADAPTERS))]
+    mean_turns = (turns[0] + turns[1]) / 2
+    arrivals: list[Arrival] = []
+    for index, start in enumerate(_poisson(rng, rate / mean_turns, duration)):
+        model = rng.choices(ADAPTERS, weights=zipf)[0] if rng.random() < adapter_share else BASE_MODEL
+        session = _Session(model=model, sheddable=rng.random() < sheddable_share)
+        session.messages.append({"role": "system", "content": rng.choice(systems)})
+        at = start
+        for _ in range(rng.randint(*turns)):
+            if at >= duration:
+                break
+            session.messages.append({"role": "user", "content": _text(rng, rng.randint(*user_tokens))})
+            reply = rng.randint(*reply_tokens)
+            arrivals.append(
+                _arrival(at, model, list(session.messages), reply, f"session-{index}", sheddable=session.sheddable)
+            )
+            session.messages.append({"role": "assistant", "content": _text(rng, reply)})
+            at += rng.expovariate(1.0 / think_time)
+    arrivals.sort(key=lambda a: a.at)
+    return arrivals
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A named generator: ``generate(rate, duration, seed)`` → arrivals."""
+
+    name: str
+    description: str
+    generate: Callable[[float, float, int], list[Arrival]]
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            "shared-prefix",
+            "48 tenants × 3,000-token system prompt, 120-token questions, 16–48 output tokens",
+            shared_prefix,
+        ),
+        Workload(
+            "chat-mix",
+            "multi-turn chat (2–6 turns, 4 s think time), 50% LoRA (4 adapters, Zipf), 20% sheddable",
+            chat_mix,
+        ),
+    )
+}
+
+
+def capacity(
+    arrivals: Sequence[Arrival],
+    *,
+    servers: int,
+    prefill_time_per_token: float,
+    decode_time_per_seq: float,
+) -> float:
+    """Requests/s that would fill every server's prefill budget with nothing cached (plus per-token decode work)."""
+    if not arrivals:
+        return 0.0
+    cost = sum(a.prompt_tokens * prefill_time_per_token + a.max_tokens * decode_time_per_seq for a in arrivals)
+    return servers / (cost / len(arrivals))

@@ -1,0 +1,95 @@
+"""``epp bench overhead|routing --quick`` end to end, as CI runs them: every field there, values sane.
+
+No timing assertions: the numbers of a quick run mean nothing; what must hold is that every
+process started, every variant answered, and the JSON carries what the docs promise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+async def _run_bench(kind: str, out: Path) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "epp",
+        "bench",
+        kind,
+        "--quick",
+        "--out",
+        str(out),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    output, _ = await proc.communicate()
+    text = output.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    assert "targets:" in text and "machine:" in text
+    doc: dict[str, Any] = json.loads((out / f"{kind}.json").read_text())
+    assert (out / f"{kind}.png").stat().st_size > 10_000
+    return doc
+
+
+@pytest.mark.timeout(90)
+async def test_overhead_quick(tmp_path: Path) -> None:
+    doc = await _run_bench("overhead", tmp_path)
+    machine = doc["machine"]
+    assert machine["cpus"] >= 1 and machine["envoy"] and machine["python"]
+    assert doc["options"]["http_loadgen"] in ("wrk", "python-http")
+    assert doc["options"]["grpc_loadgen"] in ("h2load", "python-grpc")
+    cells = doc["http"]
+    assert {c["variant"] for c in cells} == {"envoy", "noop", "epp"}
+    for c in cells:
+        assert c["requests"] > 0 and c["errors"] == 0, c
+        assert c["rps"] > 0 and 0 < c["p50_ms"] <= c["p90_ms"] <= c["p99_ms"]
+        assert c["cpu_cores"]["envoy"] > 0 and c["cpu_cores"]["backend"] > 0
+        assert c["cpu_us_per_request"]["envoy"] > 0
+        assert c["rps_vs_noop"] > 0 and c["rps_vs_envoy"] > 0
+        if c["variant"] != "envoy":
+            assert c["cpu_cores"]["processor"] > 0
+    phases = doc["picker_phases"][0]["phases"]
+    assert set(phases) == {"parse", "schedule", "respond", "total"}
+    epp_requests = next(c["requests"] for c in cells if c["variant"] == "epp")
+    assert phases["total"]["count"] >= epp_requests
+    assert 0 < phases["schedule"]["mean_us"] < phases["total"]["mean_us"]
+    direct = {g["variant"]: g for g in doc["grpc_direct"]}
+    assert set(direct) == {"noop", "epp"}
+    assert all(g["streams_per_s"] > 0 and g["errors"] == 0 for g in direct.values())
+    scrape = doc["scrape"][0]
+    assert scrape["endpoints"] == 2 and scrape["errors"] == 0 and scrape["endpoints_with_metrics"] == 2
+    assert 0 < scrape["cpu_per_s"] < 2 and scrape["scrapes_per_s"] > 10
+    assert doc["rss_mib"]["epp"] > 20
+    assert set(doc["targets"]) >= {"throughput_vs_noop_c16_ge_0.85", "scrape_8_endpoints_lt_0.10_core"}
+
+
+@pytest.mark.timeout(90)
+async def test_routing_quick(tmp_path: Path) -> None:
+    doc = await _run_bench("routing", tmp_path)
+    runs = doc["runs"]
+    assert {r["strategy"] for r in runs} == {"round-robin", "default"}
+    assert doc["workloads"]["shared-prefix"]["capacity_rps"] > 0
+    arrivals = {r["arrivals"] for r in runs}
+    assert len(arrivals) == 1  # every strategy got the same arrivals
+    for r in runs:
+        assert r["errors"] == 0 and r["shed"] == 0, r
+        assert r["completed"] == r["recorded"] > 0
+        assert 0 < r["ttft_s"]["p50"] <= r["ttft_s"]["p90"] <= r["ttft_s"]["p99"]
+        assert r["ttft_s"]["p50"] < r["e2e_s"]["p50"]
+        assert r["output_tokens_per_s"] > 0
+        assert 0 <= r["prefix_hit_rate"] <= 1
+        assert 0.5 < r["time_stretch"] < 2.0
+        assert sum(r["per_server_requests"]) == r["arrivals"]
+    rr = next(r for r in runs if r["strategy"] == "round-robin")
+    assert max(rr["per_server_requests"]) - min(rr["per_server_requests"]) <= 1
+    assert set(doc["targets"]) == {
+        "default_beats_round_robin_ttft_p90_above_50pct_load",
+        "prefix_aware_3x_round_robin_ttft_p90_shared_prefix",
+    }
