@@ -2,13 +2,13 @@
 
 Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges, its own
 plugin instances (so per-endpoint plugin state never crosses pools) and a director. Shared: the
-metrics registry, the HTTP session for scraping, the kr8s API, the ext_proc/health servers, the
+metrics registry, the kr8s API, the ext_proc/health servers, the
 metrics server and the configuration watcher.
 
 Start order: logging → metrics → API client → datastores and reconcilers → scrapers → config →
 directors → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → config watcher →
-reconcilers → scrapers → gauges → metrics server → HTTP session → API client.
+reconcilers → scrapers → gauges → metrics server → API client.
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ import socket
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-import aiohttp
-
 from epp.clock import Clock, SystemClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
-from epp.datalayer.http_client import create_session
 from epp.datalayer.pool_gauges import PoolGauges
 from epp.datalayer.scraper import ScraperManager
 from epp.datastore.store import Datastore
@@ -105,7 +102,6 @@ class Runtime(Service):
         self.configs: ConfigHolder[Configs] | None = None
         self._readiness_interval = readiness_interval
         self._api: Api | None = None
-        self._session: aiohttp.ClientSession | None = None
         self._server: ExtProcServer | None = None
         self._metrics_server: MetricsServer | None = None
         self._watcher: ConfigWatcher[Configs] | None = None
@@ -154,7 +150,6 @@ class Runtime(Service):
         text = await asyncio.to_thread(self._config_text)
         self.configs = ConfigHolder(self._load_configs(text, keys))  # a bad config fails before binding
         self._api = await make_api(o.kubeconfig or None)
-        self._session = create_session()
         holder = self.configs
         for key in keys:
             self.pools.append(self._build_pool(key, holder))
@@ -205,7 +200,7 @@ class Runtime(Service):
 
     def _build_pool(self, key: PoolKey, holder: ConfigHolder[Configs]) -> PoolRuntime:
         o = self.options
-        assert self._api is not None and self._session is not None
+        assert self._api is not None
         datastore = Datastore()
         reconciler: PoolReconcilers | StandaloneReconciler
         if o.standalone:
@@ -221,9 +216,7 @@ class Runtime(Service):
             reconciler = PoolReconcilers(
                 self._api, datastore, pool_name=key[1], namespace=key[0], pool_group=o.pool_group
             )
-        scrapers = ScraperManager(
-            datastore, self._session, self.clock, self.metrics, interval=o.refresh_metrics_interval
-        )
+        scrapers = ScraperManager(datastore, self.clock, self.metrics, interval=o.refresh_metrics_interval)
         gauges = PoolGauges(
             datastore,
             self.metrics,
@@ -293,9 +286,6 @@ class Runtime(Service):
         if self._metrics_server is not None:
             await self._metrics_server.stop()
             self._metrics_server = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
         if self._api is not None:
             await close_api(self._api)
             self._api = None

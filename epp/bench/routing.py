@@ -45,7 +45,6 @@ from epp.bench.report import machine_info
 from epp.bench.workloads import ADAPTERS, SHEDDABLE_OBJECTIVE, WORKLOADS, Arrival, capacity
 from epp.clock import SystemClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
-from epp.datalayer.http_client import create_session
 from epp.datalayer.promtext import parse as parse_prom
 from epp.datalayer.scraper import ScraperManager
 from epp.datastore.store import Datastore
@@ -163,7 +162,6 @@ class _Picker:
 
     store: Datastore
     scrapers: ScraperManager
-    session: aiohttp.ClientSession
     route: Callable[[int, Arrival], tuple[str, Callable[[], None]]]
 
 
@@ -436,8 +434,7 @@ async def _one_run(
     port = free_port("127.0.0.2")
     cluster = await _start_cluster(options, port, work)
     store = _store(options.servers, port)
-    scrape_session = create_session()
-    scrapers = ScraperManager(store, scrape_session, SystemClock(), EppMetrics(), interval=0.05)
+    scrapers = ScraperManager(store, SystemClock(), EppMetrics(), interval=0.05)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
     try:
@@ -447,7 +444,7 @@ async def _one_run(
             if time.monotonic() > deadline:
                 raise TimeoutError("the scraper never read every simulator's /metrics")
             await asyncio.sleep(0.02)
-        picker = _Picker(store, scrapers, scrape_session, _router(strategy, store, options.seed))
+        picker = _Picker(store, scrapers, _router(strategy, store, options.seed))
         cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
         outcome, before = await _replay(
             arrivals, picker, session, options, lambda: _server_counters(session, options.servers, port)
@@ -460,7 +457,6 @@ async def _one_run(
     finally:
         await session.close()
         await scrapers.stop()
-        await scrape_session.close()
         await cluster.stop()
     scale = options.time_scale
     completed = len(outcome.e2e)

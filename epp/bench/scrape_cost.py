@@ -3,7 +3,7 @@
 The picker polls every endpoint's ``/metrics`` (about 45 KB of vLLM text) every 50 ms. To see that
 cost apart from request handling, this child process builds a datastore of ``count`` endpoints
 (``127.0.0.<first>`` … on ``port``, served by ``epp.bench.backend``), runs the production scraper
-on them (the shared aiohttp session, the real parser), lets it warm up, then reports the CPU
+on them (its keep-alive connections, the real parser), lets it warm up, then reports the CPU
 seconds per wall second it used over ``duration`` seconds, with scrapes/s and errors.
 
 Run as ``python -m epp.bench.scrape_cost --count 8 --port P``; prints one JSON object.
@@ -28,7 +28,6 @@ async def measure_scraping(
 ) -> dict[str, Any]:
     """Run the scraper over ``count`` endpoints; CPU seconds per second and scrapes per second."""
     from epp.clock import SystemClock
-    from epp.datalayer.http_client import create_session
     from epp.datalayer.scraper import ScraperManager
     from epp.datastore.store import Datastore
     from epp.datastore.types import PodInfo, PoolSpec
@@ -46,8 +45,7 @@ async def measure_scraping(
         pods,
     )
     metrics = EppMetrics()
-    session = create_session()
-    scrapers = ScraperManager(store, session, SystemClock(), metrics, interval=interval)
+    scrapers = ScraperManager(store, SystemClock(), metrics, interval=interval)
 
     def totals() -> tuple[float, float]:
         scraped = metrics.registry.get_sample_value("epp_scrape_duration_seconds_count", {"engine": "vllm"}) or 0.0
@@ -67,7 +65,6 @@ async def measure_scraping(
         scraped, errors = totals()
     finally:
         await scrapers.stop()
-        await session.close()
     fresh = sum(1 for s in store.endpoints() if s.metrics.updated_at > 0)
     return {
         "endpoints": count,

@@ -20,13 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import aiohttp
-from yarl import URL
-
 from epp.clock import Clock
 from epp.datalayer.engines import EngineSpec, engine_spec, read
+from epp.datalayer.metrics_fetch import FetchError, MetricsConnection
 from epp.datastore.types import EndpointListener
-from epp.framework.endpoint import ENGINE_TYPE_LABEL, EndpointState, join_host_port
+from epp.framework.endpoint import ENGINE_TYPE_LABEL, EndpointState
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["EndpointSource", "ScraperManager"]
@@ -58,7 +56,7 @@ class _Target:
 
     state: EndpointState
     engine: EngineSpec
-    url: URL
+    conn: MetricsConnection
     failures: int = 0
     problem: str = ""  # last logged problem, so a persistent one is logged once, not 20 times a second
 
@@ -69,7 +67,6 @@ class ScraperManager:
     def __init__(
         self,
         datastore: EndpointSource,
-        session: aiohttp.ClientSession,
         clock: Clock,
         metrics: EppMetrics,
         *,
@@ -88,7 +85,6 @@ class ScraperManager:
         if scheme not in ("http", "https") or not path.startswith("/"):
             raise ValueError(f"scrape scheme must be http or https and path absolute, got {scheme!r} {path!r}")
         self._datastore = datastore
-        self._session = session
         self._clock = clock
         self._metrics = metrics
         self._interval = interval
@@ -150,8 +146,10 @@ class ScraperManager:
                 engine.name,
                 extra={"endpoint": ep.key, "label": ENGINE_TYPE_LABEL, "engine": ep.engine},
             )
-        url = URL(f"{self._scheme}://{join_host_port(ep.address, ep.metrics_port)}{self._path}", encoded=True)
-        return _Target(state, engine, url)
+        conn = MetricsConnection(
+            ep.address, ep.metrics_port, self._path, https=self._scheme == "https", max_body=self._max_body
+        )
+        return _Target(state, engine, conn)
 
     def _retire(self, task: asyncio.Task[None]) -> None:
         task.cancel()
@@ -169,27 +167,30 @@ class ScraperManager:
     async def _poll(self, target: _Target) -> None:
         duration = self._metrics.scrape_duration.labels(engine=target.engine.name)
         key = target.state.endpoint.key
-        while True:
-            started = time.perf_counter()
-            try:
-                await self._scrape(target)
-            except _ScrapeError as e:
-                self._errors[e.reason].inc()
-                target.failures += 1
-                self._note_problem(target, f"{e.reason}: {e}")
-            except Exception:  # task boundary: an unforeseen error costs one poll, never the loop
-                _log.exception("Scrape failed unexpectedly", extra={"endpoint": key})
-                self._errors["http"].inc()
-                target.failures += 1
-            else:
-                duration.observe(time.perf_counter() - started)
+        try:
+            while True:
+                started = time.perf_counter()
+                try:
+                    await self._scrape(target)
+                except _ScrapeError as e:
+                    self._errors[e.reason].inc()
+                    target.failures += 1
+                    self._note_problem(target, f"{e.reason}: {e}")
+                except Exception:  # task boundary: an unforeseen error costs one poll, never the loop
+                    _log.exception("Scrape failed unexpectedly", extra={"endpoint": key})
+                    self._errors["http"].inc()
+                    target.failures += 1
+                else:
+                    duration.observe(time.perf_counter() - started)
+                    if target.failures:
+                        _log.info("Scrape recovered", extra={"endpoint": key, "failures": target.failures})
+                    target.failures = 0
+                delay = self._interval
                 if target.failures:
-                    _log.info("Scrape recovered", extra={"endpoint": key, "failures": target.failures})
-                target.failures = 0
-            delay = self._interval
-            if target.failures:
-                delay = min(self._max_backoff, self._interval * 2.0**target.failures)
-            await self._clock.sleep(delay)
+                    delay = min(self._max_backoff, self._interval * 2.0**target.failures)
+                await self._clock.sleep(delay)
+        finally:
+            target.conn.close()
 
     def _note_problem(self, target: _Target, problem: str) -> None:
         if problem != target.problem:
@@ -198,7 +199,7 @@ class ScraperManager:
 
     async def _scrape(self, target: _Target) -> None:
         """One poll; raises :class:`_ScrapeError` unless a new snapshot was stored."""
-        body = await self._fetch(target.url)
+        body = await self._fetch(target.conn)
         state = target.state
         try:
             extraction = read(body, target.engine, previous=state.metrics, updated_at=self._clock.now())
@@ -216,25 +217,11 @@ class ScraperManager:
         elif target.problem:
             target.problem = ""
 
-    async def _fetch(self, url: URL) -> bytes:
+    async def _fetch(self, conn: MetricsConnection) -> bytes:
         try:
-            async with (
-                asyncio.timeout(self._timeout),
-                self._session.get(url, allow_redirects=False) as resp,
-            ):
-                if resp.status != 200:
-                    raise _ScrapeError("http", f"HTTP {resp.status} from {url}")
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in resp.content.iter_any():
-                    size += len(chunk)
-                    if size > self._max_body:
-                        raise _ScrapeError("http", f"body from {url} exceeds {self._max_body} bytes")
-                    chunks.append(chunk)
-                return b"".join(chunks)
+            async with asyncio.timeout(self._timeout):
+                return await conn.get()
         except TimeoutError as e:
-            raise _ScrapeError("timeout", f"no answer from {url} within {self._timeout}s") from e
-        except (aiohttp.ClientConnectionError, OSError) as e:
-            raise _ScrapeError("connect", f"{type(e).__name__}: {e} ({url})") from e
-        except aiohttp.ClientError as e:
-            raise _ScrapeError("http", f"{type(e).__name__}: {e} ({url})") from e
+            raise _ScrapeError("timeout", f"no answer from {conn.where} within {self._timeout}s") from e
+        except FetchError as e:
+            raise _ScrapeError(e.reason, str(e)) from e

@@ -7,13 +7,11 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator
 
-import aiohttp
 import pytest
 from aiohttp import web
 from vllm_metrics_fixture import VllmPage, render_vllm_metrics
 
 from epp.clock import ManualClock, SystemClock
-from epp.datalayer.http_client import create_session
 from epp.datalayer.scraper import ScraperManager
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
@@ -117,10 +115,10 @@ async def running(scraper: ScraperManager) -> AsyncIterator[ScraperManager]:
 async def test_snapshots_follow_the_servers_on_the_injected_clock() -> None:
     clock = ManualClock()
     metrics = EppMetrics()
-    async with model_servers("127.0.0.2", "127.0.0.3") as (port, (s2, s3)), create_session() as session:
+    async with model_servers("127.0.0.2", "127.0.0.3") as (port, (s2, s3)):
         s3.body = render_vllm_metrics(VllmPage(waiting=1, running=2, kv_usage=0.125))
         store = make_store(port, ("a", "127.0.0.2"), ("b", "127.0.0.3"))
-        async with running(ScraperManager(store, session, clock, metrics)):
+        async with running(ScraperManager(store, clock, metrics)):
             await wait_until(lambda: all(s.metrics.updated_at == clock.now() for s in store.endpoints()))
             a, b = state(store, "a").metrics, state(store, "b").metrics
             assert (a.waiting_queue, a.running, a.kv_cache_usage, a.max_adapters) == (3, 12, 0.4375, 4)
@@ -138,9 +136,9 @@ async def test_snapshots_follow_the_servers_on_the_injected_clock() -> None:
 async def test_dead_endpoint_backs_off_exponentially_up_to_the_cap_and_recovers() -> None:
     clock = RecordingClock()
     metrics = EppMetrics()
-    async with model_servers("127.0.0.2") as (port, _), create_session() as session:
+    async with model_servers("127.0.0.2") as (port, _):
         store = make_store(port, ("live", "127.0.0.2"), ("dead", "127.0.0.4"))
-        async with running(ScraperManager(store, session, clock, metrics, interval=0.05, max_backoff=1.0)):
+        async with running(ScraperManager(store, clock, metrics, interval=0.05, max_backoff=1.0)):
             for step in range(1, 8):
                 await wait_until(lambda: errors(metrics, "connect") == step and clock.sleepers == 2)  # noqa: B023
                 clock.advance(1.0)  # every sleeper's deadline has passed: each loop polls once
@@ -159,10 +157,10 @@ async def test_dead_endpoint_backs_off_exponentially_up_to_the_cap_and_recovers(
 
 async def test_hanging_endpoint_times_out_without_delaying_others() -> None:
     metrics = EppMetrics()
-    async with model_servers("127.0.0.2", "127.0.0.3") as (port, (fast, slow)), create_session() as session:
+    async with model_servers("127.0.0.2", "127.0.0.3") as (port, (fast, slow)):
         slow.hang = True
         store = make_store(port, ("fast", "127.0.0.2"), ("slow", "127.0.0.3"))
-        async with running(ScraperManager(store, session, SystemClock(), metrics, interval=0.01, timeout=1.0)):
+        async with running(ScraperManager(store, SystemClock(), metrics, interval=0.01, timeout=1.0)):
             await wait_until(lambda: slow.hits == 1)
             await wait_until(lambda: fast.hits >= 10, timeout=5)
             # Ten fresh snapshots of the fast endpoint while the slow one still hangs.
@@ -175,9 +173,9 @@ async def test_hanging_endpoint_times_out_without_delaying_others() -> None:
 async def test_removal_cancels_the_task_and_frees_the_endpoint() -> None:
     clock = ManualClock()
     metrics = EppMetrics()
-    async with model_servers("127.0.0.2", "127.0.0.3") as (port, (s2, _)), create_session() as session:
+    async with model_servers("127.0.0.2", "127.0.0.3") as (port, (s2, _)):
         store = make_store(port, ("a", "127.0.0.2"), ("b", "127.0.0.3"))
-        async with running(ScraperManager(store, session, clock, metrics)) as scraper:
+        async with running(ScraperManager(store, clock, metrics)) as scraper:
             await wait_until(lambda: clock.sleepers == 2)
             assert scrape_tasks() == {f"epp-scrape:{NS}/a-rank-0", f"epp-scrape:{NS}/b-rank-0"}
             removed = state(store, "a")
@@ -197,9 +195,9 @@ async def test_removal_cancels_the_task_and_frees_the_endpoint() -> None:
 async def test_failures_keep_the_last_metrics_so_staleness_grows() -> None:
     clock = ManualClock()
     metrics = EppMetrics()
-    async with model_servers("127.0.0.2") as (port, (server,)), create_session() as session:
+    async with model_servers("127.0.0.2") as (port, (server,)):
         store = make_store(port, ("a", "127.0.0.2"))
-        async with running(ScraperManager(store, session, clock, metrics)):
+        async with running(ScraperManager(store, clock, metrics)):
             await wait_until(lambda: state(store, "a").metrics.updated_at == clock.now())
             scraped_at = clock.now()
             server.status = 503
@@ -215,10 +213,10 @@ async def test_failures_keep_the_last_metrics_so_staleness_grows() -> None:
 async def test_parse_problems_partial_page_updates_garbage_page_does_not() -> None:
     clock = ManualClock()
     metrics = EppMetrics()
-    async with model_servers("127.0.0.2") as (port, (server,)), create_session() as session:
+    async with model_servers("127.0.0.2") as (port, (server,)):
         server.body = 'vllm:num_requests_waiting{m="x"} 6\nvllm:num_requests_running{m="x"} 2\n'
         store = make_store(port, ("a", "127.0.0.2"))
-        async with running(ScraperManager(store, session, clock, metrics)):
+        async with running(ScraperManager(store, clock, metrics)):
             await wait_until(lambda: state(store, "a").metrics.updated_at == clock.now())
             assert state(store, "a").metrics.waiting_queue == 6
             assert errors(metrics, "parse") == 1  # KV usage missing: counted, fields that parsed applied
@@ -234,9 +232,9 @@ async def test_parse_problems_partial_page_updates_garbage_page_does_not() -> No
 async def test_replaced_endpoint_gets_a_new_task_and_engine_label_selects_the_parser() -> None:
     clock = ManualClock()
     metrics = EppMetrics()
-    async with model_servers("127.0.0.2") as (port, (server,)), create_session() as session:
+    async with model_servers("127.0.0.2") as (port, (server,)):
         store = make_store(port, ("a", "127.0.0.2"))
-        async with running(ScraperManager(store, session, clock, metrics)):
+        async with running(ScraperManager(store, clock, metrics)):
             await wait_until(lambda: state(store, "a").metrics.updated_at == clock.now())
             old = state(store, "a")
             server.body = "sglang:num_queue_reqs 4\nsglang:num_running_reqs 1\nsglang:token_usage 0.5\n"
@@ -253,9 +251,9 @@ async def test_replaced_endpoint_gets_a_new_task_and_engine_label_selects_the_pa
 
 async def test_start_scrapes_existing_endpoints_and_stop_cancels_all() -> None:
     clock = ManualClock()
-    async with model_servers("127.0.0.2", "127.0.0.3") as (port, _), create_session() as session:
+    async with model_servers("127.0.0.2", "127.0.0.3") as (port, _):
         store = make_store(port, ("a", "127.0.0.2"), ("b", "127.0.0.3"))
-        scraper = ScraperManager(store, session, clock, EppMetrics())
+        scraper = ScraperManager(store, clock, EppMetrics())
         await scraper.start()
         await scraper.start()  # idempotent
         await wait_until(lambda: clock.sleepers == 2)
@@ -272,9 +270,9 @@ async def test_ipv6_endpoint_url_is_bracketed() -> None:
     except OSError:
         pytest.skip("no IPv6 loopback")
     clock = ManualClock()
-    async with model_servers("::1") as (port, _), create_session() as session:
+    async with model_servers("::1") as (port, _):
         store = make_store(port, ("v6", "::1"))
-        async with running(ScraperManager(store, session, clock, EppMetrics())):
+        async with running(ScraperManager(store, clock, EppMetrics())):
             await wait_until(lambda: state(store, "v6").metrics.updated_at == clock.now())
 
 
@@ -282,6 +280,5 @@ async def test_ipv6_endpoint_url_is_bracketed() -> None:
     "kw", [{"interval": 0}, {"timeout": -1}, {"interval": 1.0, "max_backoff": 0.5}, {"path": "metrics"}]
 )
 async def test_invalid_settings_are_rejected(kw: dict[str, object]) -> None:
-    async with aiohttp.ClientSession() as session:
-        with pytest.raises(ValueError, match="scrape"):
-            ScraperManager(Datastore(), session, ManualClock(), EppMetrics(), **kw)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="scrape"):
+        ScraperManager(Datastore(), ManualClock(), EppMetrics(), **kw)  # type: ignore[arg-type]

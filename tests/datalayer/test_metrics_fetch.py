@@ -1,0 +1,106 @@
+"""The scraper's keep-alive HTTP/1.1 GET against scripted servers: framing, reuse, errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from epp.datalayer.metrics_fetch import FetchError, MetricsConnection
+
+Answer = Callable[[int], bytes]  # request number on this connection → raw response bytes
+
+
+@asynccontextmanager
+async def scripted(answer: Answer, *, close_after: int | None = None) -> AsyncIterator[tuple[int, list[int]]]:
+    """A server on 127.0.0.2 answering each GET with ``answer(n)``; yields its port and per-connection counts."""
+    connections: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(0)
+        index = len(connections) - 1
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                connections[index] += 1
+                writer.write(answer(connections[index]))
+                await writer.drain()
+                if close_after is not None and connections[index] >= close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.2", 0)
+    try:
+        yield server.sockets[0].getsockname()[1], connections
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def conn(port: int, max_body: int = 1 << 20) -> MetricsConnection:
+    return MetricsConnection("127.0.0.2", port, "/metrics", max_body=max_body)
+
+
+def fixed(body: bytes, *, status: str = "200 OK", extra: bytes = b"") -> Answer:
+    return lambda n: b"HTTP/1.1 " + status.encode() + b"\r\nContent-Length: %d\r\n" % len(body) + extra + b"\r\n" + body
+
+
+async def test_content_length_body_and_one_connection_reused() -> None:
+    async with scripted(fixed(b"vllm:num_requests_waiting 3\n")) as (port, connections):
+        c = conn(port)
+        for _ in range(3):
+            assert await c.get() == b"vllm:num_requests_waiting 3\n"
+        c.close()
+    assert connections == [3]
+
+
+async def test_chunked_body_with_trailers() -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-T: 1\r\n\r\n"
+    )
+    async with scripted(lambda n: chunked) as (port, connections):
+        c = conn(port)
+        assert await c.get() == b"hello world"
+        assert await c.get() == b"hello world"
+        c.close()
+    assert connections == [2]
+
+
+async def test_connection_close_and_http10_reconnect() -> None:
+    async with scripted(fixed(b"x", extra=b"Connection: close\r\n"), close_after=1) as (port, connections):
+        c = conn(port)
+        assert await c.get() == b"x"
+        assert await c.get() == b"x"
+        c.close()
+    assert connections == [1, 1]
+    http10 = b"HTTP/1.0 200 OK\r\n\r\nunframed body"
+    async with scripted(lambda n: http10, close_after=1) as (port, _):
+        c = conn(port)
+        assert await c.get() == b"unframed body"
+        c.close()
+
+
+async def test_errors_name_the_problem_and_drop_the_connection() -> None:
+    async with scripted(fixed(b"nope", status="503 Service Unavailable")) as (port, _):
+        with pytest.raises(FetchError, match="HTTP 503") as e:
+            await conn(port).get()
+        assert e.value.reason == "http"
+    async with scripted(fixed(b"y" * 100)) as (port, _):
+        with pytest.raises(FetchError, match="exceeds 10 bytes"):
+            await conn(port, max_body=10).get()
+    async with scripted(lambda n: b"SSH-2.0-OpenSSH\r\n\r\n") as (port, _):
+        with pytest.raises(FetchError, match="not an HTTP/1.x answer"):
+            await conn(port).get()
+    async with scripted(lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", close_after=1) as (port, _):
+        with pytest.raises(FetchError, match="connection lost mid-body") as e:
+            await conn(port).get()
+        assert e.value.reason == "connect"
+    c = MetricsConnection("127.0.0.2", 1, "/metrics", max_body=10)
+    with pytest.raises(FetchError, match="ConnectionRefusedError") as e:
+        await c.get()
+    assert e.value.reason == "connect"
