@@ -53,12 +53,17 @@ class ConfigError(ValueError):
     """A ConfigMap entry that cannot be used; the message names the map, key, field and value."""
 
 
+# The picker's admission and this autoscaler call a replica saturated at the same point by default:
+# one definition, in epp.framework.saturation.
+_SHARED = Thresholds()
+
+
 @dataclass(frozen=True, slots=True)
 class SaturationConfig:
     """V1 saturation parameters. Saturated at ``>=`` a threshold; scale up at spare ``<`` a trigger."""
 
-    kv_cache_threshold: float = 0.80
-    queue_length_threshold: float = 5.0
+    kv_cache_threshold: float = _SHARED.kv_cache_util
+    queue_length_threshold: float = float(_SHARED.queue_depth)
     kv_spare_trigger: float = 0.10
     queue_spare_trigger: float = 3.0
 
