@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
+from epp_dev_cli import run_epp_dev
 
 from epp.autoscale.analysis import Decision, Reason
 from epp.autoscale.controller import Outcome
@@ -167,36 +167,10 @@ def test_decision_lines() -> None:
 
 
 async def test_epp_dev_autoscale_command_scales_up_under_load() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "epp",
-        "dev",
-        "--autoscale",
-        "--model-load-delay",
-        "1",
-        "--autoscale-interval",
-        "1",
-        "--port",
-        "0",
-        "--no-dashboard",
-        "--load",
-        "--duration",
-        "10",
-        "--exit-after-load",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
+    returncode, out = await run_epp_dev(
+        "--autoscale", "--model-load-delay", "1", "--autoscale-interval", "1", "--load", "--duration", "10", timeout=60
     )
-    try:
-        async with asyncio.timeout(60):
-            out_bytes, _ = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            os.killpg(proc.pid, 9)
-            await proc.wait()
-    out = out_bytes.decode()
-    assert proc.returncode == 0, out
+    assert returncode == 0, out
     assert re.search(r"^autoscaler: vllm-llama3-8b-instruct 1 → 2 \(saturated\): ", out, re.M), out
     assert "pods from Deployment vllm-llama3-8b-instruct (1 initial, up to 4" in out
     statuses = dict(re.findall(r"(\S+): (\d+)", re.search(r"by status: (.*)", out).group(1)))  # type: ignore[union-attr]

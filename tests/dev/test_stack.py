@@ -15,6 +15,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from epp_dev_cli import run_epp_dev
 
 from epp.dev.dashboard import Dashboard, PodRow, pod_row, render_line, render_table
 from epp.dev.envoy import DESTINATION_HEADER
@@ -203,33 +204,8 @@ def test_stack_config_is_validated() -> None:
 
 
 async def test_epp_dev_command_runs_load_and_exits_clean() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "epp",
-        "dev",
-        "--pods",
-        "2",
-        "--port",
-        "0",
-        "--no-dashboard",
-        "--load",
-        "--duration",
-        "2",
-        "--exit-after-load",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        async with asyncio.timeout(45):
-            out_bytes, _ = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            os.killpg(proc.pid, 9)
-            await proc.wait()
-    out = out_bytes.decode()
-    assert proc.returncode == 0, out
+    returncode, out = await run_epp_dev("--pods", "2", "--load", "--duration", "2", timeout=45)
+    assert returncode == 0, out
     assert re.search(r"^  curl -sS http://127\.0\.0\.1:\d+/v1/chat/completions .*Llama-3\.1-8B-Instruct", out, re.M), (
         out
     )
