@@ -1,5 +1,5 @@
-"""Model-server metrics: the shared HTTP session, the Prometheus text parser, engine metric maps,
-one scrape task per endpoint and the pool gauges built from what they read.
+"""Model-server metrics: the Prometheus text parser, engine metric maps, one scrape task (and one
+keep-alive connection) per endpoint, and the pool gauges built from what they read.
 
 Reads endpoints from the datastore and writes only their :class:`MetricsSnapshot`; never imports
 scheduling or extproc.

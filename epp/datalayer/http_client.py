@@ -1,9 +1,8 @@
-"""The process's one outgoing HTTP client session: built once by the runtime, closed once.
+"""An aiohttp session for occasional model-server reads (the autoscaler's per-cycle scrapes).
 
-Every model-server scrape goes through it, so connections are pooled and kept alive across the
-50 ms polls instead of a TCP handshake per scrape. It asks for uncompressed Prometheus text
-(decompressing 50 KB twenty times a second per endpoint costs more CPU than it saves on a
-cluster network) and ignores proxy environment variables (pod IPs must never go via a proxy).
+The picker's own 50 ms scrape loop does not use it: it keeps one connection per endpoint
+(:mod:`epp.datalayer.metrics_fetch`). This session asks for uncompressed Prometheus text and
+ignores proxy environment variables (pod IPs must never go via a proxy).
 """
 
 from __future__ import annotations
