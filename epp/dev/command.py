@@ -35,6 +35,15 @@ __all__ = ["add_parser", "banner", "curl_command", "run"]
 log = logging.getLogger(__name__)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except ``None`` ones (their help says what they depend on)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "dev",
@@ -42,7 +51,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Start a fake Kubernetes API server with the sample InferencePool, objectives and "
         "rewrite from manifests/, simulated vLLM pods on 127.0.0.x, the picker (epp serve) and Envoy; "
         "print a curl to try and a live per-pod table. Ctrl-C stops everything.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     p.add_argument(
         "--pods", type=int, default=None, help="simulated model-server pods (default 4; with --autoscale: 1 initially)"
