@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +23,17 @@ from types import TracebackType
 from typing import IO, Self
 
 __all__ = ["ChildProcess", "ChildProcessError", "log_tail"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec (Linux): SIGTERM it if we die, even by SIGKILL.
+
+    The child has its own session so a terminal's Ctrl-C reaches only us; this keeps a hard kill
+    of ``epp dev`` (or of a test run) from leaving an orphaned Envoy or picker behind.
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +106,7 @@ class ChildProcess:
                 env=self._env,
                 cwd=self._cwd,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         except OSError as exc:
             raise ChildProcessError(f"{self.name}: cannot start {self._argv[0]!r}: {exc}") from exc

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from epp.dev.processes import ChildProcess, ChildProcessError
+from epp.testing import wait_until
 
 # Writes a marker file once its SIGTERM handler is in place, then waits forever.
 _WAITER = """
@@ -73,3 +74,38 @@ async def test_missing_program_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ChildProcessError, match="ghost: cannot start"):
         await child.start()
     assert await child.stop() is None
+
+
+# A parent that starts a ChildProcess, reports the child's PID, then dies without any teardown.
+_PARENT = """
+import asyncio, os, sys
+from pathlib import Path
+from epp.dev.processes import ChildProcess
+
+async def main():
+    child = ChildProcess([sys.executable, "-c", "import time; time.sleep(3600)"], log_path=Path(sys.argv[1]), name="c")
+    await child.start()
+    print(child.pid, flush=True)
+    os._exit(0)
+
+asyncio.run(main())
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for init to reap it is gone too
+        return f.read().split(") ", 1)[1][0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+async def test_child_dies_with_a_parent_that_is_killed(tmp_path: Path) -> None:
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _PARENT, str(tmp_path / "child.log"), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await parent.communicate()
+    child_pid = int(out.decode().strip())
+    await wait_until(lambda: not _alive(child_pid), timeout=10, message="orphaned child terminated")
