@@ -35,6 +35,7 @@ def _die_with_parent() -> None:
     """
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
+
 log = logging.getLogger(__name__)
 
 _TAIL_BYTES = 4000
