@@ -45,7 +45,10 @@ async def cancel_and_wait(tasks: asyncio.Task[Any] | Iterable[asyncio.Task[Any]]
 
 
 class Service:
-    """A thing with ``start()`` and ``stop()`` that is also its own async context manager."""
+    """A thing with ``start()`` and ``stop()`` that is also its own async context manager.
+
+    ``stop()`` must be safe after a partial or failed ``start()`` (and when called twice).
+    """
 
     async def start(self) -> None:
         raise NotImplementedError
@@ -54,7 +57,11 @@ class Service:
         raise NotImplementedError
 
     async def __aenter__(self) -> Self:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:  # a half-started service must not leak what it did start
+            await self.stop()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
