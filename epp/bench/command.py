@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -221,49 +221,60 @@ def _install_uvloop() -> None:
         uvloop.install()
 
 
-def _finish(doc: dict[str, Any], out: Path, name: str) -> None:
+def _given(values: dict[str, Any]) -> dict[str, Any]:
+    """The flags the user set (argparse leaves the rest None, so the options keep their defaults)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _run(
+    name: str,
+    args: argparse.Namespace,
+    build: Callable[[], Any],
+    run: Callable[[Any], Coroutine[Any, Any, dict[str, Any]]],
+    show: Callable[[dict[str, Any]], None],
+) -> int:
+    """Validate the options, run the benchmark, print it, write JSON and the plot."""
     from epp.bench.report import plot_overhead, plot_routing, write_json
 
+    try:
+        options = build()
+    except ValueError as e:
+        print(f"epp bench {name}: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING)
+    _install_uvloop()
+    doc = asyncio.run(run(options))
+    show(doc)
+    out: Path = args.out
     path = write_json(out / f"{name}.json", doc)
     plot = (plot_overhead if name == "overhead" else plot_routing)(doc, out / f"{name}.png")
     print(f"\nwrote {path}" + (f" and {plot}" if plot else " (matplotlib not installed: no plot)"))
+    return 0
 
 
 def _run_overhead(args: argparse.Namespace) -> int:
     from epp.bench.overhead import OverheadOptions, run_overhead
 
-    overrides = {
-        k: v
-        for k, v in {
+    overrides = _given(
+        {
             "endpoints": args.endpoints,
             "concurrencies": args.concurrency,
             "prompt_bytes": args.prompt_bytes,
             "rounds": args.rounds,
             "round_seconds": args.round_seconds,
             "scrape_endpoints": args.scrape_endpoints,
-        }.items()
-        if v is not None
-    }
+        }
+    )
     overrides.update(loadgen=args.loadgen, profile_seconds=args.profile, soak_seconds=args.soak)
-    try:
-        options = OverheadOptions.quick(**overrides) if args.quick else OverheadOptions(**overrides)
-    except ValueError as e:
-        print(f"epp bench overhead: {e}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.WARNING)
-    _install_uvloop()
-    doc = asyncio.run(run_overhead(options))
-    print_overhead(doc)
-    _finish(doc, args.out, "overhead")
-    return 0
+    options = OverheadOptions.quick if args.quick else OverheadOptions
+    return _run("overhead", args, lambda: options(**overrides), run_overhead, print_overhead)
 
 
 def _run_routing(args: argparse.Namespace) -> int:
     from epp.bench.routing import RoutingOptions, run_routing
 
-    overrides = {
-        k: v
-        for k, v in {
+    overrides = _given(
+        {
             "servers": args.servers,
             "strategies": args.strategies,
             "workloads": args.workloads,
@@ -271,17 +282,7 @@ def _run_routing(args: argparse.Namespace) -> int:
             "sim_seconds": args.sim_seconds,
             "time_scale": args.time_scale,
             "seed": args.seed,
-        }.items()
-        if v is not None
-    }
-    try:
-        options = RoutingOptions.quick(**overrides) if args.quick else RoutingOptions(**overrides)
-    except ValueError as e:
-        print(f"epp bench routing: {e}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.WARNING)
-    _install_uvloop()
-    doc = asyncio.run(run_routing(options))
-    print_routing(doc)
-    _finish(doc, args.out, "routing")
-    return 0
+        }
+    )
+    options = RoutingOptions.quick if args.quick else RoutingOptions
+    return _run("routing", args, lambda: options(**overrides), run_routing, print_routing)
