@@ -26,6 +26,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from epp.framework.endpoint import join_host_port
+
 __all__ = ["NoopProcessor"]
 
 log = logging.getLogger(__name__)
@@ -134,7 +136,7 @@ class NoopProcessor:
         health = health_aio.HealthServicer()
         await health.set(_EXT_PROC_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        address = join_host_port(host, port)
         bound = (
             server.add_secure_port(address, self._credentials)
             if self._credentials is not None

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 
+from epp.framework.endpoint import join_host_port
+
 __all__ = ["FetchError", "MetricsConnection"]
 
 _MAX_HEAD = 64 * 1024
@@ -43,7 +45,7 @@ class MetricsConnection:
         self.host = host
         self.port = port
         self._ssl = _insecure_context() if https else None
-        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        authority = join_host_port(host, port)
         self.where = f"{'https' if https else 'http'}://{authority}{path}"
         self._request = (
             f"GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: text/plain;version=0.0.4\r\n"
