@@ -11,13 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import httpx
-import kr8s
 from kr8s.asyncio.objects import APIObject, Deployment
 
 from epp.autoscale.cluster import Obj
 from epp.autoscale.types import VariantKey
-from epp.kube.client import Api, KubeApiError, KubeUnavailableError, request_json
+from epp.kube.client import Api, KubeApiError, request_json, translate_errors
 
 __all__ = ["CONTROLLER_INSTANCE_LABEL", "GROUP_VERSION", "KubeCluster", "VariantAutoscaling"]
 
@@ -38,17 +36,8 @@ class VariantAutoscaling(APIObject):  # type: ignore[misc]
 
 
 async def _patch(obj: Any, body: Mapping[str, Any], subresource: str, what: str) -> None:
-    try:
+    with translate_errors(what):
         await obj.async_patch(dict(body), subresource=subresource)
-    except kr8s.NotFoundError as e:
-        raise KubeApiError(f"{what}: not found", status=404) from e
-    except kr8s.ServerError as e:
-        code = e.response.status_code if e.response is not None else 0
-        if code >= 500 or code in (0, 429):
-            raise KubeUnavailableError(f"{what}: HTTP {code}: {e}") from e
-        raise KubeApiError(f"{what}: HTTP {code}: {e}", status=code) from e
-    except (kr8s.APITimeoutError, httpx.HTTPError, ConnectionError, TimeoutError) as e:
-        raise KubeUnavailableError(f"{what}: {type(e).__name__}: {e}") from e
 
 
 class KubeCluster:

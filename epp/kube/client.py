@@ -47,6 +47,7 @@ __all__ = [
     "request_json",
     "served_kinds",
     "stream_lines",
+    "translate_errors",
 ]
 
 JsonObject = dict[str, Any]
@@ -127,10 +128,12 @@ def _status_of(e: kr8s.ServerError) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def _translate(what: str) -> Iterator[None]:
+def translate_errors(what: str) -> Iterator[None]:
     """Map kr8s/httpx/JSON errors raised while doing ``what`` to :class:`KubeError`."""
     try:
         yield
+    except kr8s.NotFoundError as e:
+        raise KubeApiError(f"{what}: not found", status=404) from e
     except kr8s.ServerError as e:
         code, message = _status_of(e)
         if code == 410:
@@ -177,7 +180,7 @@ async def call_json(
     if body is not None:
         kwargs["content"] = json.dumps(body)
         kwargs["headers"] = {"Content-Type": content_type}
-    with _translate(what):
+    with translate_errors(what):
         async with api.call_api(method, version="", base=base, url=url, **kwargs) as response:
             result = response.json()
     if not isinstance(result, dict):
@@ -215,7 +218,7 @@ async def stream_lines(
     what = f"WATCH {base}/{url}"
 
     async def lines(response: httpx.Response) -> AsyncGenerator[JsonObject, None]:
-        with _translate(what):
+        with translate_errors(what):
             async for line in response.aiter_lines():
                 if not line.strip():
                     continue
@@ -228,7 +231,7 @@ async def stream_lines(
                 yield event
 
     async with contextlib.AsyncExitStack() as stack:
-        with _translate(what):
+        with translate_errors(what):
             response = await stack.enter_async_context(
                 api.call_api("GET", version="", base=base, url=url, params=dict(params or {}), stream=True)
             )
