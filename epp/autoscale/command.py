@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import cast
 
 from epp.autoscale.controller import DEFAULT_CONFIG_NAMESPACE, Controller, ControllerOptions
 from epp.autoscale.inputs import MetricsSource, PrometheusSource, ScrapeSource
@@ -27,7 +26,6 @@ from epp.datalayer.http_client import create_session
 from epp.durations import parse_duration
 from epp.kube.client import KubeError, close_api, make_api
 from epp.tasks import cancel_and_wait, start_guarded
-from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_server import MetricsServer
 
 __all__ = ["add_parser", "run"]
@@ -126,7 +124,7 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
         return 1
     session = create_session()
     metrics = AutoscalerMetrics(controller_instance=args.controller_instance)
-    server = MetricsServer(cast(EppMetrics, metrics))  # it reads only ``.registry``
+    server = MetricsServer(metrics)
     try:
         clock = SystemClock()
         source: MetricsSource

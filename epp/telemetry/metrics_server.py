@@ -1,6 +1,6 @@
 """``/metrics`` (the picker's own Prometheus series) and ``/healthz`` over HTTP, on ``--metrics-port``.
 
-Serves the :class:`EppMetrics` registry the runtime owns, never prometheus_client's global one.
+Serves a registry its owner holds (the picker's or the autoscaler's), never prometheus_client's global one.
 Hooks registered as ``before_scrape`` (e.g. the pool gauges' refresh) run on the event loop just
 before each scrape; the text itself is rendered on a worker thread, because a registry with many
 labelled histograms takes milliseconds to render and the event loop serves ext_proc streams.
@@ -12,22 +12,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import prometheus_client
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
-
-from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["MetricsServer"]
 
 _log = logging.getLogger(__name__)
 
 
+class HasRegistry(Protocol):
+    """Anything that owns a registry: the picker's EppMetrics, the autoscaler's metrics."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+
 class MetricsServer:
     """An aiohttp server for ``/metrics`` and ``/healthz``; start once, stop once."""
 
-    def __init__(self, metrics: EppMetrics, *, before_scrape: Sequence[Callable[[], None]] = ()) -> None:
+    def __init__(self, metrics: HasRegistry, *, before_scrape: Sequence[Callable[[], None]] = ()) -> None:
         self._registry = metrics.registry
         self._before_scrape = tuple(before_scrape)
         self._runner: web.AppRunner | None = None
