@@ -124,7 +124,7 @@ class Env:
             endpoint=headers_set["x-gateway-destination-endpoint"].decode(),
             metadata_endpoint=destination_metadata(first),
             headers=headers_set,
-            body=bytes(out) if out != raw else raw,
+            body=bytes(out),
         )
 
     async def set_pins(self, pins: Sequence[Mapping[str, Any]]) -> None:

@@ -88,6 +88,6 @@ async def test_two_pools_are_isolated() -> None:
                 unknown = await env.route(body, headers={"x-gateway-inference-pool": "pool-z"})
                 assert unknown.status == 404
                 assert unknown.error == b"inference error: NotFound - unknown inference pool 'pool-z'"
-                assert json.loads(routed_b.body or b"{}") == body
+                assert json.loads(routed_b.body) == body
             finally:
                 await channel.close()
