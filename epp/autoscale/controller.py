@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,11 +127,16 @@ class Controller:
         self._configs: dict[tuple[str, str], tuple[str, Any]] = {}  # (ns, name) → (resourceVersion, parsed)
         self.last_outcomes: dict[VariantKey, Outcome] = {}
 
-    async def run(self) -> None:
-        """Run cycles every ``interval`` until cancelled; a failed cycle is logged and retried."""
+    async def run(self, *, on_cycle: Callable[[dict[VariantKey, Outcome]], None] | None = None) -> None:
+        """Run cycles every ``interval`` until cancelled; a failed cycle is logged and retried.
+
+        ``on_cycle`` sees each cycle's outcomes (``epp dev`` prints the decisions that changed).
+        """
         while True:
             try:
-                await self.run_cycle()
+                outcomes = await self.run_cycle()
+                if on_cycle is not None:
+                    on_cycle(outcomes)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -230,7 +230,7 @@ class DevAutoscaler:
             metrics=AutoscalerMetrics(CollectorRegistry()),
             options=ControllerOptions(interval=cfg.interval, pending_timeout=cfg.pending_timeout, actuate=True),
         )
-        self._task = start_guarded(self._loop(), name="epp-dev-autoscaler")
+        self._task = start_guarded(self._controller.run(on_cycle=self._report_cycle), name="epp-dev-autoscaler")
 
     async def stop(self) -> None:
         """Stop the loop, then the clients, then the pods (their simulators); safe after a failed start."""
@@ -277,20 +277,14 @@ class DevAutoscaler:
 
     # ------------------------------------------------------------------------------ the loop
 
-    async def _loop(self) -> None:
-        """A cycle every ``interval``; a failed cycle is logged and the next one runs (task boundary)."""
-        while True:
-            try:
-                await self.run_cycle()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("autoscaler cycle failed")
-            await self.config.clock.sleep(self.config.interval)
-
     async def run_cycle(self) -> dict[VariantKey, Outcome]:
-        """One autoscaler cycle; reports the decisions that changed and updates the status line."""
+        """One autoscaler cycle by hand (tests); reports it like the background loop does."""
         outcomes = await self.controller.run_cycle()
+        self._report_cycle(outcomes)
+        return outcomes
+
+    def _report_cycle(self, outcomes: Mapping[VariantKey, Outcome]) -> None:
+        """Report the decisions that changed and update the status line."""
         for key, outcome in sorted(outcomes.items()):
             d = outcome.decision
             line = describe(key.name, outcome, loading=self._loading(key))
@@ -299,7 +293,6 @@ class DevAutoscaler:
             if self._reported.get(key) != seen:
                 self._reported[key] = seen
                 self._report(line)
-        return outcomes
 
     # ------------------------------------------------------------------------------ views
 
