@@ -23,7 +23,10 @@ from kube_rest import KubeRest
 
 from epp.config.options import V1_GROUP, V1ALPHA2_GROUP, ServeOptions
 from epp.extproc import pb
-from epp.extproc.client import (
+from epp.framework.endpoint import EndpointState
+from epp.runtime import Runtime
+from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
+from epp_sim.extproc_client import (
     ExtProcCall,
     destination_metadata,
     post_headers,
@@ -32,12 +35,9 @@ from epp.extproc.client import (
     set_headers,
     streamed,
 )
-from epp.framework.endpoint import EndpointState
-from epp.runtime import Runtime
-from epp.sim.apiserver.fixture import RunningApiServer, running_apiserver
-from epp.sim.modelserver.config import SimConfig
-from epp.sim.modelserver.fixture import ModelServer, model_servers
-from epp.testing import free_port, wait_until
+from epp_sim.modelserver.config import SimConfig
+from epp_sim.modelserver.fixture import ModelServer, model_servers
+from epp_sim.testing import free_port, wait_until
 
 __all__ = ["POOL", "Env", "Routed", "hermetic", "picker_options"]
 

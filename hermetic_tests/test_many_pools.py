@@ -10,9 +10,9 @@ from harness import CRDS, Env, picker_options
 from kube_rest import KubeRest
 
 from epp.runtime import Runtime
-from epp.sim.apiserver.fixture import running_apiserver
-from epp.sim.modelserver.fixture import model_servers
-from epp.testing import free_port, wait_until
+from epp_sim.apiserver.fixture import running_apiserver
+from epp_sim.modelserver.fixture import model_servers
+from epp_sim.testing import free_port, wait_until
 
 SHEDDABLE = "x-gateway-inference-objective"
 

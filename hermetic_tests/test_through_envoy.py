@@ -7,8 +7,8 @@ import time
 import aiohttp
 from harness import POOL, Env, hermetic
 
-from epp.dev.envoy import EnvoyProcess, ExtProcTarget, envoy_bootstrap
-from epp.sim.modelserver.config import SimConfig
+from epp_sim.dev.envoy import EnvoyProcess, ExtProcTarget, envoy_bootstrap
+from epp_sim.modelserver.config import SimConfig
 
 REWRITE = {
     "apiVersion": "inference.networking.x-k8s.io/v1alpha2",

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from epp.autoscale.command import add_parser, run
-from epp.sim.apiserver.fixture import running_apiserver
 from epp.tasks import cancel_and_wait, start_guarded
-from epp.testing import free_port, wait_until
+from epp_sim.apiserver.fixture import running_apiserver
+from epp_sim.testing import free_port, wait_until
 
 CRD = Path(__file__).parents[2] / "manifests" / "autoscaler" / "crd.yaml"
 SAMPLES = Path(__file__).parents[2] / "manifests" / "autoscaler" / "sample-va.yaml"

@@ -26,9 +26,9 @@ from epp.autoscale.stability import wait_stable
 from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
 from epp.kube.client import close_api, make_api
-from epp.sim.apiserver.fixture import RunningApiServer, running_apiserver
-from epp.sim.apiserver.workloads import WorkloadsController
-from epp.testing import wait_until
+from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
+from epp_sim.testing import wait_until
+from epp_sim.workloads import WorkloadsController
 
 CRD = Path(__file__).parents[2] / "manifests" / "autoscaler" / "crd.yaml"
 NS = "llm"

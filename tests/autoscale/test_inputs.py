@@ -12,8 +12,8 @@ from aiohttp import web
 from epp.autoscale.inputs import InputError, PodTarget, PrometheusSource, ScrapeSource
 from epp.autoscale.types import ModelKey, ReplicaMetrics
 from epp.clock import ManualClock
-from epp.sim.modelserver.config import SimConfig
-from epp.sim.modelserver.fixture import model_servers
+from epp_sim.modelserver.config import SimConfig
+from epp_sim.modelserver.fixture import model_servers
 
 KEY = ModelKey("ns", "llama")
 

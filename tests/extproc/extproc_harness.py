@@ -8,7 +8,11 @@ from typing import Any
 
 from epp.errors import EppError, ErrorCode
 from epp.extproc import pb
-from epp.extproc.client import (  # noqa: F401 - re-exported for the tests
+from epp.extproc.server import ExtProcServer
+from epp.framework.endpoint import Endpoint, EndpointState
+from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.telemetry.metrics import EppMetrics
+from epp_sim.extproc_client import (  # noqa: F401 - re-exported for the tests
     ExtProcCall,
     destination_metadata,
     post_headers,
@@ -21,10 +25,6 @@ from epp.extproc.client import (  # noqa: F401 - re-exported for the tests
     set_headers,
     streamed,
 )
-from epp.extproc.server import ExtProcServer
-from epp.framework.endpoint import Endpoint, EndpointState
-from epp.framework.request import InferenceRequest, RoutingDecision
-from epp.telemetry.metrics import EppMetrics
 
 RECV_TIMEOUT = 5.0
 

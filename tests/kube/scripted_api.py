@@ -1,6 +1,6 @@
 """A scripted loopback API server for informer protocol tests (pages, bookmarks, ERROR events).
 
-The fake API server (``epp.sim.apiserver``) is the realistic peer; this one answers exactly what a
+The fake API server (``epp_sim.apiserver``) is the realistic peer; this one answers exactly what a
 test scripts, so protocol corners (a 410 ERROR event, a bookmark, a 500, a watch that closes at
 once) can be produced on demand and the requests the informer made can be asserted.
 """

@@ -26,8 +26,8 @@ from epp.kube.resources import (
     ResourceKind,
 )
 from epp.labels import parse_selector
-from epp.sim.apiserver.fixture import RunningApiServer, running_apiserver
-from epp.testing import wait_until
+from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
+from epp_sim.testing import wait_until
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "manifests" / "crds"
 FAST = InformerSettings(backoff=Backoff(initial=0.02, maximum=0.2), watch_timeout=60, request_timeout=5)

@@ -9,7 +9,7 @@ import pytest
 from epp.clock import ManualClock
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
-from epp.sim.apiserver.fixture import RunningApiServer, running_apiserver
+from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
 
 
 @pytest.fixture

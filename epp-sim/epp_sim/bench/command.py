@@ -1,0 +1,288 @@
+"""``epp bench overhead|routing``: flags → options → run → tables on stdout, JSON and PNG in ``--out``.
+
+Parsing and printing only; the benchmarks live in ``overhead.py`` and ``routing.py``. ``--quick``
+is the CI smoke shape of each (seconds, not minutes; the numbers mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = ["add_parser", "print_overhead", "print_routing"]
+
+_T = TypeVar("_T")
+
+
+def _csv(convert: Callable[[str], _T], what: str) -> Callable[[str], tuple[_T, ...]]:
+    """An argparse type: a comma-separated list of at least one value of ``convert``."""
+
+    def parse(text: str) -> tuple[_T, ...]:
+        try:
+            values = tuple(convert(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError("expected at least one value")
+        return values
+
+    return parse
+
+
+_ints = _csv(int, "integers")
+_floats = _csv(float, "numbers")
+
+
+def _strs(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``bench`` with its ``overhead`` and ``routing`` sub-commands."""
+    bench: argparse.ArgumentParser = subparsers.add_parser(
+        "bench", help="benchmarks: the picker's per-request overhead and routing quality"
+    )
+    sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
+
+    o = sub.add_parser(
+        "overhead",
+        help="Envoy alone vs + no-op ext_proc vs + epp serve, interleaved rounds",
+        description="Requests/s, latency and CPU of Envoy alone, Envoy + a no-op ext_proc server and "
+        "Envoy + epp serve, on loopback; plus ext_proc streams/s without Envoy, the picker's per-phase "
+        "overhead and the scraper's CPU.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    o.add_argument("--quick", action="store_true", help="CI smoke test: seconds, meaningless numbers")
+    o.add_argument("--endpoints", type=int, default=None, help="pods behind the picker (default 8)")
+    o.add_argument("--concurrency", type=_ints, default=None, help="closed-loop concurrencies (default 1,16,64)")
+    o.add_argument("--prompt-bytes", type=_ints, default=None, help="prompt sizes (default 1024,225280)")
+    o.add_argument("--rounds", type=int, default=None, help="interleaved rounds per cell (default 3)")
+    o.add_argument("--round-seconds", type=float, default=None, help="seconds per round (default 2)")
+    o.add_argument("--scrape-endpoints", type=_ints, default=None, help="scraper-cost endpoint counts (8,64)")
+    o.add_argument(
+        "--loadgen",
+        choices=("auto", "native", "python"),
+        default="auto",
+        help="auto: wrk/h2load when installed, else the Python generator",
+    )
+    o.add_argument("--profile", type=float, default=0.0, metavar="SECONDS", help="py-spy the picker this long")
+    o.add_argument("--soak", type=float, default=0.0, metavar="SECONDS", help="then run a soak sampling RSS")
+    o.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for JSON and PNG")
+    o.set_defaults(func=_run_overhead)
+
+    r = sub.add_parser(
+        "routing",
+        help="routing strategies on a simulated cluster, same seeded arrivals",
+        description="Round robin, random, least queue, the v0.3 filter tree, the default profile and a "
+        "prefix-aware profile on simulated vLLM servers under seeded Poisson workloads.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    r.add_argument("--quick", action="store_true", help="CI smoke test: seconds, meaningless numbers")
+    r.add_argument("--servers", type=int, default=None, help="simulated model servers (default 8)")
+    r.add_argument("--strategies", type=_strs, default=None, help="subset of strategies, comma-separated")
+    r.add_argument("--workloads", type=_strs, default=None, help="subset of workloads, comma-separated")
+    r.add_argument("--loads", type=_floats, default=None, help="offered load as fractions of capacity")
+    r.add_argument("--sim-seconds", type=float, default=None, help="simulated seconds of arrivals per run")
+    r.add_argument("--time-scale", type=float, default=None, help="simulator clock speed-up")
+    r.add_argument("--seed", type=int, default=None, help="workload seed")
+    r.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for JSON and PNG")
+    r.set_defaults(func=_run_routing)
+    return bench
+
+
+def _fmt(value: float, digits: int = 1) -> str:
+    return f"{value:.{digits}f}"
+
+
+def print_overhead(doc: dict[str, Any]) -> None:
+    """The overhead document as tables."""
+    from epp_sim.bench.report import format_table, machine_line
+
+    print(f"\nmachine: {machine_line(doc['machine'])}")
+    opts = doc["options"]
+    print(f"load generator: HTTP {opts['http_loadgen']}, gRPC {opts['grpc_loadgen']}; Envoy: {opts['envoy_body_mode']}")
+    rows = []
+    for c in doc["http"]:
+        cores = c["cpu_cores"]
+        rows.append(
+            [
+                f"{c['prompt_bytes'] // 1024} KB",
+                c["concurrency"],
+                c["variant"],
+                _fmt(c["rps"], 0),
+                _fmt(c["p50_ms"], 2),
+                _fmt(c["p90_ms"], 2),
+                _fmt(c["p99_ms"], 2),
+                _fmt(cores.get("envoy", 0), 2),
+                _fmt(cores.get("processor", 0), 2),
+                _fmt(cores.get("backend", 0), 2),
+                _fmt(cores.get("loadgen", 0), 2),
+                c["errors"],
+                _fmt(c["rps_vs_noop"], 2) if c["variant"] == "epp" else "",
+                _fmt(c["rps_vs_envoy"], 3) if c["variant"] == "epp" else "",
+                _fmt(c["added_p50_vs_noop_ms"], 2) if c["variant"] == "epp" else "",
+            ]
+        )
+    headers = ["prompt", "conc", "variant", "req/s", "p50 ms", "p90 ms", "p99 ms", "envoy cpu", "proc cpu"]
+    headers += ["backend cpu", "loadgen cpu", "errors", "c/b", "c/a", "+p50 vs b"]
+    print("\nThrough Envoy (cpu in cores):")
+    print(format_table(headers, rows))
+    print("\nPicker per-phase overhead (epp_picker_overhead_seconds, µs):")
+    rows = [
+        [f"{p['prompt_bytes'] // 1024} KB", p["concurrency"], phase, _fmt(v["mean_us"]), _fmt(v["p50_us"])]
+        + [_fmt(v["p90_us"]), _fmt(v["p99_us"])]
+        for p in doc["picker_phases"]
+        for phase, v in p["phases"].items()
+    ]
+    print(format_table(["prompt", "conc", "phase", "mean", "p50", "p90", "p99"], rows))
+    print("\next_proc straight to the processor (no Envoy):")
+    rows = [
+        [f"{g['prompt_bytes'] // 1024} KB", g["concurrency"], g["variant"], _fmt(g["streams_per_s"], 0)]
+        + [_fmt(g["p50_ms"], 2), _fmt(g["p99_ms"], 2), _fmt(g["cpu_us_per_request"].get("processor", 0), 0)]
+        for g in doc["grpc_direct"]
+    ]
+    print(format_table(["prompt", "conc", "processor", "streams/s", "p50 ms", "p99 ms", "cpu µs/stream"], rows))
+    print("\nScraper alone (vLLM /metrics, ~45 KB, every 50 ms):")
+    rows = [
+        [s["endpoints"], _fmt(s["cpu_per_s"], 3), _fmt(s["scrapes_per_s"], 0), _fmt(s["cpu_per_scrape_us"], 0)]
+        + [s["errors"]]
+        for s in doc["scrape"]
+    ]
+    print(format_table(["endpoints", "cores", "scrapes/s", "cpu µs/scrape", "errors"], rows))
+    if "profile" in doc:
+        prof = doc["profile"]
+        print(f"\npy-spy on epp serve ({prof['samples']} busy samples, {prof['rps_while_profiled']:.0f} req/s):")
+        rows = [[_fmt(e["share"] * 100), e["function"]] for e in prof["top_self"]]
+        print(format_table(["self %", "function"], rows))
+        rows = [[_fmt(e["share"] * 100), e["function"]] for e in prof["top_inclusive"]]
+        print(format_table(["incl %", "function"], rows))
+    if "soak" in doc:
+        soak = doc["soak"]
+        print(
+            f"\nsoak: {soak['seconds']:.0f} s, {soak['requests']} requests, epp RSS growth after warm-up "
+            f"{soak['epp_rss_growth_mib']:.1f} MiB"
+        )
+    print("\ntargets:")
+    for name, t in doc["targets"].items():
+        verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
+        print(f"  {name}: {t['value']} {verdict}")
+
+
+def print_routing(doc: dict[str, Any]) -> None:
+    """The routing document as one table per workload."""
+    from epp_sim.bench.report import format_table, machine_line
+
+    print(f"\nmachine: {machine_line(doc['machine'])}")
+    print(f"simulator: {doc['options']['servers']} servers, time_scale {doc['options']['time_scale']}")
+    for workload in dict.fromkeys(r["workload"] for r in doc["runs"]):
+        print(f"\nworkload {workload} (times in simulated seconds):")
+        rows = []
+        for r in doc["runs"]:
+            if r["workload"] != workload:
+                continue
+            t, e = r["ttft_s"], r["e2e_s"]
+            rows.append(
+                [
+                    _fmt(r["load"], 2),
+                    _fmt(r["rate"], 1),
+                    r["strategy"],
+                    r["completed"],
+                    _fmt(t["p50"], 3),
+                    _fmt(t["p90"], 3),
+                    _fmt(t["p99"], 3),
+                    _fmt(e["p50"], 2),
+                    _fmt(e["p90"], 2),
+                    _fmt(r["output_tokens_per_s"], 0),
+                    _fmt(r["prefix_hit_rate"] * 100, 1),
+                    _fmt(r["shed_rate"] * 100, 1),
+                    r["errors"],
+                    _fmt(r["time_stretch"], 2),
+                ]
+            )
+        headers = ["load", "req/s", "strategy", "done", "ttft p50", "ttft p90", "ttft p99", "e2e p50", "e2e p90"]
+        headers += ["out tok/s", "hit %", "shed %", "errors", "stretch"]
+        print(format_table(headers, rows))
+    print("\ntargets:")
+    for name, t in doc["targets"].items():
+        verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
+        print(f"  {name}: {t['detail']} {verdict}")
+
+
+def _install_uvloop() -> None:
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+
+
+def _given(values: dict[str, Any]) -> dict[str, Any]:
+    """The flags the user set (argparse leaves the rest None, so the options keep their defaults)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _run(
+    name: str,
+    args: argparse.Namespace,
+    build: Callable[[], Any],
+    run: Callable[[Any], Coroutine[Any, Any, dict[str, Any]]],
+    show: Callable[[dict[str, Any]], None],
+) -> int:
+    """Validate the options, run the benchmark, print it, write JSON and the plot."""
+    from epp_sim.bench.report import plot_overhead, plot_routing, write_json
+
+    try:
+        options = build()
+    except ValueError as e:
+        print(f"epp bench {name}: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING)
+    _install_uvloop()
+    doc = asyncio.run(run(options))
+    show(doc)
+    out: Path = args.out
+    path = write_json(out / f"{name}.json", doc)
+    plot = (plot_overhead if name == "overhead" else plot_routing)(doc, out / f"{name}.png")
+    print(f"\nwrote {path}" + (f" and {plot}" if plot else " (matplotlib not installed: no plot)"))
+    return 0
+
+
+def _run_overhead(args: argparse.Namespace) -> int:
+    from epp_sim.bench.overhead import OverheadOptions, run_overhead
+
+    overrides = _given(
+        {
+            "endpoints": args.endpoints,
+            "concurrencies": args.concurrency,
+            "prompt_bytes": args.prompt_bytes,
+            "rounds": args.rounds,
+            "round_seconds": args.round_seconds,
+            "scrape_endpoints": args.scrape_endpoints,
+        }
+    )
+    overrides.update(loadgen=args.loadgen, profile_seconds=args.profile, soak_seconds=args.soak)
+    options = OverheadOptions.quick if args.quick else OverheadOptions
+    return _run("overhead", args, lambda: options(**overrides), run_overhead, print_overhead)
+
+
+def _run_routing(args: argparse.Namespace) -> int:
+    from epp_sim.bench.routing import RoutingOptions, run_routing
+
+    overrides = _given(
+        {
+            "servers": args.servers,
+            "strategies": args.strategies,
+            "workloads": args.workloads,
+            "loads": args.loads,
+            "sim_seconds": args.sim_seconds,
+            "time_scale": args.time_scale,
+            "seed": args.seed,
+        }
+    )
+    options = RoutingOptions.quick if args.quick else RoutingOptions
+    return _run("routing", args, lambda: options(**overrides), run_routing, print_routing)

@@ -1,0 +1,303 @@
+"""``epp dev``: the local stack on embedded defaults, one command on a fresh checkout.
+
+Starts :class:`~epp_sim.dev.stack.LocalStack` (fake API server with the sample pool, simulated pods,
+``epp serve``, Envoy), prints where everything is and a ready-to-paste ``curl``, then shows the
+live per-pod table until Ctrl-C (or SIGTERM), which stops every child and removes the work
+directory. ``--load`` drives the mixed workload of :mod:`epp_sim.dev.load` for ``--duration``
+seconds; ``--exit-after-load`` then stops instead of waiting for Ctrl-C. ``--autoscale`` takes the
+pool's pods from a simulated Deployment that the saturation autoscaler scales
+(:mod:`epp_sim.dev.autoscale`); its decisions are printed as they change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import logging
+import shlex
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from epp.tasks import cancel_and_wait, start_guarded
+from epp_sim.dev.autoscale import AutoscaleConfig, DevAutoscaler
+from epp_sim.dev.dashboard import Dashboard, PodRow, pod_row
+from epp_sim.dev.load import OBJECTIVE_HEADER, LoadConfig, run_load
+from epp_sim.dev.processes import ChildProcessError
+from epp_sim.dev.stack import DEFAULT_ENVOY_PORT, DEFAULT_MANIFESTS, LocalStack, StackConfig, StackError
+
+__all__ = ["add_parser", "banner", "curl_command", "run"]
+
+log = logging.getLogger(__name__)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except ``None`` ones (their help says what they depend on)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "dev",
+        help="run the whole stack locally: fake API server, simulated pods, the picker and Envoy",
+        description="Start a fake Kubernetes API server with the sample InferencePool, objectives and "
+        "rewrite from manifests/, simulated vLLM pods on 127.0.0.x, the picker (epp serve) and Envoy; "
+        "print a curl to try and a live per-pod table. Ctrl-C stops everything.",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument(
+        "--pods", type=int, default=None, help="simulated model-server pods (default 4; with --autoscale: 1 initially)"
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"Envoy listener port (default: {DEFAULT_ENVOY_PORT} if free, else any free port; 0: any)",
+    )
+    p.add_argument("--time-scale", type=float, default=1.0, help="simulator speed-up (10 = ten times faster)")
+    p.add_argument("--load", action="store_true", help="drive a short mixed workload through Envoy")
+    p.add_argument(
+        "--duration", type=_positive(float), default=None, help="seconds of --load (default 20; with --autoscale: 60)"
+    )
+    p.add_argument("--concurrency", type=_positive(int), default=8, help="concurrent requests of --load")
+    p.add_argument("--seed", type=int, default=0, help="seed of the --load workload")
+    p.add_argument("--exit-after-load", action="store_true", help="stop once --load is done")
+    p.add_argument("--no-dashboard", action="store_true", help="do not draw the live per-pod table")
+    p.add_argument("--manifests", type=Path, default=DEFAULT_MANIFESTS, help="folder with crds/ and samples/")
+    p.add_argument(
+        "--autoscale",
+        action="store_true",
+        help="pods come from a simulated Deployment scaled by the saturation autoscaler (epp autoscale) in-process",
+    )
+    p.add_argument(
+        "--model-load-delay",
+        type=_non_negative,
+        default=8.0,
+        help="--autoscale: seconds a new pod stays Pending while its model loads",
+    )
+    p.add_argument(
+        "--autoscale-interval",
+        type=_positive(float),
+        default=3.0,
+        help="--autoscale: seconds between autoscaler cycles",
+    )
+    p.add_argument(
+        "--autoscale-window",
+        type=_non_negative,
+        default=15.0,
+        help="--autoscale: read each pod's peak load over this many seconds (0: one sample per cycle)",
+    )
+    p.add_argument(
+        "--max-replicas", type=_positive(int), default=4, help="--autoscale: the VariantAutoscaling's maxReplicas"
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type: a number of ``kind`` above 0 (so a bad --load flag fails before anything starts)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from e
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+
+    return parse
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from e
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+class _Notes:
+    """Where messages go: straight to ``out`` until the dashboard runs, then above its table."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.write: Callable[[str], None] = functools.partial(_write, out)
+
+    def __call__(self, text: str) -> None:
+        self.write(text if text.endswith("\n") else text + "\n")
+
+
+def curl_command(envoy_url: str, model: str, *, headers: dict[str, str] | None = None) -> str:
+    """A ready-to-paste chat completion through Envoy."""
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "Say hello!"}], "max_tokens": 32},
+        separators=(",", ":"),
+    )
+    extra = "".join(f" -H {shlex.quote(f'{k}: {v}')}" for k, v in (headers or {}).items())
+    return f"curl -sS {envoy_url}/v1/chat/completions -H 'content-type: application/json'{extra} -d {shlex.quote(body)}"
+
+
+def _kubectl() -> str:
+    beside = Path(sys.executable).parent / "kubectl"
+    return str(beside) if beside.is_file() else "kubectl"
+
+
+def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
+    """What ``epp dev`` prints once everything is up."""
+    samples = stack.samples
+    pods = ", ".join(p.address for p in stack.pods)
+    kinds = "pods,inferencepools"
+    if autoscaler is None:
+        first = f"epp dev: pool {samples.namespace}/{samples.name}, {len(stack.pods)} simulated pods ({pods})"
+    else:
+        a = autoscaler.config
+        first = (
+            f"epp dev: pool {samples.namespace}/{samples.name}, pods from Deployment {samples.deployment_name} "
+            f"({a.initial_replicas} initial, up to {a.max_replicas}, on {a.hosts[0]}+:{stack.target_port}; "
+            f"model load {a.load_delay:g}s)\n"
+            f"  autoscaler:     every {a.interval:g}s, pending timeout {a.pending_timeout:g}s, "
+            f"VariantAutoscaling {autoscaler.variant}"
+        )
+        kinds = "pods,deployments,variantautoscalings"
+    lines = [
+        first,
+        f"  Envoy:          {stack.envoy_url}",
+        f"  picker metrics: {stack.picker_metrics_url}",
+        f"  kubeconfig:     {stack.kubeconfig}",
+        f"                  {_kubectl()} --kubeconfig {stack.kubeconfig} get {kinds}",
+        f"  logs:           {stack.work_dir} (removed on exit)",
+        "",
+        "Try:",
+        f"  {curl_command(stack.envoy_url, samples.model)}",
+    ]
+    if samples.rewritten_models:
+        headers = {OBJECTIVE_HEADER: samples.objective_names[-1]} if samples.objective_names else None
+        lines.append(f"  {curl_command(stack.envoy_url, samples.rewritten_models[0], headers=headers)}")
+        lines.append(
+            f"  (the second asks for {samples.rewritten_models[0]!r}, which a rewrite sends to a LoRA adapter)"
+        )
+    lines += ["", "Ctrl-C stops everything."]
+    return "\n".join(lines) + "\n"
+
+
+async def _dev(args: argparse.Namespace, out: TextIO) -> int:
+    notes = _Notes(out)
+    autoscaler: DevAutoscaler | None = None
+    if args.autoscale:
+        autoscaler = DevAutoscaler(
+            AutoscaleConfig(
+                initial_replicas=1 if args.pods is None else args.pods,
+                max_replicas=args.max_replicas,
+                load_delay=args.model_load_delay,
+                interval=args.autoscale_interval,
+                window=args.autoscale_window,
+            ),
+            report=notes,
+        )
+    config = StackConfig(
+        pods=0 if autoscaler else 4 if args.pods is None else args.pods,
+        envoy_port=args.port,
+        time_scale=args.time_scale,
+        manifests=args.manifests,
+    )
+    main = asyncio.current_task()
+    assert main is not None
+    loop = asyncio.get_running_loop()
+    stopping = False
+
+    def on_signal() -> None:
+        # The first signal cancels start-up or the wait; later ones must not interrupt the teardown.
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            out.write("\nstopping…\n")
+            main.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        async with LocalStack(config, components=[autoscaler] if autoscaler else []) as stack:
+            out.write(banner(stack, autoscaler))
+            out.flush()
+            return await _run(stack, autoscaler, args, out, notes)
+    except asyncio.CancelledError:
+        if not stopping:
+            raise
+        out.write("stopped\n")
+        return 0
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _run(
+    stack: LocalStack, autoscaler: DevAutoscaler | None, args: argparse.Namespace, out: TextIO, say: _Notes
+) -> int:
+    """Dashboard and load while the stack runs; return when the load is done (if asked) or never."""
+    tasks: list[asyncio.Task[Any]] = []
+
+    def hand_made() -> list[PodRow]:
+        return [pod_row(p.name, p.ip, p.server.stats()) for p in stack.pods]
+
+    rows = autoscaler.rows if autoscaler is not None else hand_made
+    if not args.no_dashboard:
+        dashboard = Dashboard(
+            rows,
+            out=out,
+            title=f"pool {stack.samples.name} via {stack.envoy_url}",
+            status=autoscaler.status if autoscaler is not None else None,
+        )
+        say.write = dashboard.note  # messages go above the live table
+        tasks.append(start_guarded(dashboard.run(), name="epp-dev-dashboard"))
+    try:
+        if autoscaler is not None:
+            say(f"waiting for the Deployment's first replicas to load ({autoscaler.config.load_delay:g}s)…")
+            await autoscaler.wait_ready()
+            say("replicas Ready; the picker routes to them")
+        if args.load:
+            samples = stack.samples
+            load = LoadConfig(
+                model=samples.model,
+                lora_models=samples.rewritten_models,
+                objectives=samples.objective_names,
+                duration=args.duration or (60.0 if autoscaler else 20.0),
+                concurrency=args.concurrency,
+                seed=args.seed,
+            )
+            report = await run_load(stack.envoy_url, load)
+            routed = ", ".join(f"{r.name}={r.routed}" for r in rows())
+            say(f"{report.summary()}\n  routed:    {routed}\n")
+            if args.exit_after_load:
+                return 0
+        await asyncio.Event().wait()  # until Ctrl-C cancels us
+        return 0
+    finally:
+        await cancel_and_wait(tasks)
+
+
+def _write(out: TextIO, text: str) -> None:
+    out.write(text)
+    out.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    """``epp dev``: exit 0 after Ctrl-C or a finished ``--exit-after-load``; 1 if the stack cannot start."""
+    if args.exit_after_load and not args.load:
+        print("epp dev: --exit-after-load needs --load", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(_dev(args, sys.stdout))
+    except (StackError, ChildProcessError, OSError, ValueError) as e:
+        print(f"epp dev: {e}", file=sys.stderr)
+        return 1

@@ -1,0 +1,75 @@
+"""Seeded workloads: same seed → same arrivals; the shapes the routing benchmark relies on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from epp_sim.bench.workloads import (
+    ADAPTERS,
+    BASE_MODEL,
+    OBJECTIVE_HEADER,
+    SHEDDABLE_OBJECTIVE,
+    WORKLOADS,
+    capacity,
+    chat_mix,
+    shared_prefix,
+)
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_same_seed_same_arrivals_and_another_seed_differs(name: str) -> None:
+    generate = WORKLOADS[name].generate
+    a, b, c = generate(20.0, 10.0, 7), generate(20.0, 10.0, 7), generate(20.0, 10.0, 8)
+    assert [(x.at, x.data) for x in a] == [(x.at, x.data) for x in b]
+    assert [(x.at, x.data) for x in a] != [(x.at, x.data) for x in c]
+    assert all(x.at <= y.at for x, y in zip(a, a[1:], strict=False))
+    assert all(0 <= x.at < 10.0 for x in a)
+    assert all(json.loads(x.data) == x.body for x in a)
+
+
+def test_shared_prefix_rate_groups_and_prefixes() -> None:
+    arrivals = shared_prefix(40.0, 50.0, 3, groups=6, system_tokens=200, question_tokens=20)
+    assert 1700 < len(arrivals) < 2300  # Poisson: 2,000 expected
+    by_group: dict[str, set[str]] = {}
+    for a in arrivals:
+        messages = a.body["messages"]
+        assert isinstance(messages, list)
+        by_group.setdefault(a.group, set()).add(messages[0]["content"])
+        assert a.body["stream"] is True and a.model == BASE_MODEL
+        assert 16 <= a.max_tokens <= 48
+    assert len(by_group) == 6
+    assert all(len(systems) == 1 for systems in by_group.values())  # one system prompt per tenant
+    assert len({next(iter(s)) for s in by_group.values()}) == 6
+    assert all(200 <= a.prompt_tokens <= 240 for a in arrivals)
+
+
+def test_chat_mix_sessions_grow_and_mix_adapters_and_sheddable() -> None:
+    arrivals = chat_mix(30.0, 60.0, 5)
+    sessions: dict[str, list[list[dict[str, str]]]] = {}
+    for a in arrivals:
+        sessions.setdefault(a.group, []).append(a.body["messages"])  # type: ignore[arg-type]
+    multi = [turns for turns in sessions.values() if len(turns) > 1]
+    assert multi
+    for turns in multi:
+        for earlier, later in zip(turns, turns[1:], strict=False):
+            assert later[: len(earlier)] == earlier  # each turn resends the conversation so far
+    models = [a.model for a in arrivals]
+    assert BASE_MODEL in models and set(models) - {BASE_MODEL} <= set(ADAPTERS)
+    assert 0.3 < sum(m != BASE_MODEL for m in models) / len(models) < 0.7
+    shed = [a for a in arrivals if a.sheddable]
+    assert 0.05 < len(shed) / len(arrivals) < 0.4
+    assert all(a.headers == {OBJECTIVE_HEADER: SHEDDABLE_OBJECTIVE} for a in shed)
+    assert 20.0 < len(arrivals) / 60.0 < 40.0
+
+
+def test_capacity_is_servers_over_mean_uncached_cost() -> None:
+    arrivals = shared_prefix(10.0, 20.0, 1, groups=2, system_tokens=1000, question_tokens=0, output_tokens=(10, 10))
+    tokens = arrivals[0].prompt_tokens
+    assert all(a.prompt_tokens == tokens for a in arrivals)
+    expected = 4 / (tokens * 0.001 + 10 * 0.01)
+    assert capacity(arrivals, servers=4, prefill_time_per_token=0.001, decode_time_per_seq=0.01) == pytest.approx(
+        expected
+    )
+    assert capacity([], servers=4, prefill_time_per_token=0.001, decode_time_per_seq=0.01) == 0.0
