@@ -26,7 +26,10 @@ from epp.extproc import pb
 from epp.framework.endpoint import EndpointState
 from epp.runtime import Runtime
 from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
-from epp_sim.extproc_client import (
+from epp_sim.modelserver.config import SimConfig
+from epp_sim.modelserver.fixture import ModelServer, model_servers
+from epp_sim.ports import free_port
+from epp_sim.stack.extproc_client import (
     ExtProcCall,
     destination_metadata,
     post_headers,
@@ -35,9 +38,7 @@ from epp_sim.extproc_client import (
     set_headers,
     streamed,
 )
-from epp_sim.modelserver.config import SimConfig
-from epp_sim.modelserver.fixture import ModelServer, model_servers
-from epp_sim.testing import free_port, wait_until
+from epp_sim.waits import wait_until
 
 __all__ = ["POOL", "Env", "Routed", "hermetic", "picker_options"]
 

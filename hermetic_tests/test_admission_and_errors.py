@@ -6,8 +6,8 @@ import json
 
 from harness import POOL, hermetic
 
-from epp_sim.extproc_client import post_headers, request_body, request_headers
-from epp_sim.testing import wait_until
+from epp_sim.stack.extproc_client import post_headers, request_body, request_headers
+from epp_sim.waits import wait_until
 
 OBJECTIVES = [
     {

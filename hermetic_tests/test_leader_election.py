@@ -8,7 +8,7 @@ import random
 from harness import hermetic
 
 from epp.runtime import Runtime
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 
 async def test_only_the_leader_is_ready_and_a_follower_takes_over() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness import LABELS, POOL, Env, hermetic
 
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 
 async def _only(env: Env, *indexes: int) -> None:

@@ -12,7 +12,8 @@ from kube_rest import KubeRest
 from epp.runtime import Runtime
 from epp_sim.apiserver.fixture import running_apiserver
 from epp_sim.modelserver.fixture import model_servers
-from epp_sim.testing import free_port, wait_until
+from epp_sim.ports import free_port
+from epp_sim.waits import wait_until
 
 SHEDDABLE = "x-gateway-inference-objective"
 

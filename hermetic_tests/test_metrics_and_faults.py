@@ -7,14 +7,14 @@ import json
 import aiohttp
 from harness import POOL, hermetic
 
-from epp_sim.extproc_client import (
+from epp_sim.stack.extproc_client import (
     post_headers,
     request_body,
     request_headers,
     response_body,
     response_headers,
 )
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 FOOD_REVIEW = {
     "apiVersion": "inference.networking.x-k8s.io/v1alpha2",

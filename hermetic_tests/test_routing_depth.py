@@ -9,8 +9,8 @@ from pathlib import Path
 
 from harness import POOL, Env, hermetic
 
-from epp_sim.extproc_client import post_headers, request_body, request_headers, response_headers, set_headers
-from epp_sim.testing import wait_until
+from epp_sim.stack.extproc_client import post_headers, request_body, request_headers, response_headers, set_headers
+from epp_sim.waits import wait_until
 
 SYSTEM = "You are a meticulous assistant for a food review site. " * 30  # ~1.7 KB shared prefix
 EVEN = {"waiting": 0, "kv_cache_usage": 0.1}

@@ -7,8 +7,9 @@ import time
 import aiohttp
 from harness import POOL, Env, hermetic
 
-from epp_sim.dev.envoy import EnvoyProcess, ExtProcTarget, envoy_bootstrap
 from epp_sim.modelserver.config import SimConfig
+from epp_sim.stack.envoy import EnvoyProcess
+from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap
 
 REWRITE = {
     "apiVersion": "inference.networking.x-k8s.io/v1alpha2",

@@ -16,7 +16,8 @@ import yaml
 
 from epp import cli
 from epp_sim.apiserver.fixture import running_apiserver
-from epp_sim.testing import free_port, wait_until
+from epp_sim.ports import free_port
+from epp_sim.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLING = "epp_sim"

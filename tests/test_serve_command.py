@@ -14,7 +14,8 @@ from epp.cli import build_parser
 from epp.config.options import OptionsError
 from epp.serve_command import options_from_args
 from epp_sim.apiserver.fixture import running_apiserver
-from epp_sim.testing import free_port, wait_until
+from epp_sim.ports import free_port
+from epp_sim.waits import wait_until
 
 GRPCURL = Path(sys.executable).parent / "grpcurl"
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from epp.tasks import Service, cancel_and_wait, start_guarded
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 
 class _Flaky(Service):

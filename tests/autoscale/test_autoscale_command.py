@@ -13,7 +13,8 @@ import yaml
 from epp.autoscale.command import add_parser, run
 from epp.tasks import cancel_and_wait, start_guarded
 from epp_sim.apiserver.fixture import running_apiserver
-from epp_sim.testing import free_port, wait_until
+from epp_sim.ports import free_port
+from epp_sim.waits import wait_until
 
 CRD = Path(__file__).parents[2] / "manifests" / "autoscaler" / "crd.yaml"
 SAMPLES = Path(__file__).parents[2] / "manifests" / "autoscaler" / "sample-va.yaml"

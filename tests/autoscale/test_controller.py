@@ -317,7 +317,7 @@ async def test_deleted_va_drops_its_gauges() -> None:
 
 async def test_run_loop_cycles_on_the_clock() -> None:
     from epp.tasks import cancel_and_wait, start_guarded
-    from epp_sim.testing import wait_until
+    from epp_sim.waits import wait_until
 
     cluster, source = FakeCluster(), PinnedSource()
     cluster.add_va(va("ns", "a"))

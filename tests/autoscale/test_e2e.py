@@ -27,7 +27,7 @@ from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
 from epp.kube.client import close_api, make_api
 from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 from epp_sim.workloads import WorkloadsController
 
 CRD = Path(__file__).parents[2] / "manifests" / "autoscaler" / "crd.yaml"

@@ -12,7 +12,7 @@ import yaml
 from epp.clock import ManualClock
 from epp.config.reload import ConfigHolder, ConfigWatcher
 from epp.telemetry.metrics import EppMetrics
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 
 def _load(text: str) -> dict[str, int]:

@@ -11,7 +11,7 @@ from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import MetricsSnapshot
 from epp.labels import parse_selector
 from epp.telemetry.metrics import EppMetrics
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 NS = "llm"
 

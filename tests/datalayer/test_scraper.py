@@ -18,7 +18,7 @@ from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import ENGINE_TYPE_LABEL, EndpointState
 from epp.labels import parse_selector
 from epp.telemetry.metrics import EppMetrics
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 NS = "llm"
 

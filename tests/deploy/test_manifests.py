@@ -391,7 +391,7 @@ def test_envoy_gateway_uses_the_gie_processing_mode() -> None:
 
 
 def test_istio_envoyfilter_matches_our_bootstrap() -> None:
-    from epp_sim.dev.envoy import ExtProcTarget, envoy_bootstrap
+    from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap
 
     ours = envoy_bootstrap(listen_port=0, ext_proc=ExtProcTarget("127.0.0.1", 9002), admin_port=0)
     hcm = ours["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]

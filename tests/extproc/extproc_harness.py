@@ -12,7 +12,7 @@ from epp.extproc.server import ExtProcServer
 from epp.framework.endpoint import Endpoint, EndpointState
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.telemetry.metrics import EppMetrics
-from epp_sim.extproc_client import (  # noqa: F401 - re-exported for the tests
+from epp_sim.stack.extproc_client import (  # noqa: F401 - re-exported for the tests
     ExtProcCall,
     destination_metadata,
     post_headers,

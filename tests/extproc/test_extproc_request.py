@@ -25,7 +25,7 @@ from extproc_harness import (
 from epp.extproc import pb
 from epp.extproc.stream import StreamOptions
 from epp.framework.request import ApiKind
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 BODY = b'{"prompt":"hi","model":"m","max_tokens":5}'
 

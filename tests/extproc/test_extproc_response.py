@@ -22,7 +22,7 @@ from extproc_harness import (
 
 from epp.extproc import pb
 from epp.extproc.stream import StreamOptions
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 
 async def _routed(running: Running, body: dict[str, object], path: str = "/v1/chat/completions") -> ExtProcCall:

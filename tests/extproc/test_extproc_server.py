@@ -17,7 +17,7 @@ from epp.extproc import pb
 from epp.extproc.server import ExtProcServer
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import TlsConfig, TlsError
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 SERVING = pb.HealthCheckResponse.SERVING
 NOT_SERVING = pb.HealthCheckResponse.NOT_SERVING

@@ -14,7 +14,7 @@ from epp.clock import ManualClock
 from epp.kube.client import Api, KubeConfigError, close_api, make_api
 from epp.kube.informer import Backoff, Informer, InformerSettings
 from epp.kube.resources import POD
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 FAST = InformerSettings(backoff=Backoff(initial=0.01, maximum=0.05), watch_timeout=30, request_timeout=5, page_size=2)
 

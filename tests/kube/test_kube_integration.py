@@ -27,7 +27,7 @@ from epp.kube.resources import (
 )
 from epp.labels import parse_selector
 from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "manifests" / "crds"
 FAST = InformerSettings(backoff=Backoff(initial=0.02, maximum=0.2), watch_timeout=60, request_timeout=5)

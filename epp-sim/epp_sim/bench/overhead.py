@@ -49,9 +49,10 @@ from epp_sim.bench.loadtools import LoadGenerator, ToolChoice
 from epp_sim.bench.procstat import cpu_seconds, rss_bytes
 from epp_sim.bench.profiling import record
 from epp_sim.bench.report import machine_info
-from epp_sim.dev.envoy import EnvoyProcess, ExtProcTarget, envoy_binary, envoy_bootstrap, envoy_bootstrap_plain
-from epp_sim.dev.processes import ChildProcess
-from epp_sim.testing import free_port
+from epp_sim.ports import free_port
+from epp_sim.stack.envoy import EnvoyProcess, envoy_binary
+from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap, envoy_bootstrap_plain
+from epp_sim.stack.processes import ChildProcess
 
 __all__ = ["OverheadOptions", "Stack", "run_overhead"]
 

@@ -56,10 +56,10 @@ from epp_sim.bench.loadgen import percentile
 from epp_sim.bench.procstat import cpu_seconds
 from epp_sim.bench.report import machine_info
 from epp_sim.bench.workloads import ADAPTERS, SHEDDABLE_OBJECTIVE, WORKLOADS, Arrival, capacity
-from epp_sim.dev.envoy import envoy_binary
-from epp_sim.dev.processes import ChildProcess
 from epp_sim.modelserver import SimConfig
-from epp_sim.testing import free_port
+from epp_sim.ports import free_port
+from epp_sim.stack.envoy import envoy_binary
+from epp_sim.stack.processes import ChildProcess
 
 __all__ = ["STRATEGIES", "RoutingOptions", "bench_sim_config", "run_routing"]
 

@@ -1,6 +1,6 @@
 """``epp dev --autoscale``: the pool's pods come from a simulated Deployment the autoscaler scales.
 
-A :class:`~epp_sim.dev.stack.StackComponent`. Once the data plane is up it applies, to the fake API
+A :class:`~epp_sim.stack.local.StackComponent`. Once the data plane is up it applies, to the fake API
 server, the VariantAutoscaling CRD (``manifests/autoscaler/crd.yaml``), the sample Deployment
 (``manifests/samples/vllm-deployment.yaml``: its container port set to the pool's target port,
 ``replicas`` to the initial count) and a VariantAutoscaling for it (accelerator label set,
@@ -50,8 +50,8 @@ from epp.kube.client import Api, close_api, make_api
 from epp.tasks import cancel_and_wait, start_guarded
 from epp_sim.apiserver.errors import ApiError
 from epp_sim.dev.dashboard import PodRow, pod_row
-from epp_sim.dev.samples import ManifestError, load_autoscaler_crd, qualified
-from epp_sim.dev.stack import LocalStack, StackError
+from epp_sim.stack.local import LocalStack, StackError
+from epp_sim.stack.samples import ManifestError, load_autoscaler_crd, qualified
 from epp_sim.workloads import WorkloadsController
 
 __all__ = ["DEMO_ENGINE", "AutoscaleConfig", "DevAutoscaler", "describe"]
@@ -199,7 +199,7 @@ class DevAutoscaler:
         except ManifestError as e:
             raise StackError(str(e)) from e
         sim = stack.samples.sim_config(time_scale=stack.config.time_scale, **cfg.engine)
-        store = stack.apiserver.server.store
+        store = stack.cluster.server.store
         self._workloads = WorkloadsController(
             store,
             clock=cfg.clock,
@@ -299,7 +299,7 @@ class DevAutoscaler:
     def deployment(self) -> Mapping[str, Any]:
         """The Deployment as the API server holds it (read-only)."""
         samples = self.stack.samples
-        return self.stack.apiserver.server.store.get(
+        return self.stack.cluster.server.store.get(
             "Deployment.apps", samples.deployment_name, namespace=samples.namespace
         )
 
@@ -325,7 +325,7 @@ class DevAutoscaler:
     def rows(self) -> list[PodRow]:
         """The Deployment's pods in creation order: Ready ones with their simulator's load, others loading."""
         samples = self.stack.samples
-        store = self.stack.apiserver.server.store
+        store = self.stack.cluster.server.store
         selector = ",".join(f"{k}={v}" for k, v in samples.pool["spec"]["selector"]["matchLabels"].items())
         pods = store.select(store.type_of("pods"), samples.namespace, label_selector=selector)
         servers = self.workloads.servers(samples.namespace)

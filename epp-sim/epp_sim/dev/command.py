@@ -1,6 +1,6 @@
 """``epp dev``: the local stack on embedded defaults, one command on a fresh checkout.
 
-Starts :class:`~epp_sim.dev.stack.LocalStack` (fake API server with the sample pool, simulated pods,
+Starts :class:`~epp_sim.stack.local.LocalStack` (fake API server with the sample pool, simulated pods,
 ``epp serve``, Envoy), prints where everything is and a ready-to-paste ``curl``, then shows the
 live per-pod table until Ctrl-C (or SIGTERM), which stops every child and removes the work
 directory. ``--load`` drives the mixed workload of :mod:`epp_sim.dev.load` for ``--duration``
@@ -27,8 +27,8 @@ from epp.tasks import cancel_and_wait, start_guarded
 from epp_sim.dev.autoscale import AutoscaleConfig, DevAutoscaler
 from epp_sim.dev.dashboard import Dashboard, PodRow, pod_row
 from epp_sim.dev.load import OBJECTIVE_HEADER, LoadConfig, run_load
-from epp_sim.dev.processes import ChildProcessError
-from epp_sim.dev.stack import DEFAULT_ENVOY_PORT, DEFAULT_MANIFESTS, LocalStack, StackConfig, StackError
+from epp_sim.stack.local import DEFAULT_ENVOY_PORT, DEFAULT_MANIFESTS, LocalStack, StackConfig, StackError
+from epp_sim.stack.processes import ChildProcessError
 
 __all__ = ["add_parser", "banner", "curl_command", "run"]
 

@@ -13,7 +13,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from epp_sim.apiserver import RunningApiServer
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 InferencePool = new_class(kind="InferencePool", version="inference.networking.k8s.io/v1", namespaced=True)
 

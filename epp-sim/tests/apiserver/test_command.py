@@ -12,7 +12,7 @@ import aiohttp
 import yaml
 
 from epp_sim.apiserver.command import add_parser, run
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 
 def _parse(*argv: str) -> argparse.Namespace:

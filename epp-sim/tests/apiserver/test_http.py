@@ -13,7 +13,7 @@ from apiserver_objects import POOL_CRD, deployment, pod, pool
 
 from epp.clock import ManualClock
 from epp_sim.apiserver import RunningApiServer, running_apiserver
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 

@@ -16,7 +16,7 @@ from apiserver_objects import POOL_CRD, binding, deployment, pod, pool, role
 
 from epp.clock import ManualClock
 from epp_sim.apiserver import RunningApiServer, running_apiserver
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
 

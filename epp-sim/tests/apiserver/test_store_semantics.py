@@ -11,7 +11,7 @@ from apiserver_objects import POOL_CRD, deployment, pod, pool
 from epp.clock import ManualClock
 from epp_sim.apiserver import ApiError, Store
 from epp_sim.apiserver.patch import APPLY, JSON_PATCH, STRATEGIC
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 
 @pytest.fixture

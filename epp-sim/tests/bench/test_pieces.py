@@ -14,7 +14,8 @@ from epp_sim.bench.overhead import _quantile, phase_overhead, prompt_body
 from epp_sim.bench.procstat import cpu_seconds, read_proc
 from epp_sim.bench.profiling import summarise
 from epp_sim.bench.report import format_table
-from epp_sim.testing import free_port, wait_until
+from epp_sim.ports import free_port
+from epp_sim.waits import wait_until
 
 
 async def _tcp_open(host: str, port: int) -> bool:

@@ -25,9 +25,9 @@ from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
 from epp_sim.dev.autoscale import AutoscaleConfig, DevAutoscaler, describe
 from epp_sim.dev.dashboard import render_table
-from epp_sim.dev.envoy import DESTINATION_HEADER
-from epp_sim.dev.stack import LocalStack, StackConfig, StackError
-from epp_sim.testing import wait_until
+from epp_sim.stack.envoy_config import DESTINATION_HEADER
+from epp_sim.stack.local import LocalStack, StackConfig, StackError
+from epp_sim.waits import wait_until
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 LOAD_DELAY = 30.0  # ManualClock seconds: a pod loads only when the test says so

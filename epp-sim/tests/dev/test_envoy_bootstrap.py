@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from epp_sim.dev.envoy import (
+from epp_sim.stack.envoy import validate_bootstrap
+from epp_sim.stack.envoy_config import (
     DESTINATION_HEADER,
     EXT_PROC_SERVICE,
     EnvoyConfigError,
     ExtProcTarget,
     envoy_bootstrap,
     envoy_bootstrap_plain,
-    validate_bootstrap,
 )
 
 TARGET = ExtProcTarget("127.0.0.1", 9002)

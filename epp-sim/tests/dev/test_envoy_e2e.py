@@ -19,16 +19,16 @@ from cryptography.x509.oid import NameOID
 from recording_backends import SSE_FIRST, SSE_REST, Backends
 
 from epp_sim.bench.noop_processor import NoopProcessor
-from epp_sim.dev.envoy import (
+from epp_sim.stack.envoy import EnvoyProcess
+from epp_sim.stack.envoy_config import (
     DESTINATION_HEADER,
     BodyMode,
-    EnvoyProcess,
     ExtProcTarget,
     RouteBy,
     envoy_bootstrap,
     envoy_bootstrap_plain,
 )
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 BODY = random.Random(7).randbytes(256 * 1024)  # several FULL_DUPLEX chunks; under BUFFERED's 1 MiB cap
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from epp_sim.dev.processes import ChildProcess, ChildProcessError
-from epp_sim.testing import wait_until
+from epp_sim.stack.processes import ChildProcess, ChildProcessError
+from epp_sim.waits import wait_until
 
 # Writes a marker file once its SIGTERM handler is in place, then waits forever.
 _WAITER = """
@@ -80,7 +80,7 @@ async def test_missing_program_is_a_clear_error(tmp_path: Path) -> None:
 _PARENT = """
 import asyncio, os, sys
 from pathlib import Path
-from epp_sim.dev.processes import ChildProcess
+from epp_sim.stack.processes import ChildProcess
 
 async def main():
     child = ChildProcess([sys.executable, "-c", "import time; time.sleep(3600)"], log_path=Path(sys.argv[1]), name="c")

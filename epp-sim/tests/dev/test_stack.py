@@ -18,11 +18,11 @@ import pytest
 from epp_dev_cli import run_epp_dev
 
 from epp_sim.dev.dashboard import Dashboard, PodRow, pod_row, render_line, render_table
-from epp_sim.dev.envoy import DESTINATION_HEADER
 from epp_sim.dev.load import OBJECTIVE_HEADER, LoadConfig, plan_requests
-from epp_sim.dev.processes import ChildProcessError
-from epp_sim.dev.samples import load_samples
-from epp_sim.dev.stack import LocalStack, StackConfig, StackError
+from epp_sim.stack.envoy_config import DESTINATION_HEADER
+from epp_sim.stack.local import LocalStack, StackConfig, StackError
+from epp_sim.stack.processes import ChildProcessError
+from epp_sim.stack.samples import load_samples
 
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # the sample Deployment's --model
@@ -95,10 +95,10 @@ async def test_local_stack_routes_streams_and_leaves_nothing_behind(tmp_path: Pa
         ports = [
             ("127.0.0.1", stack.envoy.port),
             ("127.0.0.1", stack.envoy.admin_port),
-            ("127.0.0.1", stack.apiserver.server.port),
+            ("127.0.0.1", stack.cluster.server.port),
             *(
                 ("127.0.0.1", p)
-                for p in (stack.picker_ports.grpc, stack.picker_ports.health, stack.picker_ports.metrics)
+                for p in (stack.picker.grpc_port, stack.picker.health_port, stack.picker.metrics_port)
             ),
             *((s.host, s.port) for s in stack.servers),
         ]
@@ -168,7 +168,7 @@ async def test_failed_start_stops_what_had_started() -> None:
     assert _pid_gone(stack.picker.pid)
     assert not await asyncio.to_thread(stack.work_dir.exists)
     assert all(_port_free(s.host, s.port) for s in stack.servers)
-    assert not stack.apiserver.server.serving
+    assert not stack.cluster.server.serving
 
 
 async def test_bad_manifests_fail_with_the_file_named(tmp_path: Path) -> None:

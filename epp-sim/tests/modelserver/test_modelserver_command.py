@@ -11,7 +11,8 @@ import aiohttp
 import pytest
 
 from epp_sim.modelserver.command import add_parser, config_from_args, parse_lora_modules, run
-from epp_sim.testing import free_port, wait_until
+from epp_sim.ports import free_port
+from epp_sim.waits import wait_until
 
 
 def _parse(*argv: str) -> argparse.Namespace:

@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 
 from epp_sim.modelserver import ModelServer, SimConfig, model_servers
-from epp_sim.testing import free_port
+from epp_sim.ports import free_port
 
 
 async def test_servers_on_distinct_addresses_share_a_port() -> None:

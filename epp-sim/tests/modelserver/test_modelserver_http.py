@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from epp_sim.modelserver import ModelServer, SimConfig
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -11,7 +11,7 @@ import pytest
 from epp.autoscale.stability import deployment_stable
 from epp.clock import ManualClock
 from epp_sim.apiserver.store import Store
-from epp_sim.testing import wait_until
+from epp_sim.waits import wait_until
 from epp_sim.workloads import HASH_LABEL, WorkloadsController, sim_config_from_template
 
 LOAD_DELAY = 120.0

@@ -16,11 +16,12 @@ import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
+
+from epp_sim.waits import wait_until
 
 __all__ = ["ChildProcess", "ChildProcessError", "log_tail"]
 
@@ -124,24 +125,26 @@ class ChildProcess:
         interval: float = 0.02,
     ) -> None:
         """Poll ``probe`` until it returns True; fail early (with the log tail) if the child exits."""
-        if self._proc is None:
+        proc = self._proc
+        if proc is None:
             raise RuntimeError(f"{self.name} is not started")
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._proc.returncode is not None:
+
+        async def alive_and_ready() -> bool:
+            if proc.returncode is not None:
                 tail = await asyncio.to_thread(log_tail, self.log_path)
                 raise ChildProcessError(
-                    f"{self.name} exited with status {self._proc.returncode} before it was ready; "
+                    f"{self.name} exited with status {proc.returncode} before it was ready; "
                     f"log {self.log_path}:\n{tail}"
                 )
-            if await probe():
-                return
-            if time.monotonic() >= deadline:
-                tail = await asyncio.to_thread(log_tail, self.log_path)
-                raise ChildProcessError(
-                    f"{self.name} (pid {self._proc.pid}) not ready within {timeout}s; log {self.log_path}:\n{tail}"
-                )
-            await asyncio.sleep(interval)
+            return await probe()
+
+        try:
+            await wait_until(alive_and_ready, timeout=timeout, interval=interval)
+        except TimeoutError:
+            tail = await asyncio.to_thread(log_tail, self.log_path)
+            raise ChildProcessError(
+                f"{self.name} (pid {proc.pid}) not ready within {timeout}s; log {self.log_path}:\n{tail}"
+            ) from None
 
     async def stop(self, *, grace: float = 5.0) -> int | None:
         """SIGTERM the child's process group, SIGKILL after ``grace`` seconds; return the exit status.

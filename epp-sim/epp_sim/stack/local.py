@@ -1,0 +1,300 @@
+"""``LocalStack``: the whole data plane on one machine, started in order and torn down in reverse.
+
+What ``epp dev``, the end-to-end tests and the benchmarks run: a fake Kubernetes API server
+(in-process, port 0) holding the inference CRDs and the sample pool, objectives and rewrite from
+``manifests/`` (read by :mod:`epp_sim.stack.samples`); N simulated vLLM pods (in-process, one per
+``127.0.0.x``, all on one port so the pool's single target port fits, registered as Ready Pods
+with that podIP); the picker as a real ``epp serve`` child process reading that API server; and a
+real Envoy whose ext_proc filter calls the picker. Everything is started through an
+``AsyncExitStack``, so a failed start, an exception or Ctrl-C stops whatever had started
+(children by PID) and removes the work directory.
+
+The sample pool's ``targetPorts`` is rewritten to the port the simulators share (a free one,
+chosen at start), since 8000 may be taken on a developer's machine. The sample Deployment is read
+for the model name, LoRA slots and pod labels but not applied here (nothing would run its pods),
+nor is the v1alpha2 InferenceModel (it belongs to the v1alpha2 pool, which ``epp dev`` does not run).
+
+Extra parts (``epp dev --autoscale``'s simulated Deployment and autoscaler) plug in as
+:class:`StackComponent`: started after Envoy, stopped before it. A component declares the
+addresses it will serve pods on, so the shared target port is chosen free there too; with
+``pods=0`` every pod of the pool comes from components.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import shutil
+import tempfile
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from epp.tasks import Service
+from epp_sim.modelserver.fixture import ModelServer
+from epp_sim.ports import port_free_on
+from epp_sim.stack.cluster import ClusterError, FakeCluster
+from epp_sim.stack.envoy import EnvoyProcess
+from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap
+from epp_sim.stack.picker import PickerProcess
+from epp_sim.stack.pods import SimPod, SimulatedPods
+from epp_sim.stack.processes import ChildProcessError
+from epp_sim.stack.samples import ManifestError, SamplePool, load_samples
+
+__all__ = [
+    "DEFAULT_ENVOY_PORT",
+    "DEFAULT_MANIFESTS",
+    "LocalStack",
+    "StackComponent",
+    "StackConfig",
+    "StackError",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENVOY_PORT = 8081
+# The repository's manifests/, shipped inside this distribution (a link in the source tree).
+DEFAULT_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
+_T = TypeVar("_T")
+
+
+class StackError(RuntimeError):
+    """The stack cannot start: missing or unusable manifests, no common free port, a child that failed."""
+
+
+class StackComponent(Protocol):
+    """An optional part started once the data plane is up (an autoscaler, say) and stopped first.
+
+    ``hosts`` are the addresses where it will serve pods of the pool, on
+    :attr:`LocalStack.target_port` (chosen free on them too); empty if it serves none.
+    ``stop`` is called even when ``start`` failed part way, so it must cope with that.
+    """
+
+    name: str
+
+    @property
+    def hosts(self) -> Sequence[str]: ...
+
+    async def start(self, stack: LocalStack) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StackConfig:
+    """What to start; validated when built.
+
+    ``pods`` hand-made Ready pods (0 when components bring the pool's pods). ``envoy_port`` None
+    means 8081 if it is free, else any free port; 0 means any free port. ``manifests`` is the
+    folder holding ``crds/`` and ``samples/``.
+    """
+
+    pods: int = 4
+    envoy_port: int | None = None
+    time_scale: float = 1.0
+    base_ip: str = "127.0.0."
+    first_host: int = 2
+    manifests: Path = DEFAULT_MANIFESTS
+    picker_verbosity: int = 2
+    ready_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 0:
+            raise StackError(f"pods must be a non-negative integer, got {self.pods!r}")
+        if not 1 <= self.first_host <= 254 or self.first_host + self.pods - 1 > 254:
+            raise StackError(
+                f"pods {self.base_ip}{self.first_host}..{self.base_ip}{self.first_host + self.pods - 1} run past .254"
+            )
+        if self.envoy_port is not None and not 0 <= self.envoy_port <= 65535:
+            raise StackError(f"envoy_port must be in 0..65535, got {self.envoy_port!r}")
+        if not math.isfinite(self.time_scale) or self.time_scale <= 0:
+            raise StackError(f"time_scale must be a positive number, got {self.time_scale!r}")
+        if self.ready_timeout <= 0:
+            raise StackError(f"ready_timeout must be positive, got {self.ready_timeout!r}")
+
+
+class LocalStack(Service):
+    """Fake cluster, simulated pods, ``epp serve`` and Envoy, as one async context manager.
+
+    ``async with LocalStack(StackConfig(pods=3)) as stack:`` then send requests to
+    ``stack.envoy_url``; ``stack.pods`` / ``stack.servers`` are the simulators, ``stack.kubeconfig``
+    points kubectl at the fake API server, ``stack.picker_metrics_url`` is the picker's /metrics.
+    """
+
+    def __init__(self, config: StackConfig | None = None, *, components: Sequence[StackComponent] = ()) -> None:
+        self.config = config or StackConfig()
+        self._components = list(components)
+        self._exit = AsyncExitStack()
+        self._started = False
+        self._work_dir: Path | None = None
+        self._samples: SamplePool | None = None
+        self._cluster: FakeCluster | None = None
+        self._pods: SimulatedPods | None = None
+        self._picker: PickerProcess | None = None
+        self._envoy: EnvoyProcess | None = None
+
+    # ------------------------------------------------------------------------------ accessors
+
+    @property
+    def samples(self) -> SamplePool:
+        """The manifests applied (pool name, model, adapters, objectives)."""
+        return _need(self._samples, "samples")
+
+    @property
+    def cluster(self) -> FakeCluster:
+        """The fake cluster (``.server.store`` for in-process reads, ``.kubectl(...)``)."""
+        return _need(self._cluster, "cluster")
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.cluster.kubeconfig
+
+    @property
+    def work_dir(self) -> Path:
+        """Holds the kubeconfig and the picker's and Envoy's logs; removed at teardown."""
+        return _need(self._work_dir, "work directory")
+
+    @property
+    def pods(self) -> list[SimPod]:
+        return [] if self._pods is None else self._pods.pods
+
+    @property
+    def servers(self) -> list[ModelServer]:
+        return [p.server for p in self.pods]
+
+    @property
+    def target_port(self) -> int:
+        """The pool's single target port: every pod's simulator (hand-made or a component's) listens on it."""
+        return _need(self._pods, "pods").port
+
+    @property
+    def envoy(self) -> EnvoyProcess:
+        return _need(self._envoy, "Envoy")
+
+    @property
+    def envoy_url(self) -> str:
+        return f"http://127.0.0.1:{self.envoy.port}"
+
+    @property
+    def picker(self) -> PickerProcess:
+        """The ``epp serve`` child (``.pid``, ``.log_path``, ports)."""
+        return _need(self._picker, "picker")
+
+    @property
+    def picker_metrics_url(self) -> str:
+        return self.picker.metrics_url
+
+    def child_pids(self) -> list[int]:
+        """PIDs of every child process the stack started (picker, Envoy)."""
+        pids = [] if self._picker is None else [self._picker.pid]
+        return pids if self._envoy is None else [*pids, self._envoy.pid]
+
+    async def wait_ready_pods(self, count: int, *, timeout: float | None = None) -> None:
+        """Wait until the picker counts at least ``count`` Ready pods of the pool, each scraped."""
+        try:
+            await self.picker.wait_routing(
+                self.samples.name, count, timeout=self.config.ready_timeout if timeout is None else timeout
+            )
+        except ChildProcessError as e:
+            raise StackError(f"{e} (logs in {self.work_dir})") from e
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start every part in order; on any failure (or cancellation) stop what had started."""
+        if self._started:
+            raise RuntimeError("LocalStack already started")
+        self._started = True
+        try:
+            await self._start_all()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop everything in reverse order; safe after a failed start and when called twice.
+
+        A cancellation arriving meanwhile waits for the teardown to finish before it propagates,
+        so no child is abandoned half way through its stop.
+        """
+        exit_stack, self._exit = self._exit, AsyncExitStack()
+        teardown = asyncio.create_task(exit_stack.aclose(), name="epp-dev-teardown")
+        try:
+            await asyncio.shield(teardown)
+        except asyncio.CancelledError:
+            await asyncio.wait([teardown])  # finish stopping the children first, then give in
+            raise
+
+    async def _start_all(self) -> None:
+        cfg = self.config
+        work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="epp-dev-"))
+        self._work_dir = work
+        self._exit.push_async_callback(asyncio.to_thread, shutil.rmtree, work, True)
+        try:
+            self._samples = samples = await asyncio.to_thread(load_samples, cfg.manifests)
+        except ManifestError as e:
+            raise StackError(str(e)) from e
+        self._cluster = cluster = await self._exit.enter_async_context(
+            FakeCluster(namespace=samples.namespace, work_dir=work)
+        )
+        pods = SimulatedPods(
+            None,
+            cfg.pods,
+            labels=samples.pod_labels,
+            config=samples.sim_config(time_scale=cfg.time_scale),
+            name_prefix=samples.name,
+            base_ip=cfg.base_ip,
+            first_host=cfg.first_host,
+            reserved_hosts=[h for c in self._components for h in c.hosts],
+        )
+        try:
+            self._pods = await self._exit.enter_async_context(pods)
+        except OSError as e:
+            raise StackError(str(e)) from e
+        try:
+            await self._apply(samples, cluster)
+        except ClusterError as e:
+            raise StackError(f"the fake API server rejected the sample objects: {e}") from e
+        await self._start_picker(samples, work)
+        await self._start_envoy(work)
+        for component in self._components:
+            self._exit.push_async_callback(component.stop)
+            await component.start(self)
+
+    async def _apply(self, samples: SamplePool, cluster: FakeCluster) -> None:
+        """CRDs, the pool (its target port set to the simulators'), objectives, rewrites, Ready pods."""
+        port = self.target_port
+        pool = {**samples.pool, "spec": {**samples.pool["spec"], "targetPorts": [{"number": port}]}}
+        await cluster.apply_all([*samples.crds, pool, *samples.objectives, *samples.rewrites])
+        for pod in self.pods:
+            await cluster.create_ready_pod(pod.name, pod.ip, samples.pod_labels, port=port)
+
+    async def _start_picker(self, samples: SamplePool, work: Path) -> None:
+        cfg = self.config
+        args = ["--pool-name", samples.name, "--pool-namespace", samples.namespace]
+        picker = PickerProcess(
+            args, kubeconfig=self.kubeconfig, log_path=work / "picker.log", verbosity=cfg.picker_verbosity
+        )
+        self._picker = await self._exit.enter_async_context(picker)
+        await picker.wait_routing(samples.name, len(self.pods), timeout=cfg.ready_timeout)
+
+    async def _start_envoy(self, work: Path) -> None:
+        cfg = self.config
+        port = cfg.envoy_port
+        if port is None:
+            port = DEFAULT_ENVOY_PORT if await asyncio.to_thread(port_free_on, ["127.0.0.1"], DEFAULT_ENVOY_PORT) else 0
+        bootstrap = envoy_bootstrap(
+            listen_port=port, ext_proc=ExtProcTarget("127.0.0.1", self.picker.grpc_port), admin_port=0
+        )
+        envoy = EnvoyProcess(bootstrap, name="envoy", work_dir=work / "envoy", ready_timeout=cfg.ready_timeout)
+        self._envoy = await self._exit.enter_async_context(envoy)
+        await envoy.wait_ext_proc_healthy(timeout=cfg.ready_timeout)
+
+
+def _need(value: _T | None, what: str) -> _T:
+    if value is None:
+        raise RuntimeError(f"LocalStack not started: no {what} yet")
+    return value
