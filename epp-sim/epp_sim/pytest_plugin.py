@@ -1,3 +1,146 @@
-"""pytest plugin of epp-sim (loaded through the ``pytest11`` entry point)."""
+"""pytest plugin: test your own InferencePool and EndpointPickerConfig against the real picker.
+
+Installed with epp-sim (``pytest11`` entry point), so the fixtures below are available in any
+test suite of a project that has epp-sim installed; nothing to import or register. Every fixture
+is function-scoped and tears down what it started, in reverse order. Tests using them are
+``async def`` tests run by pytest-asyncio (``asyncio_mode = "auto"``, or mark them
+``@pytest.mark.asyncio``).
+
+- ``epp_cluster`` — a :class:`~epp_sim.stack.cluster.FakeCluster`: the fake Kubernetes API
+  server (served kinds, watches, server-side apply, status subresources, ...), a REST client for
+  it, ``await cluster.kubectl("get", "pods")`` with the real kubectl, and ``.server`` for faults.
+- ``epp_sim_pods(count, labels=..., config=SimConfig(...))`` — simulated vLLM pods on their own
+  127.0.0.x addresses, registered in ``epp_cluster`` as Ready pods; ``pods.pin(i, waiting=5)``
+  pins what pod ``i`` reports, otherwise its performance model reports its own load.
+- ``epp_picker(*serve_args)`` — the real ``epp serve`` with your flags (``--pool-name``,
+  ``--config-file``, ...), in-process, on loopback, against ``epp_cluster``; ``.runtime`` is the
+  running picker, ``await picker.wait_routing(pool, n)`` waits until it routes to ``n`` pods.
+- ``epp_extproc(picker)`` — an ext_proc client that sends a request the way Envoy does and
+  returns what the picker decided (``.route(body, path=..., headers=...)`` → ``Routed``).
+- ``epp_pool(mode, pods=..., objects=..., picker_args=...)`` — all of the above in one call,
+  started only once the picker has synced the pool and scraped every pod.
+- ``epp_envoy(picker)`` — a real Envoy (the GIE data plane: ext_proc in FULL_DUPLEX_STREAMED,
+  ORIGINAL_DST on ``envoy.lb`` metadata) in front of a picker; ``envoy.port`` takes HTTP.
+
+See docs/testing.md for a worked example.
+"""
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+
+from epp_sim.kube_objects import PoolMode
+from epp_sim.modelserver import SimConfig
+from epp_sim.stack.cluster import FakeCluster
+from epp_sim.stack.envoy import EnvoyProcess
+from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap
+from epp_sim.stack.extproc_client import ExtProcClient
+from epp_sim.stack.hermetic import HermeticPool
+from epp_sim.stack.picker import InProcessPicker
+from epp_sim.stack.pods import SimulatedPods
+
+__all__ = ["epp_cluster", "epp_envoy", "epp_extproc", "epp_picker", "epp_pool", "epp_sim_pods"]
+
+PodsFactory = Callable[..., Awaitable[SimulatedPods]]
+PickerFactory = Callable[..., Awaitable[InProcessPicker]]
+ClientFactory = Callable[[InProcessPicker], Awaitable[ExtProcClient]]
+PoolFactory = Callable[..., Awaitable[HermeticPool]]
+EnvoyFactory = Callable[[InProcessPicker], Awaitable[EnvoyProcess]]
+
+
+@pytest_asyncio.fixture
+async def epp_cluster(tmp_path: Path) -> AsyncIterator[FakeCluster]:
+    """A fresh fake cluster (API server on a free loopback port, kubeconfig in ``tmp_path``)."""
+    async with FakeCluster(work_dir=tmp_path) as cluster:
+        yield cluster
+
+
+@pytest_asyncio.fixture
+async def epp_sim_pods(epp_cluster: FakeCluster) -> AsyncIterator[PodsFactory]:
+    """``await epp_sim_pods(3, labels={"app": "m"})``: Ready simulated pods in ``epp_cluster``.
+
+    Each call takes the next free loopback addresses, so several sets (two pools, say) coexist.
+    """
+    async with AsyncExitStack() as stack:
+        next_host = 2
+
+        async def make(
+            count: int,
+            *,
+            labels: Mapping[str, str],
+            config: SimConfig | Sequence[SimConfig] | None = None,
+            name_prefix: str = "pod",
+            namespace: str | None = None,
+        ) -> SimulatedPods:
+            nonlocal next_host
+            pods = SimulatedPods(
+                epp_cluster,
+                count,
+                labels=labels,
+                config=config,
+                name_prefix=name_prefix,
+                namespace=namespace,
+                first_host=next_host,
+            )
+            next_host += count
+            return await stack.enter_async_context(pods)
+
+        yield make
+
+
+@pytest_asyncio.fixture
+async def epp_picker(epp_cluster: FakeCluster) -> AsyncIterator[PickerFactory]:
+    """``await epp_picker("--pool-name", "my-pool", "--config-file", path)``: ``epp serve``, in-process."""
+    async with AsyncExitStack() as stack:
+
+        async def make(*serve_args: str, seed: int | None = None) -> InProcessPicker:
+            picker = InProcessPicker(serve_args, kubeconfig=epp_cluster.kubeconfig, seed=seed)
+            return await stack.enter_async_context(picker)
+
+        yield make
+
+
+@pytest_asyncio.fixture
+async def epp_extproc() -> AsyncIterator[ClientFactory]:
+    """``client = await epp_extproc(picker)``; ``await client.route({"model": ..., "prompt": ...})``."""
+    async with AsyncExitStack() as stack:
+
+        async def make(picker: InProcessPicker) -> ExtProcClient:
+            return await stack.enter_async_context(ExtProcClient(picker.grpc_target))
+
+        yield make
+
+
+@pytest_asyncio.fixture
+async def epp_pool(epp_cluster: FakeCluster) -> AsyncIterator[PoolFactory]:
+    """``env = await epp_pool("v1", pods=3, objects=[...], picker_args=[...])``: a whole hermetic pool."""
+    async with AsyncExitStack() as stack:
+
+        async def make(mode: PoolMode = "v1", **options: Any) -> HermeticPool:
+            return await stack.enter_async_context(HermeticPool(mode, cluster=epp_cluster, **options))
+
+        yield make
+
+
+@pytest_asyncio.fixture
+async def epp_envoy(tmp_path: Path) -> AsyncIterator[EnvoyFactory]:
+    """``envoy = await epp_envoy(picker)``: a real Envoy whose ext_proc filter calls ``picker``."""
+    async with AsyncExitStack() as stack:
+        count = 0
+
+        async def make(picker: InProcessPicker) -> EnvoyProcess:
+            nonlocal count
+            count += 1
+            host, _, port = picker.grpc_target.rpartition(":")
+            bootstrap = envoy_bootstrap(listen_port=0, ext_proc=ExtProcTarget(host, int(port)), admin_port=0)
+            envoy = EnvoyProcess(bootstrap, name=f"envoy-{count}", work_dir=tmp_path / f"envoy-{count}")
+            await stack.enter_async_context(envoy)
+            await envoy.wait_ext_proc_healthy(timeout=30)
+            return envoy
+
+        yield make

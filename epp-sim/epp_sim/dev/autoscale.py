@@ -51,7 +51,8 @@ from epp.tasks import cancel_and_wait, start_guarded
 from epp_sim.apiserver.errors import ApiError
 from epp_sim.dev.dashboard import PodRow, pod_row
 from epp_sim.stack.local import LocalStack, StackError
-from epp_sim.stack.samples import ManifestError, load_autoscaler_crd, qualified
+from epp_sim.stack.manifests import ManifestError
+from epp_sim.stack.samples import load_autoscaler_crd, qualified
 from epp_sim.workloads import WorkloadsController
 
 __all__ = ["DEMO_ENGINE", "AutoscaleConfig", "DevAutoscaler", "describe"]

@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from epp.tasks import Service
 from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
 from epp_sim.apiserver.server import ApiServer
 from epp_sim.kube_objects import pod, pod_status_ready
 from epp_sim.stack.kubectl import Kubectl
+from epp_sim.stack.manifests import read_manifests
 
-__all__ = ["ClusterError", "FakeCluster", "load_manifests"]
+__all__ = ["ClusterError", "FakeCluster"]
 
 _APPLY = "application/apply-patch+yaml"
 _MERGE = "application/merge-patch+json"
@@ -43,16 +43,6 @@ class ClusterError(RuntimeError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
-
-
-def load_manifests(*paths: Path) -> list[dict[str, Any]]:
-    """Every YAML document in the files (folders: their ``*.yaml``, sorted), CRDs first (blocking)."""
-    docs: list[dict[str, Any]] = []
-    for path in paths:
-        files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
-        for file in files:
-            docs.extend(doc for doc in yaml.safe_load_all(file.read_text(encoding="utf-8")) if doc)
-    return sorted(docs, key=lambda d: d.get("kind") != "CustomResourceDefinition")
 
 
 class FakeCluster(Service):
@@ -133,7 +123,7 @@ class FakeCluster(Service):
 
     async def apply_manifests(self, *paths: Path) -> list[dict[str, Any]]:
         """Apply every document of these YAML files or folders, CRDs first."""
-        return await self.apply_all(await asyncio.to_thread(load_manifests, *paths))
+        return await self.apply_all(await asyncio.to_thread(read_manifests, *paths))
 
     async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         url = await self._url(obj["apiVersion"], obj["kind"], "", self._ns_of(obj))

@@ -2,12 +2,16 @@
 
 Used by the hermetic tests, ``epp bench`` (direct gRPC mode) and anyone probing a picker
 without an Envoy in front. It speaks the same upb messages as the server (``pb``).
+:class:`ExtProcClient` sends one whole request the way Envoy does in the GIE mode
+(FULL_DUPLEX_STREAMED) and returns what the picker decided as a :class:`Routed`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -16,6 +20,8 @@ from epp.extproc import pb
 
 __all__ = [
     "ExtProcCall",
+    "ExtProcClient",
+    "Routed",
     "destination_metadata",
     "post_headers",
     "protocol",
@@ -145,3 +151,80 @@ class ExtProcCall:
         while (message := await asyncio.wait_for(self.call.read(), self.timeout)) is not grpc.aio.EOF:
             out.append(message)
         return out
+
+
+@dataclass
+class Routed:
+    """What the picker answered for one request."""
+
+    status: int  # 200 = routed; otherwise the ImmediateResponse status
+    endpoint: str = ""  # x-gateway-destination-endpoint
+    metadata_endpoint: str = ""  # the same, from the envoy.lb dynamic metadata
+    headers: dict[str, bytes] = field(default_factory=dict)  # every header the picker set
+    body: bytes = b""  # the request body as the picker streamed it back (rewritten or not)
+    error: bytes = b""  # the ImmediateResponse body
+
+
+class ExtProcClient:
+    """A gRPC channel to a picker's ext_proc port; ``async with ExtProcClient("127.0.0.1:9002"):``."""
+
+    def __init__(self, target: str, *, timeout: float = 5.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel: Any = None
+
+    async def __aenter__(self) -> ExtProcClient:
+        self._channel = grpc.aio.insecure_channel(self.target)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+    def open(self) -> ExtProcCall:
+        """A new Process stream, to drive message by message."""
+        if self._channel is None:
+            raise RuntimeError("ExtProcClient is not open")
+        return ExtProcCall(pb.ExternalProcessorStub(self._channel), timeout=self.timeout)
+
+    async def route(
+        self,
+        body: Mapping[str, Any] | bytes,
+        *,
+        path: str = "/v1/completions",
+        headers: Mapping[str, str] | None = None,
+        chunks: int = 1,
+        subset: list[Any] | None = None,
+    ) -> Routed:
+        """One FULL_DUPLEX_STREAMED request: headers, the body in ``chunks`` pieces, the answer."""
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        call = self.open()
+        await call.send(request_headers(post_headers(path, **dict(headers or {})), subset=subset))
+        size = max(1, -(-len(raw) // chunks))
+        pieces = [raw[i : i + size] for i in range(0, len(raw), size)] or [b""]
+        for i, piece in enumerate(pieces):
+            await call.send(request_body(piece, eos=i == len(pieces) - 1))
+        first = await call.recv_one()
+        if first.HasField("immediate_response"):
+            await call.end()
+            return Routed(first.immediate_response.status.code, error=first.immediate_response.body)
+        mutation = first.request_headers.response.header_mutation
+        out = bytearray()
+        while True:
+            chunk, eos = streamed(await call.recv_one())
+            out += chunk
+            if eos:
+                break
+        await call.end()
+        headers_set = set_headers(mutation)
+        return Routed(
+            200,
+            endpoint=headers_set["x-gateway-destination-endpoint"].decode(),
+            metadata_endpoint=destination_metadata(first),
+            headers=headers_set,
+            body=bytes(out),
+        )

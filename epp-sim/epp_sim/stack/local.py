@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from epp.tasks import Service
 from epp_sim.modelserver.fixture import ModelServer
@@ -39,10 +39,12 @@ from epp_sim.ports import port_free_on
 from epp_sim.stack.cluster import ClusterError, FakeCluster
 from epp_sim.stack.envoy import EnvoyProcess
 from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap
+from epp_sim.stack.manifests import MANIFESTS, ManifestError
 from epp_sim.stack.picker import PickerProcess
 from epp_sim.stack.pods import SimPod, SimulatedPods
 from epp_sim.stack.processes import ChildProcessError
-from epp_sim.stack.samples import ManifestError, SamplePool, load_samples
+from epp_sim.stack.samples import SamplePool, load_samples
+from epp_sim.stack.started import require
 
 __all__ = [
     "DEFAULT_ENVOY_PORT",
@@ -56,9 +58,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_ENVOY_PORT = 8081
-# The repository's manifests/, shipped inside this distribution (a link in the source tree).
-DEFAULT_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
-_T = TypeVar("_T")
+DEFAULT_MANIFESTS = MANIFESTS
 
 
 class StackError(RuntimeError):
@@ -141,12 +141,12 @@ class LocalStack(Service):
     @property
     def samples(self) -> SamplePool:
         """The manifests applied (pool name, model, adapters, objectives)."""
-        return _need(self._samples, "samples")
+        return require(self._samples, "LocalStack", "samples")
 
     @property
     def cluster(self) -> FakeCluster:
         """The fake cluster (``.server.store`` for in-process reads, ``.kubectl(...)``)."""
-        return _need(self._cluster, "cluster")
+        return require(self._cluster, "LocalStack", "cluster")
 
     @property
     def kubeconfig(self) -> Path:
@@ -155,7 +155,7 @@ class LocalStack(Service):
     @property
     def work_dir(self) -> Path:
         """Holds the kubeconfig and the picker's and Envoy's logs; removed at teardown."""
-        return _need(self._work_dir, "work directory")
+        return require(self._work_dir, "LocalStack", "work directory")
 
     @property
     def pods(self) -> list[SimPod]:
@@ -168,11 +168,11 @@ class LocalStack(Service):
     @property
     def target_port(self) -> int:
         """The pool's single target port: every pod's simulator (hand-made or a component's) listens on it."""
-        return _need(self._pods, "pods").port
+        return require(self._pods, "LocalStack", "pods").port
 
     @property
     def envoy(self) -> EnvoyProcess:
-        return _need(self._envoy, "Envoy")
+        return require(self._envoy, "LocalStack", "Envoy")
 
     @property
     def envoy_url(self) -> str:
@@ -181,7 +181,7 @@ class LocalStack(Service):
     @property
     def picker(self) -> PickerProcess:
         """The ``epp serve`` child (``.pid``, ``.log_path``, ports)."""
-        return _need(self._picker, "picker")
+        return require(self._picker, "LocalStack", "picker")
 
     @property
     def picker_metrics_url(self) -> str:
@@ -292,9 +292,3 @@ class LocalStack(Service):
         envoy = EnvoyProcess(bootstrap, name="envoy", work_dir=work / "envoy", ready_timeout=cfg.ready_timeout)
         self._envoy = await self._exit.enter_async_context(envoy)
         await envoy.wait_ext_proc_healthy(timeout=cfg.ready_timeout)
-
-
-def _need(value: _T | None, what: str) -> _T:
-    if value is None:
-        raise RuntimeError(f"LocalStack not started: no {what} yet")
-    return value

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,6 +108,9 @@ class SimulatedPods(Service):
 
     def __getitem__(self, index: int) -> SimPod:
         return self._pods[index]
+
+    def __iter__(self) -> Iterator[SimPod]:
+        return iter(self._pods)
 
     def pin(self, index: int, **fields: Any) -> None:
         """Pin what pod ``index`` reports (``waiting``, ``kv_cache_usage``, ``running_loras``, ...)."""

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from epp_sim.modelserver.config import SimConfig
+from epp_sim.stack.manifests import ManifestError, read_manifest
 
 __all__ = [
     "AUTOSCALER_CRD",
@@ -26,15 +25,10 @@ __all__ = [
     "load_autoscaler_crd",
     "load_samples",
     "qualified",
-    "read_manifest",
 ]
 
 POOL_GROUP = "inference.networking.k8s.io"
 AUTOSCALER_CRD = "variantautoscalings.llmd.ai"
-
-
-class ManifestError(ValueError):
-    """A manifest ``epp dev`` cannot use; the message names the file and what is wrong."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,22 +84,6 @@ class SamplePool:
             time_scale=time_scale,
         )
         return dataclasses.replace(base, **engine) if engine else base
-
-
-def read_manifest(path: Path) -> list[dict[str, Any]]:
-    """Every document of a YAML file; each must have ``kind`` and ``apiVersion``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ManifestError(f"cannot read manifest {path}: {e}") from e
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        raise ManifestError(f"manifest {path} is not valid YAML: {e}") from e
-    for d in docs:
-        if not isinstance(d, dict) or "kind" not in d or "apiVersion" not in d:
-            raise ManifestError(f"manifest {path} holds a document without kind/apiVersion")
-    return docs
 
 
 def _kustomization_docs(folder: Path) -> list[dict[str, Any]]:

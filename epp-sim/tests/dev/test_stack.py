@@ -96,10 +96,7 @@ async def test_local_stack_routes_streams_and_leaves_nothing_behind(tmp_path: Pa
             ("127.0.0.1", stack.envoy.port),
             ("127.0.0.1", stack.envoy.admin_port),
             ("127.0.0.1", stack.cluster.server.port),
-            *(
-                ("127.0.0.1", p)
-                for p in (stack.picker.grpc_port, stack.picker.health_port, stack.picker.metrics_port)
-            ),
+            *(("127.0.0.1", p) for p in (stack.picker.grpc_port, stack.picker.health_port, stack.picker.metrics_port)),
             *((s.host, s.port) for s in stack.servers),
         ]
         pids = stack.child_pids()
