@@ -29,7 +29,7 @@ from epp.datalayer.pool_gauges import PoolGauges
 from epp.datalayer.scraper import ScraperManager
 from epp.datastore.store import Datastore
 from epp.extproc.server import ExtProcServer
-from epp.extproc.stream import Director, StreamOptions
+from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import TlsConfig
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import PluginContext, PluginRegistry
@@ -39,8 +39,8 @@ from epp.kube.manager import PoolReconcilers, StandaloneReconciler
 from epp.kube.standalone import standalone_pool_name
 from epp.plugins import register_in_tree
 from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
-from epp.requestcontrol.director import Director as PoolDirector
-from epp.requestcontrol.pools import PoolDispatcher
+from epp.requestcontrol.director import PoolDirector
+from epp.requestcontrol.pools import PoolDispatcher, PoolKey
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_server import MetricsServer
@@ -49,7 +49,6 @@ __all__ = ["PoolRuntime", "Runtime", "RuntimePorts"]
 
 log = logging.getLogger(__name__)
 
-PoolKey = tuple[str, str]  # (namespace, name)
 Configs = dict[PoolKey, LoadedConfig]
 
 
@@ -164,13 +163,12 @@ class Runtime(Service):
                 self._api, namespace=namespace, name=lease_name(namespace, name), identity=identity, clock=self.clock
             )
             await self.elector.start()
-        directors = {p.key: p.director for p in self.pools}
-        director: Director = self.pools[0].director if len(self.pools) == 1 else PoolDispatcher(directors)
+        directors = PoolDispatcher({p.key: p.director for p in self.pools})
         stream_options = StreamOptions(
             max_request_body_bytes=o.max_request_body_bytes,
             disable_subset_filter=o.disable_endpoint_subset_filter,
         )
-        self._server = ExtProcServer(director, self.metrics, options=stream_options)
+        self._server = ExtProcServer(directors, self.metrics, options=stream_options)
         # Reading the certificate or generating a key pair takes tens of milliseconds: off the loop.
         tls = await asyncio.to_thread(TlsConfig.from_cert_path, o.cert_path or None) if o.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(

@@ -13,12 +13,14 @@ from typing import Any
 
 from epp.errors import EppError
 from epp.extproc import pb
+from epp.framework.headers import (
+    DESTINATION_ENDPOINT,
+    LB_METADATA_NAMESPACE,
+    SYSTEM_OWNED,
+    WENT_INTO_RESP_HEADERS,
+)
 
 __all__ = [
-    "DESTINATION_ENDPOINT",
-    "METADATA_NAMESPACE",
-    "SYSTEM_OWNED_HEADERS",
-    "WENT_INTO_RESP_HEADERS",
     "body_chunk",
     "body_chunks",
     "error_response",
@@ -30,21 +32,6 @@ __all__ = [
     "routing_headers_response",
 ]
 
-DESTINATION_ENDPOINT = "x-gateway-destination-endpoint"
-METADATA_NAMESPACE = "envoy.lb"
-WENT_INTO_RESP_HEADERS = "x-went-into-resp-headers"
-# Never echoed back (upstream pkg/epp/util/request/headers.go); compared lower-case.
-SYSTEM_OWNED_HEADERS = frozenset(
-    {
-        "x-gateway-inference-fairness-id",
-        "x-gateway-inference-objective",
-        "x-gateway-model-name-rewrite",
-        "x-gateway-destination-endpoint-subset",
-        "x-gateway-destination-endpoint",
-        "x-gateway-destination-endpoint-served",
-        "content-length",
-    }
-)
 _OVERWRITE = pb.OVERWRITE_IF_EXISTS_OR_ADD
 
 
@@ -63,12 +50,12 @@ def _fill_routing(common: Any, headers: Mapping[str, str], destination: str, bod
     if body_length > 0:
         _set_header(set_headers, "Content-Length", str(body_length).encode())
     for key, value in headers.items():
-        if key.lower() not in SYSTEM_OWNED_HEADERS:
+        if key.lower() not in SYSTEM_OWNED:
             _set_header(set_headers, key, value.encode("utf-8", "surrogateescape"))
 
 
 def _fill_metadata(response: pb.ProcessingResponse, destination: str) -> None:
-    namespace = response.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value
+    namespace = response.dynamic_metadata.fields[LB_METADATA_NAMESPACE].struct_value
     namespace.fields[DESTINATION_ENDPOINT].string_value = destination
 
 

@@ -16,7 +16,7 @@ import grpc
 
 from epp.extproc import pb
 from epp.extproc.health import HealthState
-from epp.extproc.stream import Director, Processor, Stream, StreamOptions
+from epp.extproc.stream import Directors, Processor, Stream, StreamOptions
 from epp.extproc.tls import TlsConfig
 from epp.framework.endpoint import join_host_port
 from epp.telemetry.metrics import EppMetrics
@@ -56,8 +56,8 @@ def _bind(server: Any, what: str, address: str, tls: TlsConfig | None) -> int:
 class ExtProcServer:
     """Owns both gRPC servers; ``start`` binds them, ``stop`` drains them."""
 
-    def __init__(self, director: Director, metrics: EppMetrics, *, options: StreamOptions) -> None:
-        self._processor = Processor(director, metrics, options)
+    def __init__(self, directors: Directors, metrics: EppMetrics, *, options: StreamOptions) -> None:
+        self._processor = Processor(directors, metrics, options)
         self._health = HealthState()
         self._servers: list[Any] = []
 

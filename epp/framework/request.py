@@ -60,7 +60,3 @@ class RoutingDecision:
     def destination(self) -> str:
         """Value of ``x-gateway-destination-endpoint``: ``ip:port[,ip:port...]``."""
         return ",".join(t.endpoint.hostport for t in self.targets)
-
-    @property
-    def primary(self) -> EndpointState:
-        return self.targets[0]

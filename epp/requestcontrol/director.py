@@ -1,6 +1,8 @@
-"""The Director: everything between a parsed request and the endpoint Envoy should route to.
+"""The pool director: everything between a parsed request and the endpoint Envoy should route to.
 
-``route`` (body requests), in order (upstream ``requestcontrol/director.go``, plus v0.3's
+The ext_proc stream only carries the request (headers, parsed body); this is the one place that
+resolves what the request *means*: target model, objective and priority. ``route`` (body
+requests), in order (upstream ``requestcontrol/director.go``, plus v0.3's
 InferenceModel path for ``v1alpha2`` pools):
 
 1. target model: header ``x-gateway-model-name-rewrite``, else the client's model; then the
@@ -30,6 +32,7 @@ from epp.clock import Clock
 from epp.config.loader import LoadedConfig
 from epp.datastore.types import DatastoreReader
 from epp.errors import EppError, ErrorCode
+from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest, RoutingDecision
@@ -39,18 +42,15 @@ from epp.requestcontrol.rewrites import ModelRewriter, weighted_target
 from epp.scheduling.profile import Observe, plugin_observer
 from epp.telemetry.metrics import EppMetrics
 
-__all__ = ["MODEL_REWRITE_HEADER", "OBJECTIVE_HEADER", "Director"]
+__all__ = ["CRITICALITY_PRIORITY", "PoolDirector"]
 
 log = logging.getLogger(__name__)
-
-MODEL_REWRITE_HEADER = "x-gateway-model-name-rewrite"
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
 
 CRITICALITY_PRIORITY = {"Critical": 1, "Standard": 0, "Sheddable": -1}
 
 
-class Director:
-    """Resolves model and priority, admits, picks candidates, schedules; see the module docstring."""
+class PoolDirector:
+    """One pool's request control: resolves model and priority, admits, picks candidates, schedules."""
 
     def __init__(
         self,
@@ -116,7 +116,7 @@ class Director:
 
     def _resolve_model_and_priority(self, request: InferenceRequest, datastore: DatastoreReader) -> None:
         incoming = request.model
-        target = request.headers.get(MODEL_REWRITE_HEADER) or incoming
+        target = request.headers.get(headers.MODEL_NAME_REWRITE) or incoming
         rewritten = self._rewriter.rewrite(incoming, datastore.rewrites())
         if rewritten is not None:
             target = rewritten
@@ -133,7 +133,7 @@ class Director:
             priority = CRITICALITY_PRIORITY.get(model.criticality or "", 0)
         request.target_model = target
 
-        objective_name = request.headers.get(OBJECTIVE_HEADER, "")
+        objective_name = request.headers.get(headers.OBJECTIVE, "")
         if objective_name:
             request.objective = objective_name
             objective = datastore.objective(objective_name)

@@ -1,75 +1,55 @@
-"""One picker, many pools: route each request to the Director of the pool it names.
+"""One picker, many pools: each request goes to the director of the pool it names.
 
 Upstream runs one picker per InferencePool. Here ``--pool-name`` may be repeated; each pool keeps
 its own datastore, scrapers, plugin state (prefix index) and metrics labels, so a saturated pool
 never changes the decisions for another. The gateway names the pool with the request header
 ``x-gateway-inference-pool`` (``name`` or ``namespace/name``), typically added by the route
 that targets that pool; a request without it goes to the first pool.
+
+The choice is made once per request (the stream keeps the director it was given and tells that
+one when the request is over), and the same way whether one pool is served or many: a header
+naming a pool this picker does not serve is refused (404) in both cases.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Generic, TypeVar
 
 from epp.errors import EppError, ErrorCode
-from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.framework import headers
+from epp.framework.request import InferenceRequest
 
-__all__ = ["POOL_HEADER", "PoolDispatcher", "PoolDirector"]
+__all__ = ["PoolDispatcher", "PoolKey"]
 
-POOL_HEADER = "x-gateway-inference-pool"
-
-
-class PoolDirector(Protocol):
-    """The part of the Director contract the dispatcher forwards."""
-
-    def route(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision: ...
-
-    def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision: ...
-
-    def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None: ...
+PoolKey = tuple[str, str]  # (namespace, name)
+D = TypeVar("D")
 
 
-class PoolDispatcher:
-    """A Director that forwards to the pool named by the request (first pool by default)."""
+class PoolDispatcher(Generic[D]):
+    """The director of each pool served, by ``(namespace, name)``; the first one is the default."""
 
-    def __init__(self, directors: Mapping[tuple[str, str], PoolDirector], *, header: str = POOL_HEADER) -> None:
+    __slots__ = ("_by_key", "_by_name", "_default")
+
+    def __init__(self, directors: Mapping[PoolKey, D]) -> None:
         if not directors:
             raise ValueError("PoolDispatcher needs at least one pool")
         self._by_key = dict(directors)
-        self._by_name: dict[str, PoolDirector | None] = {}
+        self._by_name: dict[str, D | None] = {}
         for (_, name), director in directors.items():
             # A bare name is ambiguous when two namespaces hold a pool of that name.
             self._by_name[name] = None if name in self._by_name else director
         self._default = next(iter(directors.values()))
-        self._header = header
-        self._owner: dict[int, PoolDirector] = {}
 
-    def _select(self, request: InferenceRequest) -> PoolDirector:
-        wanted = request.headers.get(self._header)
+    def director_for(self, request: InferenceRequest) -> D:
+        """The director of the pool named by the request's pool header, else of the first pool."""
+        wanted = request.headers.get(headers.INFERENCE_POOL)
         if not wanted:
             return self._default
         namespace, _, name = wanted.rpartition("/")
         director = self._by_key.get((namespace, name)) if namespace else self._by_name.get(name)
-        if director is None:
-            if not namespace and name in self._by_name:
-                raise EppError(ErrorCode.BAD_REQUEST, f"pool name {name!r} is ambiguous; use namespace/name")
-            raise EppError(ErrorCode.NOT_FOUND, f"unknown inference pool {wanted!r}")
-        return director
-
-    def route(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
-        director = self._select(request)
-        decision = director.route(request, subset)
-        self._owner[id(decision)] = director
-        return decision
-
-    def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
-        director = self._select(request)
-        decision = director.route_headers_only(request, subset)
-        self._owner[id(decision)] = director
-        return decision
-
-    def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
-        director = self._owner.pop(id(decision), None) if decision is not None else None
         if director is not None:
-            director.finished(request, decision, completed=completed)
+            return director
+        if not namespace and name in self._by_name:
+            raise EppError(ErrorCode.BAD_REQUEST, f"pool name {name!r} is ambiguous; use namespace/name")
+        raise EppError(ErrorCode.NOT_FOUND, f"unknown inference pool {wanted!r}")

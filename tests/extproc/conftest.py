@@ -9,7 +9,7 @@ import pytest
 from extproc_harness import RecordingDirector, Running, Start
 
 from epp.extproc.server import ExtProcServer
-from epp.extproc.stream import StreamOptions
+from epp.extproc.stream import Directors, StreamOptions
 from epp.extproc.tls import TlsConfig
 from epp.telemetry.metrics import EppMetrics
 
@@ -24,10 +24,12 @@ async def start_server() -> AsyncIterator[Start]:
         options: StreamOptions | None = None,
         tls: TlsConfig | None = None,
         ready: bool = True,
+        directors: Directors | None = None,
     ) -> Running:
+        """A server whose streams get ``director`` (a fresh recording one by default), or ``directors``."""
         director = director or RecordingDirector()
         metrics = EppMetrics()
-        server = ExtProcServer(director, metrics, options=options or StreamOptions())
+        server = ExtProcServer(directors or director, metrics, options=options or StreamOptions())
         grpc_port, health_port = await server.start("127.0.0.1", 0, 0, tls)
         server.set_ready(ready)
         if tls is None:

@@ -52,6 +52,9 @@ class RecordingDirector:
     headers_only: list[tuple[InferenceRequest, frozenset[str] | None]] = field(default_factory=list)
     finished_calls: list[FinishedCall] = field(default_factory=list)
 
+    def director_for(self, request: InferenceRequest) -> RecordingDirector:
+        return self
+
     def _decide(self, subset: frozenset[str] | None) -> RoutingDecision:
         if self.error is not None:
             raise self.error

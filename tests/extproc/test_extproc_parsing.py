@@ -8,7 +8,8 @@ import pytest
 
 from epp.errors import EppError
 from epp.extproc.request_body import api_kind, parse_request_body, serialize_go
-from epp.extproc.stream import StreamOptions, subset_ips
+from epp.extproc.stream import StreamOptions
+from epp.extproc.subset_hint import subset_ips
 from epp.extproc.usage import SseUsageScanner, Usage, usage_from_json
 from epp.framework.request import ApiKind
 

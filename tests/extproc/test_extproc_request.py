@@ -64,7 +64,9 @@ async def test_full_duplex_routes_with_exact_headers_metadata_and_untouched_body
     assert streamed(chunk) == (BODY, True)  # the client's bytes, not re-serialised
 
     ((request, subset),) = running.director.routed
-    assert (request.request_id, request.model, request.target_model, request.objective) == ("rid-1", "m", "m", "obj")
+    # The stream only carries the request: resolving model and objective is the director's job.
+    assert (request.request_id, request.model, request.target_model, request.objective) == ("rid-1", "m", "", "")
+    assert request.headers["x-gateway-inference-objective"] == "obj"
     assert request.api is ApiKind.COMPLETIONS and request.size == len(BODY) and not request.stream
     assert request.headers["x-gateway-inference-fairness-id"] == "tenant-a"
     assert subset is None
@@ -128,7 +130,8 @@ async def test_model_rewrite_reserialises_like_go_and_chunks_at_62000(start_serv
     assert running.sample("inference_objective_request_sizes_sum", **labels) == len(expected)
 
 
-async def test_rewrite_header_sets_initial_target_model(running: Running) -> None:
+async def test_rewrite_header_is_not_echoed_and_the_directors_target_model_is_sent(start_server: Start) -> None:
+    running = await start_server(RecordingDirector(target_model="lora-1"))
     call = running.open()
     await call.send(request_headers(post_headers(**{"x-gateway-model-name-rewrite": "lora-1"})), request_body(BODY))
     head, chunk = await call.recv(2)

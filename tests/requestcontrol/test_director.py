@@ -30,7 +30,7 @@ from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.labels import Selector
 from epp.plugins import register_in_tree
-from epp.requestcontrol.director import Director
+from epp.requestcontrol.director import PoolDirector
 from epp.telemetry.metrics import EppMetrics
 
 V1 = "inference.networking.k8s.io/v1"
@@ -70,7 +70,7 @@ class Harness:
             self.config = load_default_config(registry, context, metrics=self.metrics)
         else:
             self.config = load_config(config_text, registry, context, metrics=self.metrics)
-        self.director = Director(store, lambda: self.config, self.metrics, self.clock, random.Random(3))
+        self.director = PoolDirector(store, lambda: self.config, self.metrics, self.clock, random.Random(3))
 
     def route(self, model: str = "m", subset: frozenset[str] | None = None, **headers: str) -> InferenceRequest:
         req = InferenceRequest(

@@ -1,30 +1,17 @@
-"""Logging setup: -v levels, logfmt and JSON formatters, request id from the ContextVar."""
+"""Logging setup: -v levels, logfmt and JSON formatters; the request id field when the ContextVar is set.
+
+That the ext_proc stream sets it for a real request is tested in ``tests/extproc/test_extproc_request_logs.py``.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 
 from epp.telemetry.logs import TRACE, VERBOSE, level_for_verbosity, request_id_var, setup_logging
-
-
-@pytest.fixture
-def root_state() -> Iterator[None]:
-    """Restore the root logger after a test installs our handler."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-    root.setLevel(level)
-    logging.getLogger("httpx").setLevel(logging.NOTSET)
-    logging.getLogger("httpcore").setLevel(logging.NOTSET)
 
 
 @pytest.mark.parametrize(
@@ -35,7 +22,7 @@ def test_verbosity_levels(v: int, level: int) -> None:
     assert level_for_verbosity(v) == level
 
 
-def test_logfmt_with_fields_and_request_id(root_state: None) -> None:
+def test_logfmt_with_fields_and_request_id(restore_root_logger: None) -> None:
     out = io.StringIO()
     setup_logging(2, stream=out)
     log = logging.getLogger("epp.test")
@@ -54,7 +41,7 @@ def test_logfmt_with_fields_and_request_id(root_state: None) -> None:
     assert "request_id" not in lines[1] and "level=warning" in lines[1]
 
 
-def test_json_with_exception_and_verbose_level(root_state: None) -> None:
+def test_json_with_exception_and_verbose_level(restore_root_logger: None) -> None:
     out = io.StringIO()
     setup_logging(3, json_format=True, stream=out)
     log = logging.getLogger("epp.test")
@@ -74,7 +61,7 @@ def test_json_with_exception_and_verbose_level(root_state: None) -> None:
     assert second["level"] == "error" and "ValueError: bad" in second["exc"]
 
 
-def test_setup_replaces_its_own_handler_and_quiets_http_client_logs(root_state: None) -> None:
+def test_setup_replaces_its_own_handler_and_quiets_http_client_logs(restore_root_logger: None) -> None:
     first, second = io.StringIO(), io.StringIO()
     setup_logging(2, stream=first)
     setup_logging(2, stream=second)
@@ -83,17 +70,3 @@ def test_setup_replaces_its_own_handler_and_quiets_http_client_logs(root_state: 
     logging.getLogger("epp").info("kept")
     assert first.getvalue() == ""
     assert "kept" in second.getvalue() and "HTTP Request" not in second.getvalue()
-
-
-async def test_request_id_is_per_task(root_state: None) -> None:
-    out = io.StringIO()
-    setup_logging(2, stream=out)
-    log = logging.getLogger("epp.test")
-
-    async def handle(request_id: str) -> None:
-        request_id_var.set(request_id)
-        await asyncio.sleep(0)
-        log.info("handled")
-
-    await asyncio.gather(handle("a"), handle("b"))
-    assert sorted(line.split("request_id=")[1] for line in out.getvalue().splitlines()) == ["a", "b"]

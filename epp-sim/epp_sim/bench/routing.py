@@ -50,7 +50,7 @@ from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.labels import Selector
 from epp.plugins import register_in_tree
-from epp.requestcontrol.director import Director
+from epp.requestcontrol.director import PoolDirector
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.loadgen import percentile
 from epp_sim.bench.procstat import cpu_seconds
@@ -199,7 +199,7 @@ def _router(strategy: str, store: Datastore, seed: int) -> Callable[[int, Arriva
     metrics = EppMetrics()
     clock = SystemClock()
     config = _config(strategy, seed, metrics)
-    director = Director(store, lambda: config, metrics, clock, random.Random(seed))
+    director = PoolDirector(store, lambda: config, metrics, clock, random.Random(seed))
 
     def route(index: int, arrival: Arrival) -> tuple[str, Callable[[], None]]:
         request = InferenceRequest(
@@ -212,7 +212,7 @@ def _router(strategy: str, store: Datastore, seed: int) -> Callable[[int, Arriva
             size=len(arrival.data),
         )
         decision = director.route(request, None)
-        return decision.primary.endpoint.hostport, lambda: director.finished(request, decision, completed=True)
+        return decision.targets[0].endpoint.hostport, lambda: director.finished(request, decision, completed=True)
 
     return route
 

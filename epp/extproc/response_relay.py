@@ -1,0 +1,192 @@
+"""The response half of one ext_proc stream: relay the model server's answer, read its usage.
+
+Headers are answered at once: upstream headers echoed (minus the system-owned ones), the
+picker's own response headers added (they win), ``content-length`` removed when the body will
+be rewritten. Bodies take one of two paths:
+
+- **pass-through**: SSE (``stream: true`` or a ``text/event-stream`` content type) and anything
+  past ``max_buffer`` bytes go back chunk by chunk as they arrive; an SSE scanner reads ``usage``
+  on the way;
+- **held**: a plain JSON answer is held until its end (``usage`` is read from the whole), then
+  sent back in ``chunk_size`` pieces.
+
+When the client's model name differs from the one the server was sent, the server's name is
+replaced by the client's in every chunk, so the client sees the name it asked for. The relay is
+:attr:`done` once the response is complete (end of stream, trailers, or a mode in which Envoy
+sends no body); the stream then records it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from epp.extproc import pb
+from epp.extproc.responses import (
+    body_chunk,
+    body_chunks,
+    response_body_replaced,
+    response_headers_response,
+    response_trailers_response,
+)
+from epp.extproc.usage import SseUsageScanner, Usage, usage_from_json
+from epp.framework.headers import SYSTEM_OWNED
+
+__all__ = ["ResponseRelay"]
+
+_FULL_DUPLEX = pb.BODY_FULL_DUPLEX_STREAMED
+_BODY_NONE = pb.BODY_NONE
+
+
+def _model_renames(served: str, client: str) -> tuple[tuple[bytes, bytes], ...]:
+    """``"model":<served>`` → ``"model":<client>``, compact spelling first, then spaced."""
+    old = json.dumps(served, ensure_ascii=False).encode()
+    new = json.dumps(client, ensure_ascii=False).encode()
+    return ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))
+
+
+class ResponseRelay:
+    """Relays one response; ``done``, ``usage``, ``size`` and ``upstream_error`` say how it went.
+
+    ``mode`` is Envoy's response body mode; ``sse`` when the request asked for a stream;
+    ``rename`` is (served model, client model) when they differ; ``extra_headers`` are the
+    picker's own response headers (e.g. a session token).
+    """
+
+    __slots__ = (
+        "_mode",
+        "_chunk_size",
+        "_max_buffer",
+        "_renames",
+        "_extra_headers",
+        "_scanner",
+        "_held",
+        "_passing",
+        "size",
+        "done",
+        "usage",
+        "upstream_error",
+    )
+
+    def __init__(
+        self,
+        *,
+        mode: int,
+        chunk_size: int,
+        max_buffer: int,
+        sse: bool = False,
+        rename: tuple[str, str] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._mode = mode
+        self._chunk_size = chunk_size
+        self._max_buffer = max_buffer
+        self._renames = _model_renames(*rename) if rename is not None and mode != _BODY_NONE else ()
+        self._extra_headers = extra_headers or {}
+        self._scanner: SseUsageScanner | None = None
+        self._held: list[bytes] = []
+        self._passing = False
+        self.size = 0
+        self.done = False
+        self.usage: Usage | None = None
+        self.upstream_error = False
+        if sse:
+            self._pass_sse()
+
+    def on_headers(self, http_headers: pb.HttpHeaders) -> pb.ProcessingResponse:
+        echo: list[tuple[str, bytes]] = []
+        for header in http_headers.headers.headers:
+            key = header.key
+            raw = header.raw_value or header.value.encode()
+            lower = key.lower()
+            if lower in SYSTEM_OWNED:
+                continue
+            echo.append((key, raw))
+            if lower == ":status" or lower == "status":
+                self.upstream_error = raw.strip() != b"200"
+            elif lower == "content-type" and b"text/event-stream" in raw:
+                self._pass_sse()
+        extra = self._extra_headers
+        if extra:
+            echo = [(k, v) for k, v in echo if k.lower() not in extra]
+            echo.extend((k, v.encode()) for k, v in extra.items())
+        if http_headers.end_of_stream or self._mode == _BODY_NONE:
+            self._finish(None)  # No body follows, or Envoy will not send it to us.
+        return response_headers_response(echo, remove_content_length=bool(self._renames))
+
+    def on_body(self, body: pb.HttpBody) -> Sequence[pb.ProcessingResponse]:
+        chunk: bytes = body.body
+        end: bool = body.end_of_stream
+        self.size += len(chunk)
+        if self._passing:
+            return self._pass(chunk, end)
+        if chunk:
+            self._held.append(chunk)
+        if end:
+            whole = self._take_held()
+            self._finish(usage_from_json(whole))
+            return self._send_held(whole, end_of_stream=True) if self._full_duplex else (self._replaced(chunk),)
+        if self.size > self._max_buffer:
+            # Too large to hold for its usage: hand over what is held, pass the rest through.
+            self._passing = True
+            whole = self._take_held()
+            return self._send_held(whole, end_of_stream=False) if self._full_duplex else (self._replaced(chunk),)
+        # Envoy in BUFFERED/STREAMED mode waits for an answer to every message; ours comes now.
+        return () if self._full_duplex else (self._replaced(chunk),)
+
+    def on_trailers(self) -> Sequence[pb.ProcessingResponse]:
+        """Trailers end the response: flush what is held (without EoS), then answer them."""
+        answers: list[pb.ProcessingResponse] = []
+        if self._scanner is not None:
+            self._scanner.finish()
+            self._finish(self._scanner.usage)
+        else:
+            whole = self._take_held()
+            if whole and self._full_duplex:
+                answers += self._send_held(whole, end_of_stream=False)
+            self._finish(usage_from_json(whole) if whole else None)
+        answers.append(response_trailers_response())
+        return answers
+
+    @property
+    def _full_duplex(self) -> bool:
+        return self._mode == _FULL_DUPLEX
+
+    def _pass_sse(self) -> None:
+        self._passing = True
+        if self._scanner is None:
+            self._scanner = SseUsageScanner()
+
+    def _pass(self, chunk: bytes, end: bool) -> Sequence[pb.ProcessingResponse]:
+        scanner = self._scanner
+        if scanner is not None:
+            scanner.feed(chunk)
+        if end:
+            if scanner is not None:
+                scanner.finish()
+            self._finish(scanner.usage if scanner is not None else None)
+        if self._full_duplex:
+            return (body_chunk(self._rename(chunk), request=False, end_of_stream=end),)
+        return (self._replaced(chunk),)
+
+    def _replaced(self, chunk: bytes) -> pb.ProcessingResponse:
+        out = self._rename(chunk)
+        return response_body_replaced(None if out is chunk else out)
+
+    def _send_held(self, whole: bytes, *, end_of_stream: bool) -> list[pb.ProcessingResponse]:
+        return body_chunks(self._rename(whole), self._chunk_size, request=False, end_of_stream=end_of_stream)
+
+    def _take_held(self) -> bytes:
+        held, self._held = self._held, []
+        return held[0] if len(held) == 1 else b"".join(held)
+
+    def _rename(self, data: bytes) -> bytes:
+        for needle, replacement in self._renames:
+            if needle in data:
+                return data.replace(needle, replacement)
+        return data
+
+    def _finish(self, usage: Usage | None) -> None:
+        if not self.done:
+            self.done = True
+            self.usage = usage
