@@ -43,6 +43,7 @@ def _response(status: bytes, body: bytes, content_type: bytes) -> bytes:
 def metrics_pages(variants: int = 8) -> list[bytes]:
     """Whole HTTP responses carrying vLLM ``/metrics`` pages with ``variants`` different load values."""
     from epp_sim.modelserver import Engine, Pins, SimConfig
+    from epp_sim.modelserver.exposition import CONTENT_TYPE
 
     engine = Engine(SimConfig(lora_modules={"sql-lora": "/adapters/sql", "chat-lora": "/adapters/chat"}, max_loras=2))
     pages = []
@@ -50,7 +51,7 @@ def metrics_pages(variants: int = 8) -> list[bytes]:
         engine.set_pins(
             Pins(waiting=i % 4, running=4 + i, kv_cache_usage=0.05 * i, running_loras=("sql-lora",), max_lora=2)
         )
-        pages.append(_response(b"200 OK", engine.render_metrics(), b"text/plain; version=0.0.4; charset=utf-8"))
+        pages.append(_response(b"200 OK", engine.render_metrics(), CONTENT_TYPE.encode()))
     return pages
 
 

@@ -1,6 +1,6 @@
 """``epp bench overhead|routing``: flags → options → run → tables on stdout, JSON and PNG in ``--out``.
 
-Parsing and printing only; the benchmarks live in ``overhead.py`` and ``routing.py``. ``--quick``
+Parsing and printing only; the benchmarks live in the ``overhead`` and ``routing`` packages. ``--quick``
 is the CI smoke shape of each (seconds, not minutes; the numbers mean nothing).
 """
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from epp_sim.bench.children import output_of
 from epp_sim.bench.loadgen import LoadResult, ext_proc_messages, grpc_frames, percentile
 
 __all__ = ["LoadGenerator", "LoadToolError", "ToolChoice"]
@@ -60,24 +61,8 @@ def _children_cpu() -> float:
 async def _run(argv: list[str], env: dict[str, str] | None = None) -> tuple[str, float]:
     """Run a load tool to completion; its stdout and the CPU seconds it used."""
     cpu0 = _children_cpu()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, err = await proc.communicate()
-    except BaseException:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        raise
-    if proc.returncode != 0:
-        raise LoadToolError(f"{argv[0]} exited with {proc.returncode}: {err.decode(errors='replace')[-2000:]}")
-    return out.decode(errors="replace"), _children_cpu() - cpu0
+    out = await output_of(argv, env=env, error=LoadToolError)
+    return out, _children_cpu() - cpu0
 
 
 @dataclass

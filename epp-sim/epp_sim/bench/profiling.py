@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from epp_sim.bench.children import output_of
+
 __all__ = ["ProfileSummary", "py_spy_binary", "record", "summarise"]
 
 
@@ -89,28 +91,23 @@ async def record(pid: int, seconds: float, out: Path, *, rate: int = 250) -> Pro
     binary = py_spy_binary()
     if binary is None:
         raise RuntimeError("py-spy is not installed (.venv/bin/pip install py-spy)")
-    proc = await asyncio.create_subprocess_exec(
-        binary,
-        "record",
-        "--pid",
-        str(pid),
-        "--duration",
-        str(max(1, round(seconds))),
-        "--rate",
-        str(rate),
-        "--format",
-        "raw",
-        "--nolineno",
-        "--gil",
-        "--output",
-        str(out),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
+    await output_of(
+        [
+            binary,
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(max(1, round(seconds))),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            "--nolineno",
+            "--gil",
+            "--output",
+            str(out),
+        ]
     )
-    output, _ = await proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"py-spy failed ({proc.returncode}): {output.decode(errors='replace')[-1000:]}")
     text = await asyncio.to_thread(out.read_text, encoding="utf-8")
     return summarise(text)

@@ -7,6 +7,7 @@ on them (its keep-alive connections, the real parser), lets it warm up, then rep
 seconds per wall second it used over ``duration`` seconds, with scrapes/s and errors.
 
 Run as ``python -m epp_sim.bench.scrape_cost --count 8 --port P``; prints one JSON object.
+:func:`measure_in_child` does that from the overhead benchmark and returns the object.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["measure_scraping"]
+from epp_sim.bench.children import output_of
+
+__all__ = ["measure_in_child", "measure_scraping"]
 
 
 async def measure_scraping(
@@ -76,6 +79,27 @@ async def measure_scraping(
         "endpoints_with_metrics": fresh,
         "duration_s": wall,
     }
+
+
+async def measure_in_child(*, count: int, port: int, duration: float) -> dict[str, Any]:
+    """:func:`measure_scraping` in a fresh child process (1 s warm-up), so nothing else shares its CPU."""
+    out = await output_of(
+        [
+            sys.executable,
+            "-m",
+            "epp_sim.bench.scrape_cost",
+            "--count",
+            str(count),
+            "--port",
+            str(port),
+            "--duration",
+            str(duration),
+            "--warmup",
+            "1.0",
+        ]
+    )
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from .config import Pins, PinsError
 from .engine import Engine, EngineStoppedError, GenerationRequest, InvalidRequestError, RequestHandle
-from .metrics_text import CONTENT_TYPE
+from .exposition import CONTENT_TYPE
 
 __all__ = ["SimServer", "token_text"]
 

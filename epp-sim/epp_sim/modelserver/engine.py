@@ -30,9 +30,9 @@ from epp.clock import Clock, SystemClock
 
 from .config import Pins, SimConfig
 from .lora import LoraSlots
-from .metrics_text import GaugeValues, VllmMetrics
 from .prefix_cache import BlockPool, block_hashes, count_tokens
 from .sequence import EngineStoppedError, GenerationRequest, InvalidRequestError, RequestHandle, Seq, SeqState
+from .vllm_metrics import GaugeValues, VllmMetrics
 
 __all__ = ["Engine", "EngineStoppedError", "GenerationRequest", "InvalidRequestError", "RequestHandle"]
 

@@ -9,8 +9,10 @@ import pytest
 
 from epp.datalayer.promtext import parse
 from epp_sim.bench.backend import serve_backend
+from epp_sim.bench.children import tcp_open
 from epp_sim.bench.loadgen import http_load, percentile
-from epp_sim.bench.overhead import _quantile, phase_overhead, prompt_body
+from epp_sim.bench.overhead import phase_overhead, prompt_body
+from epp_sim.bench.overhead.phases import _quantile
 from epp_sim.bench.procstat import cpu_seconds, read_proc
 from epp_sim.bench.profiling import summarise
 from epp_sim.bench.report import format_table
@@ -18,22 +20,12 @@ from epp_sim.ports import free_port
 from epp_sim.waits import wait_until
 
 
-async def _tcp_open(host: str, port: int) -> bool:
-    try:
-        _, writer = await asyncio.open_connection(host, port)
-    except OSError:
-        return False
-    writer.close()
-    await writer.wait_closed()
-    return True
-
-
 async def test_backend_serves_completions_chunked_bodies_and_vllm_metrics() -> None:
     port = free_port("127.0.0.2")
     stop = asyncio.Event()
     server = asyncio.create_task(serve_backend(["127.0.0.2", "127.0.0.3"], port, stop), name="test-backend")
     try:
-        await wait_until(lambda: _tcp_open("127.0.0.3", port), timeout=10)
+        await wait_until(lambda: tcp_open("127.0.0.3", port), timeout=10)
         reader, writer = await asyncio.open_connection("127.0.0.3", port)
         # A chunked POST, then a GET /metrics on the same keep-alive connection.
         writer.write(

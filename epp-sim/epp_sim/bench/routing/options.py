@@ -1,0 +1,60 @@
+"""What ``epp bench routing`` runs: servers, strategies, workloads, offered loads and simulated time.
+
+Checked once when built, so an unknown strategy or workload fails before any simulator starts;
+``quick()`` is the shape CI runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from epp_sim.bench.routing.strategies import DEFAULT, ROUND_ROBIN, STRATEGIES
+from epp_sim.bench.workloads import WORKLOADS
+
+__all__ = ["RoutingOptions"]
+
+
+@dataclass(frozen=True)
+class RoutingOptions:
+    """What to run; ``quick()`` is the CI smoke-test shape."""
+
+    servers: int = 8
+    strategies: tuple[str, ...] = tuple(STRATEGIES)
+    workloads: tuple[str, ...] = tuple(WORKLOADS)
+    loads: tuple[float, ...] = (0.4, 0.7, 1.0, 1.3)
+    sim_seconds: float = 16.0
+    warmup_fraction: float = 0.25
+    time_scale: float = 4.0
+    drain_sim_seconds: float = 20.0
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.strategies if s not in STRATEGIES]
+        if unknown or not self.strategies:
+            raise ValueError(f"unknown strategies {unknown}; known: {list(STRATEGIES)}")
+        unknown = [w for w in self.workloads if w not in WORKLOADS]
+        if unknown or not self.workloads:
+            raise ValueError(f"unknown workloads {unknown}; known: {list(WORKLOADS)}")
+        if not 1 <= self.servers <= 200:
+            raise ValueError(f"servers must be within 1..200, got {self.servers}")
+        if not self.loads or min(self.loads) <= 0:
+            raise ValueError(f"loads must be > 0, got {self.loads}")
+        if self.sim_seconds <= 0 or self.time_scale <= 0 or self.drain_sim_seconds <= 0:
+            raise ValueError("sim seconds, time scale and drain seconds must be > 0")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"warmup fraction must be in [0, 1), got {self.warmup_fraction}")
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> RoutingOptions:
+        """Two servers, two strategies, one load, a few simulated seconds."""
+        base: dict[str, Any] = {
+            "servers": 2,
+            "strategies": (ROUND_ROBIN, DEFAULT),
+            "workloads": ("shared-prefix",),
+            "loads": (0.5,),
+            "sim_seconds": 3.0,
+            "drain_sim_seconds": 20.0,
+        }
+        base.update(overrides)
+        return cls(**base)

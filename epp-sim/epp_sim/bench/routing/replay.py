@@ -1,0 +1,147 @@
+"""Replaying one seeded workload through a strategy: each arrival released at its time, routed, sent.
+
+Arrivals go out at their scaled times whether or not earlier ones finished (an open loop, as
+real traffic), each routed by the strategy's :data:`~epp_sim.bench.routing.strategies.Route` and
+sent straight to the chosen simulator as a streaming chat completion, so the client sees the
+time to the first content token, the end-to-end latency and the usage. Arrivals in the warm-up
+window are sent but not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from epp.errors import EppError
+from epp_sim.bench.routing.options import RoutingOptions
+from epp_sim.bench.routing.strategies import Route
+from epp_sim.bench.workloads import Arrival
+
+__all__ = ["Outcome", "replay"]
+
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens":(\d+)')
+
+
+@dataclass
+class Outcome:
+    """What the client saw of the recorded arrivals; times in wall-clock seconds (loop time)."""
+
+    ttft: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    output_tokens: int = 0
+    shed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    route_seconds: float = 0.0
+    routed: int = 0
+    first_arrival: float = 0.0
+    last_finish: float = 0.0
+    arrivals: int = 0
+    """Arrivals after the warm-up (the ones recorded)."""
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+
+async def _send(
+    session: aiohttp.ClientSession,
+    route: Route,
+    index: int,
+    arrival: Arrival,
+    outcome: Outcome | None,
+) -> None:
+    """Route and send one arrival; record it in ``outcome`` (None: a warm-up request, not recorded)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    if outcome is None:
+        outcome = Outcome()  # a scratch record for warm-up traffic, thrown away
+    try:
+        destination, finished = route(index, arrival)
+    except EppError as e:
+        if e.code.http_status == 429:
+            outcome.shed += 1
+        else:
+            outcome.error(e.code.name.lower())
+        return
+    outcome.route_seconds += loop.time() - started
+    outcome.routed += 1
+    first: float | None = None
+    tail = b""
+    try:
+        async with session.post(
+            f"http://{destination}/v1/chat/completions",
+            data=arrival.data,
+            headers={"content-type": "application/json", **arrival.headers},
+        ) as resp:
+            if resp.status != 200:
+                outcome.error(f"http_{resp.status}")
+                await resp.read()
+                return
+            async for chunk in resp.content.iter_any():
+                if first is None and b'"delta":{"content":' in chunk:
+                    first = loop.time()
+                tail = (tail + chunk)[-1024:]
+    except aiohttp.ClientError as e:
+        outcome.error(type(e).__name__)
+        return
+    finally:
+        finished()
+    end = loop.time()
+    match = _COMPLETION_TOKENS.search(tail)
+    if first is None or match is None:
+        outcome.error("incomplete_stream")
+        return
+    outcome.ttft.append(first - started)
+    outcome.e2e.append(end - started)
+    outcome.output_tokens += int(match.group(1))
+    outcome.last_finish = max(outcome.last_finish, end)
+
+
+async def replay(
+    arrivals: Sequence[Arrival],
+    route: Route,
+    session: aiohttp.ClientSession,
+    options: RoutingOptions,
+    snapshot: Callable[[], Coroutine[Any, Any, dict[str, Any]]],
+) -> tuple[Outcome, dict[str, Any]]:
+    """Release each arrival at its scaled time; wait for all of them, at most ``drain`` after the last.
+
+    Arrivals in the warm-up window are sent but not recorded; the simulators' counters are
+    snapshotted when the first recorded arrival goes out, so hit rates cover the same window.
+    """
+    outcome = Outcome()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    warmup = options.warmup_fraction * options.sim_seconds
+    baseline: asyncio.Task[dict[str, Any]] | None = None
+    tasks: set[asyncio.Task[None]] = set()
+    try:
+        for index, arrival in enumerate(arrivals):
+            delay = start + arrival.at / options.time_scale - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            recorded = arrival.at >= warmup
+            if recorded and baseline is None:
+                baseline = loop.create_task(snapshot(), name="bench-counters-baseline")
+                outcome.first_arrival = loop.time()
+                outcome.arrivals = len(arrivals) - index
+            task = loop.create_task(
+                _send(session, route, index, arrival, outcome if recorded else None), name=f"bench-request-{index}"
+            )
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(set(tasks), timeout=options.drain_sim_seconds / options.time_scale)
+    finally:
+        unfinished = list(tasks)
+        for task in unfinished:
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+        before = await baseline if baseline is not None else {}
+    if unfinished:
+        outcome.errors["unfinished"] = len(unfinished)
+    return outcome, before

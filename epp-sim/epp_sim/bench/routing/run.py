@@ -1,0 +1,153 @@
+"""One ``epp bench routing`` run: every (workload, load, strategy) on a fresh cluster, one JSON document.
+
+Each workload's capacity is estimated once from a reference sample, each offered load is a
+fraction of it, and every strategy at that load replays the same seeded arrivals on a cluster
+restarted for it. The picker runs in this process, as ``epp serve`` builds it: a ``Datastore``
+over the simulators, the production ``ScraperManager`` polling their ``/metrics`` every 50 ms,
+and the strategy's route; a run starts only once every simulator has been scraped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from epp.clock import SystemClock
+from epp.datalayer.scraper import ScraperManager
+from epp.telemetry.metrics import EppMetrics
+from epp_sim.bench.children import bench_work_dir
+from epp_sim.bench.procstat import cpu_seconds
+from epp_sim.bench.report import machine_info
+from epp_sim.bench.routing.cluster import (
+    bench_sim_config,
+    counters_since,
+    pool_store,
+    server_counters,
+    start_cluster,
+)
+from epp_sim.bench.routing.options import RoutingOptions
+from epp_sim.bench.routing.replay import replay
+from epp_sim.bench.routing.scoring import routing_targets, run_record
+from epp_sim.bench.routing.strategies import STRATEGIES, router
+from epp_sim.bench.workloads import WORKLOADS, Arrival, capacity
+from epp_sim.ports import free_port
+from epp_sim.stack.envoy import envoy_binary
+from epp_sim.waits import wait_until
+
+__all__ = ["run_routing"]
+
+_SCRAPE_INTERVAL = 0.05
+
+
+async def _one_run(
+    options: RoutingOptions,
+    workload: str,
+    strategy: str,
+    load: float,
+    rate: float,
+    arrivals: Sequence[Arrival],
+    work: Path,
+) -> dict[str, Any]:
+    port = free_port("127.0.0.2")
+    cluster = await start_cluster(servers=options.servers, time_scale=options.time_scale, port=port, work=work)
+    store = pool_store(options.servers, port)
+    scrapers = ScraperManager(store, SystemClock(), EppMetrics(), interval=_SCRAPE_INTERVAL)
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+    try:
+        await scrapers.start()
+        await wait_until(
+            lambda: all(s.metrics.updated_at > 0 for s in store.endpoints()),
+            timeout=10,
+            interval=0.02,
+            message="the scraper never read every simulator's /metrics",
+        )
+        route = router(strategy, store, options.seed)
+        cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
+        outcome, before = await replay(
+            arrivals, route, session, options, lambda: server_counters(session, options.servers, port)
+        )
+        wall = time.perf_counter() - wall0
+        cpu_sim, cpu_self = cpu_seconds(cluster.pid) - cpu_sim0, time.process_time() - cpu_self0
+        after = await server_counters(session, options.servers, port)
+    finally:
+        await session.close()
+        await scrapers.stop()
+        await cluster.stop()
+    return run_record(
+        workload=workload,
+        strategy=strategy,
+        load=load,
+        rate=rate,
+        arrivals=len(arrivals),
+        outcome=outcome,
+        counters=counters_since(before, after),
+        time_scale=options.time_scale,
+        wall=wall,
+        cpu={"simulators": cpu_sim, "picker_and_client": cpu_self},
+    )
+
+
+async def run_routing(options: RoutingOptions) -> dict[str, Any]:
+    """Run every (workload, load, strategy) and return the JSON document."""
+    started = time.monotonic()
+    sim = bench_sim_config(options.time_scale)
+    runs: list[dict[str, Any]] = []
+    workloads_doc = {}
+    async with bench_work_dir("routing") as work:
+        for name in options.workloads:
+            workload = WORKLOADS[name]
+            reference = workload.generate(50.0, 60.0, options.seed)
+            cap = capacity(
+                reference,
+                servers=options.servers,
+                prefill_time_per_token=sim.prefill_time_per_token,
+                decode_time_per_seq=sim.decode_time_per_seq,
+            )
+            workloads_doc[name] = {"description": workload.description, "capacity_rps": cap}
+            for load in options.loads:
+                rate = load * cap
+                arrivals = workload.generate(rate, options.sim_seconds, options.seed)
+                for strategy in options.strategies:
+                    run = await _one_run(options, name, strategy, load, rate, arrivals, work)
+                    runs.append(run)
+                    print(
+                        f"  {name:<13} load {load:4.2f} ({rate:5.1f}/s) {strategy:<13} "
+                        f"ttft p90 {run['ttft_s']['p90']:7.3f}s  hit {run['prefix_hit_rate'] * 100:5.1f}%  "
+                        f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}",
+                        flush=True,
+                    )
+    return {
+        "benchmark": "routing",
+        "machine": await machine_info(envoy_binary()),
+        "options": {
+            "servers": options.servers,
+            "strategies": list(options.strategies),
+            "workloads": list(options.workloads),
+            "loads": list(options.loads),
+            "sim_seconds": options.sim_seconds,
+            "warmup_fraction": options.warmup_fraction,
+            "time_scale": options.time_scale,
+            "drain_sim_seconds": options.drain_sim_seconds,
+            "seed": options.seed,
+            "scrape_interval_wall_s": _SCRAPE_INTERVAL,
+            "sim_config": {
+                "max_loras": sim.max_loras,
+                "num_gpu_blocks": sim.num_gpu_blocks,
+                "block_size": sim.block_size,
+                "prefill_time_per_token": sim.prefill_time_per_token,
+                "decode_time_base": sim.decode_time_base,
+                "decode_time_per_seq": sim.decode_time_per_seq,
+                "lora_load_time": sim.lora_load_time,
+            },
+            "strategy_configs": {k: v for k, v in STRATEGIES.items() if k in options.strategies},
+        },
+        "workloads": workloads_doc,
+        "runs": runs,
+        "targets": routing_targets(runs),
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }

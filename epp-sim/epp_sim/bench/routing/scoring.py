@@ -1,0 +1,119 @@
+"""Scoring routing runs: one run's record from what the client and the simulators saw, and the targets.
+
+Client times are wall-clock and are multiplied by the time scale into simulated seconds, the
+unit every number in the document is in. The simulators are the truth for prefix-cache hits;
+``time_stretch`` compares the client's mean end-to-end latency with theirs and says whether the
+simulated timeline stayed honest (≈1.0) or the simulators fell behind for lack of CPU (> 1).
+The targets compare strategies cell by cell (same workload, same offered load).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from epp_sim.bench.loadgen import percentile
+from epp_sim.bench.routing.replay import Outcome
+from epp_sim.bench.routing.strategies import DEFAULT, ROUND_ROBIN
+
+__all__ = ["routing_targets", "run_record"]
+
+
+def _quantiles(values: list[float], scale: float) -> dict[str, float]:
+    values = sorted(v * scale for v in values)
+    return {
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "mean": sum(values) / len(values) if values else 0.0,
+    }
+
+
+def _stretch(e2e: Sequence[float], scale: float, counters: Mapping[str, Any]) -> float:
+    """Client-measured mean end-to-end latency over the simulators' own mean: ≈1 when time stayed honest."""
+    if not e2e or not counters["server_e2e_count"] or not counters["server_e2e_sum"]:
+        return 0.0
+    server_mean = counters["server_e2e_sum"] / counters["server_e2e_count"]
+    return float(sum(e2e) / len(e2e) * scale / server_mean)
+
+
+def run_record(
+    *,
+    workload: str,
+    strategy: str,
+    load: float,
+    rate: float,
+    arrivals: int,
+    outcome: Outcome,
+    counters: Mapping[str, Any],
+    time_scale: float,
+    wall: float,
+    cpu: Mapping[str, float],
+) -> dict[str, Any]:
+    """One (workload, load, strategy) run as the document records it; ``cpu`` in CPU seconds per part."""
+    completed = len(outcome.e2e)
+    errors = sum(outcome.errors.values())
+    span = (outcome.last_finish - outcome.first_arrival) * time_scale if completed else 0.0
+    return {
+        "workload": workload,
+        "strategy": strategy,
+        "load": load,
+        "rate": rate,
+        "arrivals": arrivals,
+        "recorded": outcome.arrivals,
+        "completed": completed,
+        "shed": outcome.shed,
+        "errors": errors,
+        "error_kinds": outcome.errors,
+        "shed_rate": outcome.shed / outcome.arrivals if outcome.arrivals else 0.0,
+        "ttft_s": _quantiles(outcome.ttft, time_scale),
+        "e2e_s": _quantiles(outcome.e2e, time_scale),
+        "output_tokens_per_s": outcome.output_tokens / span if span else 0.0,
+        "prefix_hit_rate": counters["prefix_hits"] / counters["prefix_queries"] if counters["prefix_queries"] else 0.0,
+        "per_server_requests": counters["per_server_requests"],
+        "time_stretch": _stretch(outcome.e2e, time_scale, counters),
+        "route_us_mean": outcome.route_seconds / outcome.routed * 1e6 if outcome.routed else 0.0,
+        "wall_s": wall,
+        "cpu_cores": {part: seconds / wall for part, seconds in cpu.items()},
+    }
+
+
+def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The default profile against round robin above 50 % load, and prefix-aware's gain on shared prefixes."""
+
+    def p90(workload: str, strategy: str, load: float) -> float | None:
+        for r in runs:
+            if (r["workload"], r["strategy"], r["load"]) == (workload, strategy, load):
+                return float(r["ttft_s"]["p90"])
+        return None
+
+    cells = sorted({(r["workload"], r["load"]) for r in runs if r["load"] > 0.5})
+    beats: list[str] = []
+    ok: bool | None = None
+    for workload, load in cells:
+        rr, default = p90(workload, ROUND_ROBIN, load), p90(workload, DEFAULT, load)
+        if rr is None or default is None:
+            continue
+        beats.append(f"{workload}@{load}: {default:.3f}s vs {rr:.3f}s")
+        ok = (ok is not False) and default < rr
+    ratios: list[str] = []
+    prefix_ok: bool | None = None
+    for workload, load in cells:
+        if workload != "shared-prefix":
+            continue
+        rr, prefix = p90(workload, ROUND_ROBIN, load), p90(workload, "prefix-aware", load)
+        if rr is None or prefix is None:
+            continue
+        ratio = rr / prefix if prefix > 0 else float("inf")
+        ratios.append(f"@{load}: {ratio:.1f}×")
+        prefix_ok = (prefix_ok is not False) and ratio >= 3.0
+    return {
+        "default_beats_round_robin_ttft_p90_above_50pct_load": {
+            "detail": "; ".join(beats) or "not measured",
+            "met": ok,
+        },
+        "prefix_aware_3x_round_robin_ttft_p90_shared_prefix": {
+            "detail": ", ".join(ratios) or "not measured",
+            "met": prefix_ok,
+        },
+    }

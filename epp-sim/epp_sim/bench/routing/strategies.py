@@ -1,0 +1,102 @@
+"""The routing strategies compared, and how each one turns an arrival into a destination.
+
+Every strategy but ``round-robin`` is an ``EndpointPickerConfig`` loaded with the in-tree plugin
+registry and run through the production ``PoolDirector``, exactly as ``epp serve`` would run it;
+``round-robin`` is what a Kubernetes Service does, a baseline with no admission. A strategy is
+built into a :data:`Route`: the destination for one arrival, and what to call when its response
+has finished (so the PostResponse plugins run, as they do in ``epp serve``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+
+from epp.clock import SystemClock
+from epp.config.loader import LoadedConfig, load_config, load_default_config
+from epp.datastore.store import Datastore
+from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.request import ApiKind, InferenceRequest
+from epp.plugins import register_in_tree
+from epp.requestcontrol.director import PoolDirector
+from epp.telemetry.metrics import EppMetrics
+from epp_sim.bench.workloads import Arrival
+
+__all__ = ["DEFAULT", "ROUND_ROBIN", "STRATEGIES", "Route", "router"]
+
+_HEADER = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+ROUND_ROBIN = "round-robin"
+DEFAULT = "default"
+STRATEGIES: dict[str, str | None] = {
+    ROUND_ROBIN: None,
+    "random": _HEADER + "plugins:\n- type: random-picker\n",
+    "least-queue": _HEADER + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n",
+    "legacy-v0.3": _HEADER + "plugins:\n- type: legacy-filter-tree\n- type: random-picker\n",
+    DEFAULT: None,
+    "prefix-aware": _HEADER
+    + """plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: lora-affinity-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 2}
+  - {pluginRef: kv-cache-utilization-scorer, weight: 2}
+  - {pluginRef: prefix-cache-scorer, weight: 5}
+  - {pluginRef: lora-affinity-scorer, weight: 1}
+  - pluginRef: max-score-picker
+""",
+}
+"""Strategy name → EndpointPickerConfig (None: round robin's baseline, or the default profile)."""
+
+Route = Callable[[int, Arrival], tuple[str, Callable[[], None]]]
+"""(arrival index, arrival) → (``host:port`` to send it to, call when its response has finished)."""
+
+
+def _config(strategy: str, seed: int, metrics: EppMetrics) -> LoadedConfig:
+    registry = PluginRegistry()
+    register_in_tree(registry)
+    context = PluginContext(clock=SystemClock(), pool_name="sim", seed=seed)
+    text = STRATEGIES[strategy]
+    if text is None:
+        return load_default_config(registry, context, metrics=metrics)
+    return load_config(text, registry, context, metrics=metrics)
+
+
+def router(strategy: str, store: Datastore, seed: int) -> Route:
+    """The :data:`Route` of ``strategy`` over the endpoints in ``store``; ``seed`` fixes its random choices."""
+    if strategy == ROUND_ROBIN:
+        turn = itertools.count()
+
+        def round_robin(index: int, arrival: Arrival) -> tuple[str, Callable[[], None]]:
+            endpoints = store.endpoints()
+            return endpoints[next(turn) % len(endpoints)].endpoint.hostport, _nothing
+
+        return round_robin
+    metrics = EppMetrics()
+    clock = SystemClock()
+    config = _config(strategy, seed, metrics)
+    director = PoolDirector(store, lambda: config, metrics, clock, random.Random(seed))
+
+    def route(index: int, arrival: Arrival) -> tuple[str, Callable[[], None]]:
+        request = InferenceRequest(
+            request_id=str(index),
+            model=arrival.model,
+            api=ApiKind.CHAT_COMPLETIONS,
+            stream=True,
+            body=arrival.body,
+            headers=arrival.headers,
+            size=len(arrival.data),
+        )
+        decision = director.route(request, None)
+        return decision.targets[0].endpoint.hostport, lambda: director.finished(request, decision, completed=True)
+
+    return route
+
+
+def _nothing() -> None:
+    return None

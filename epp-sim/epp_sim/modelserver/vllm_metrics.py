@@ -1,0 +1,275 @@
+"""The catalogue of vLLM 0.10's own metrics (V1 engine): names, HELP text, types, labels, buckets, order.
+
+A single-process vLLM API server registers its families in a fixed order: queue gauges, cache
+counters, token counters, a long run of histograms, ``lora_requests_info``,
+``cache_config_info``. :class:`VllmMetrics` declares them in that order with vLLM's HELP text
+and real bucket boundaries, takes the engine's observations, and renders the whole page between
+the process families and the HTTP ones (``default_families``), so the few series the picker
+needs are not conveniently first. How the text is written is ``exposition``'s business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .default_families import HttpMetrics, ProcessMetrics
+from .exposition import (
+    CounterFamily,
+    HistogramFamily,
+    HistogramSeries,
+    family_header,
+    gauge,
+    labels_text,
+    value_text,
+)
+
+__all__ = ["GaugeValues", "VllmMetrics", "build_1_2_5_buckets"]
+
+FINISH_REASONS = ("stop", "length", "abort")
+
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+TPOT_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+    40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
+
+
+def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, … up to ``max_value`` (vLLM's token-count buckets)."""
+    out: list[int] = []
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > max_value:
+                return tuple(out)
+            out.append(m * scale)
+        scale *= 10
+
+
+@dataclass(frozen=True, slots=True)
+class GaugeValues:
+    """The instantaneous values the engine reports (after pins)."""
+
+    running: int
+    waiting: int
+    kv_cache_usage: float
+
+
+class VllmMetrics:
+    """vLLM's counters and histograms for one served model, and the ``/metrics`` text.
+
+    The engine records into the public attributes; :meth:`render` adds the instantaneous
+    gauges it is given.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        max_model_len: int,
+        cache_config: Mapping[str, str],
+        lora_enabled: bool,
+        start_wall: float,
+        max_lora_series: int = 64,
+    ) -> None:
+        labels = {"engine": "0", "model_name": model}
+        self._key = labels_text(labels)
+        w = start_wall
+        self._process = ProcessMetrics(start_wall)
+        self.http = HttpMetrics()
+
+        self._gpu_prefix_queries = CounterFamily(
+            "vllm:gpu_prefix_cache_queries",
+            "GPU prefix cache queries, in terms of number of queried tokens. "
+            "DEPRECATED: Use vllm:prefix_cache_queries instead.",
+        )
+        self._gpu_prefix_hits = CounterFamily(
+            "vllm:gpu_prefix_cache_hits",
+            "GPU prefix cache hits, in terms of number of cached tokens. "
+            "DEPRECATED: Use vllm:prefix_cache_hits instead.",
+        )
+        self._prefix_queries = CounterFamily(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+        )
+        self._prefix_hits = CounterFamily(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        )
+        self._preemptions = CounterFamily("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self._prompt_tokens = CounterFamily("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self._generation_tokens = CounterFamily("vllm:generation_tokens", "Number of generation tokens processed.")
+        self._success = CounterFamily("vllm:request_success", "Count of successfully processed requests.")
+        for c in (
+            self._gpu_prefix_queries,
+            self._gpu_prefix_hits,
+            self._prefix_queries,
+            self._prefix_hits,
+            self._preemptions,
+            self._prompt_tokens,
+            self._generation_tokens,
+        ):
+            c.series(labels, w)
+        self._success_keys = {r: self._success.series({**labels, "finished_reason": r}, w) for r in FINISH_REASONS}
+
+        tokens = build_1_2_5_buckets(max_model_len)
+
+        fams: list[HistogramFamily] = []
+
+        def h(name: str, help_text: str, bounds: Sequence[float]) -> HistogramSeries:
+            family = HistogramFamily(name, help_text, bounds)
+            fams.append(family)
+            return family.series(labels, w)
+
+        self.request_prompt_tokens = h("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens)
+        self.request_generation_tokens = h(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens
+        )
+        self.iteration_tokens = h(
+            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS
+        )
+        self.request_max_num_generation_tokens = h(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            tokens,
+        )
+        self.request_params_n = h("vllm:request_params_n", "Histogram of the n request parameter.", PARAMS_N_BUCKETS)
+        self.request_params_max_tokens = h(
+            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tokens
+        )
+        self.time_to_first_token = h(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
+        self.time_per_output_token = h(
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.",
+            TPOT_BUCKETS,
+        )
+        self.inter_token_latency = h(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", TPOT_BUCKETS
+        )
+        self.e2e_request_latency = h(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQUEST_LATENCY_BUCKETS
+        )
+        self.request_queue_time = h(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.request_inference_time = h(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.request_prefill_time = h(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.request_decode_time = h(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self._histograms = fams
+
+        self._lora_enabled = lora_enabled
+        self._lora_series: dict[tuple[str, str, str], float] = {}
+        self._max_lora_series = max_lora_series
+        cache_labels = labels_text({**cache_config, "engine": "0"})
+        header = family_header("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", "gauge")
+        self._cache_config = f"{header}vllm:cache_config_info{cache_labels} 1.0\n"
+
+    # -- recording (called by the engine) ----------------------------------------------------
+
+    def add_prefix_query(self, queried: int, hit: int) -> None:
+        for c in (self._gpu_prefix_queries, self._prefix_queries):
+            c.inc(self._key, queried)
+        for c in (self._gpu_prefix_hits, self._prefix_hits):
+            c.inc(self._key, hit)
+
+    def add_preemption(self) -> None:
+        self._preemptions.inc(self._key)
+
+    def add_tokens(self, *, prompt: int, generation: int) -> None:
+        if prompt:
+            self._prompt_tokens.inc(self._key, prompt)
+        if generation:
+            self._generation_tokens.inc(self._key, generation)
+
+    def add_success(self, finish_reason: str) -> None:
+        self._success.inc(self._success_keys[finish_reason])
+
+    def set_lora_info(self, running: Iterable[str], waiting: Iterable[str], max_lora: int, now_wall: float) -> None:
+        """Stamp the current adapter sets with ``now_wall``.
+
+        Like vLLM's labelled gauge, every combination ever seen stays exposed with the time it
+        was last current; readers take the series with the largest value. The oldest are
+        dropped past ``max_lora_series`` so memory stays bounded.
+        """
+        key = (str(max_lora), ",".join(running), ",".join(waiting))
+        self._lora_series.pop(key, None)
+        self._lora_series[key] = now_wall
+        if len(self._lora_series) > self._max_lora_series:
+            del self._lora_series[next(iter(self._lora_series))]
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def prefix_cache_queries(self) -> int:
+        return int(self._prefix_queries.value(self._key))
+
+    @property
+    def prefix_cache_hits(self) -> int:
+        return int(self._prefix_hits.value(self._key))
+
+    @property
+    def preemptions(self) -> int:
+        return int(self._preemptions.value(self._key))
+
+    def render(self, gauges: GaugeValues) -> bytes:
+        """The whole exposition."""
+        out: list[str] = []
+        self._process.render(out)
+        key = self._key
+        gauge(out, "vllm:num_requests_running", "Number of requests in model execution batches.", key, gauges.running)
+        gauge(out, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", key, gauges.waiting)
+        gauge(
+            out,
+            "vllm:gpu_cache_usage_perc",
+            "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+            key,
+            gauges.kv_cache_usage,
+        )
+        self._gpu_prefix_queries.render(out)
+        self._gpu_prefix_hits.render(out)
+        gauge(out, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", key, gauges.kv_cache_usage)
+        for counter in (
+            self._prefix_queries,
+            self._prefix_hits,
+            self._preemptions,
+            self._prompt_tokens,
+            self._generation_tokens,
+            self._success,
+        ):
+            counter.render(out)
+        for family in self._histograms:
+            family.render(out)
+        if self._lora_enabled:
+            out.append(family_header("vllm:lora_requests_info", "Running stats on lora requests.", "gauge"))
+            for (max_lora, running, waiting), stamp in self._lora_series.items():
+                labels = labels_text(
+                    {"max_lora": max_lora, "running_lora_adapters": running, "waiting_lora_adapters": waiting}
+                )
+                out.append(f"vllm:lora_requests_info{labels} {value_text(stamp)}\n")
+        out.append(self._cache_config)
+        self.http.render(out)
+        return "".join(out).encode()
