@@ -4,10 +4,12 @@ Runs against the store's in-process API (no HTTP), like kube-controller-manager 
 
 - each Deployment gets one ReplicaSet per pod template (``<name>-<pod-template-hash>``, owned by
   the Deployment; a template change replaces it, i.e. the Recreate strategy), and the ReplicaSet
-  gets ``spec.replicas`` pods owned by it, labelled from the template plus the hash;
+  gets ``spec.replicas`` pods owned by it (``<replicaset>-<5 seeded random characters>``, never
+  the name of a pod that exists), labelled from the template plus the hash;
 - a new pod is ``Pending`` / not Ready, without an IP, for ``load_delay`` seconds of ``clock``
   (the model loading); then it is ``Running`` and Ready, with a podIP of its own (``127.0.0.x``)
-  where a simulated vLLM server (:class:`~epp_sim.modelserver.fixture.ModelServer`) answers;
+  where, with ``model_servers`` (the default), a simulated vLLM server
+  (:class:`~epp_sim.modelserver.fixture.ModelServer`) answers; without, nothing listens there;
 - scale-down deletes not-Ready pods first, then the newest (the ReplicaSet controller's order),
   and stops their servers;
 - ReplicaSet and Deployment ``status`` (``replicas``, ``readyReplicas``, ``updatedReplicas``,
@@ -16,6 +18,10 @@ Runs against the store's in-process API (no HTTP), like kube-controller-manager 
 Each pod's address and port are fixed when it is created: the template's first container port,
 or with ``port=0`` a free port on its address, written into the pod's container port (so tests
 running side by side cannot collide and a scraper finds it where the pod says).
+
+Pods already in the store when the controller starts (a store restored from a data directory)
+are adopted, since an API-server restart does not restart pods: each keeps its address, a Ready
+one gets its simulator back at once, and one that was still loading loads again from the start.
 """
 
 from __future__ import annotations
@@ -49,9 +55,12 @@ PodKey = tuple[str, str]
 
 
 def sim_config_from_template(template: Obj) -> SimConfig:
-    """The served model from the first container's ``--model X`` (or ``serve X``) arguments."""
+    """The served model from the first container's ``--model X``, ``--model=X`` or ``serve X`` arguments."""
     containers = (template.get("spec") or {}).get("containers") or [{}]
     words = [str(w) for w in (containers[0].get("command") or []) + (containers[0].get("args") or [])]
+    for word in words:
+        if word.startswith("--model="):
+            return SimConfig(model=word.removeprefix("--model="))
     for flag in ("--model", "serve"):
         if flag in words and words.index(flag) + 1 < len(words):
             return SimConfig(model=words[words.index(flag) + 1])
@@ -78,6 +87,11 @@ def _owner_ref(kind: str, obj: Obj) -> dict[str, Any]:
     }
 
 
+def _first_container_port(spec: Obj) -> int:
+    ports = [p for c in spec.get("containers") or () for p in c.get("ports") or ()]
+    return int((ports or [{}])[0].get("containerPort") or _DEFAULT_PORT)
+
+
 def _ready(pod: Obj) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -98,6 +112,7 @@ class WorkloadsController:
         first_host: int = 100,
         port: int | None = None,
         sim_config: Callable[[Obj], SimConfig] = sim_config_from_template,
+        model_servers: bool = True,
         seed: int = 0,
     ) -> None:
         if load_delay < 0:
@@ -111,6 +126,7 @@ class WorkloadsController:
         self._hosts = list(range(first_host, 255))
         self._port = port
         self._sim_config = sim_config
+        self._model_servers = model_servers
         self._rng = random.Random(seed)
         self._servers: dict[PodKey, ModelServer] = {}
         self._loading: dict[PodKey, asyncio.Task[None]] = {}
@@ -122,6 +138,7 @@ class WorkloadsController:
     async def start(self) -> None:
         if self._watchers:
             raise RuntimeError("workloads controller already started")
+        self._adopt()
         self._watchers = [
             asyncio.create_task(self._watch_deployments(), name="sim-workloads-deployments"),
             asyncio.create_task(self._watch_pods(), name="sim-workloads-pods"),
@@ -176,17 +193,32 @@ class WorkloadsController:
         except (ApiError, RuntimeError, OSError) as e:
             log.warning("workloads reconcile failed", extra={"object": f"{namespace}/{name}", "error": str(e)})
 
-    def _deployments_of(self, pod: Obj) -> list[str]:
+    def _replicaset_of(self, pod: Obj) -> Obj | None:
         ns = pod["metadata"].get("namespace", "")
-        out = []
         for ref in pod["metadata"].get("ownerReferences") or ():
             if ref.get("kind") == "ReplicaSet":
-                rs = self._store.lookup(self._store.type_of("replicasets"), ref["name"], ns)
-                if rs is not None:
-                    out += [
-                        r["name"] for r in rs["metadata"].get("ownerReferences") or () if r.get("kind") == "Deployment"
-                    ]
-        return out
+                return self._store.lookup(self._store.type_of("replicasets"), ref["name"], ns)
+        return None
+
+    def _deployments_of(self, pod: Obj) -> list[str]:
+        rs = self._replicaset_of(pod)
+        refs = () if rs is None else rs["metadata"].get("ownerReferences") or ()
+        return [r["name"] for r in refs if r.get("kind") == "Deployment"]
+
+    def _adopt(self) -> None:
+        """Take over the pods of Deployments that a previous run left in the store (see the module doc)."""
+        pods = self._store.select(self._store.type_of("pods"), None)
+        for pod in sorted(pods, key=lambda p: "podIP" not in (p.get("status") or {})):  # addresses kept first
+            meta = pod["metadata"]
+            rs = self._replicaset_of(pod)
+            if rs is None or meta.get("deletionTimestamp") or not self._deployments_of(pod):
+                continue
+            ip = str((pod.get("status") or {}).get("podIP") or "")
+            index = ip.removeprefix(self._base_ip)
+            host = self._take_host(int(index) if ip.startswith(self._base_ip) and index.isdigit() else None)
+            key = (meta.get("namespace", ""), meta["name"])
+            self._addresses[key] = (host, _first_container_port(pod.get("spec") or {}))
+            self._start_loading(key, rs["spec"]["template"], 0.0 if _ready(pod) else self.load_delay)
 
     # ------------------------------------------------------------------------------ reconcile
 
@@ -261,23 +293,36 @@ class WorkloadsController:
     def _pods_of(self, ns: str, rs_uid: str) -> list[Obj]:
         return [p for p in self._store.select(self._store.type_of("pods"), ns) if _owned_by(p, rs_uid)]
 
-    def _allocate(self, template: Obj) -> tuple[int, int]:
-        """A free ``127.0.0.x`` and the port its server will use (a free one when ``port=0``)."""
+    def _take_host(self, wanted: int | None = None) -> int:
+        """``wanted`` if it is free, else the first free host index in ``base_ip``."""
+        if wanted in self._hosts:
+            self._hosts.remove(wanted)
+            return wanted
         if not self._hosts:
             raise RuntimeError(f"no free {self._base_ip}x address left for another pod")
-        host = self._hosts.pop(0)
+        return self._hosts.pop(0)
+
+    def _allocate(self, template: Obj) -> tuple[int, int]:
+        """A free ``127.0.0.x`` and the port its server will use (a free one when ``port=0``)."""
+        host = self._take_host()
         if self._port == 0:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.bind((f"{self._base_ip}{host}", 0))
                 return host, int(sock.getsockname()[1])
         if self._port is not None:
             return host, self._port
-        ports = [p for c in (template.get("spec") or {}).get("containers") or () for p in c.get("ports") or ()]
-        return host, int((ports or [{}])[0].get("containerPort") or _DEFAULT_PORT)
+        return host, _first_container_port(template.get("spec") or {})
+
+    def _pod_name(self, rs_name: str, ns: str) -> str:
+        """A new pod name; a restored store may already hold the ones this seed gave before."""
+        while True:
+            name = f"{rs_name}-" + "".join(self._rng.choice(_ALPHABET) for _ in range(5))
+            if self._store.lookup(self._store.type_of("pods"), name, ns) is None:
+                return name
 
     def _create_pod(self, rs: Obj, template: Obj) -> Obj:
         ns = rs["metadata"].get("namespace", "")
-        suffix = "".join(self._rng.choice(_ALPHABET) for _ in range(5))
+        name = self._pod_name(rs["metadata"]["name"], ns)
         spec = json.loads(json.dumps(template.get("spec") or {}))
         spec.setdefault("nodeName", "sim-node")
         host, port = self._allocate(template)
@@ -290,7 +335,7 @@ class WorkloadsController:
         labels = rs["spec"]["template"]["metadata"]["labels"]
         body = {
             "metadata": {
-                "name": f"{rs['metadata']['name']}-{suffix}",
+                "name": name,
                 "namespace": ns,
                 "labels": labels,
                 "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
@@ -313,18 +358,24 @@ class WorkloadsController:
             ],
         }
         pod = self._store.patch("pods", key[1], {"status": status}, namespace=ns, subresource="status")
-        self._loading[key] = asyncio.create_task(self._load(key, template), name=f"sim-pod-load-{key[0]}-{key[1]}")
+        self._start_loading(key, template, self.load_delay)
         return pod
 
-    async def _load(self, key: PodKey, template: Obj) -> None:
-        """Model loading: after ``load_delay`` the pod gets its server, an IP, and turns Ready."""
+    def _start_loading(self, key: PodKey, template: Obj, delay: float) -> None:
+        self._loading[key] = asyncio.create_task(
+            self._load(key, template, delay), name=f"sim-pod-load-{key[0]}-{key[1]}"
+        )
+
+    async def _load(self, key: PodKey, template: Obj, delay: float) -> None:
+        """Model loading: after ``delay`` the pod gets its server (if any), an IP, and turns Ready."""
         try:
-            await self._clock.sleep(self.load_delay)
+            await self._clock.sleep(delay)
             host_index, port = self._addresses[key]
             host = f"{self._base_ip}{host_index}"
-            server = ModelServer(self._sim_config(template), host=host, port=port)
-            await server.start()
-            self._servers[key] = server
+            if self._model_servers:
+                server = ModelServer(self._sim_config(template), host=host, port=port)
+                await server.start()
+                self._servers[key] = server
             if self._store.lookup(self._store.type_of("pods"), key[1], key[0]) is None:
                 await self._retire(key)  # deleted while its server was starting
                 return
@@ -344,7 +395,7 @@ class WorkloadsController:
                 ],
             }
             self._store.patch("pods", key[1], {"status": status}, namespace=key[0], subresource="status")
-            log.info("sim pod ready", extra={"pod": f"{key[0]}/{key[1]}", "address": server.address})
+            log.info("sim pod ready", extra={"pod": f"{key[0]}/{key[1]}", "address": f"{host}:{port}"})
         except asyncio.CancelledError:
             raise
         except (OSError, RuntimeError, ApiError) as e:

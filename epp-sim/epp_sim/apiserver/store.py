@@ -9,6 +9,13 @@ pruning and validation (422), status and scale subresources, finalizers, gracefu
 deletion (MODIFIED with deletionTimestamp, then DELETED after the grace period), garbage
 collection of dependents through ownerReferences, and namespace cascade.
 
+With ``persistence`` (a :class:`~epp_sim.apiserver.persistence.DataDir`) the store starts from
+the state it restores (objects as they were, the resourceVersion counter going on, CRD kinds
+served again, pending pod grace periods resumed) and tells it about every committed write. The
+watch history is not restored: a watch from a resourceVersion older than the restored counter
+gets 410 Gone and must relist, as after an etcd compaction. Such a store must be built, and
+written to, inside the running event loop its persistence writes from.
+
 In-process API (what ``workloads.py`` and tests call)::
 
     store.create("Deployment", obj, namespace="ns")      # -> stored copy
@@ -28,8 +35,8 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from epp.clock import Clock, SystemClock
 from epp_sim.apiserver import crds
@@ -49,15 +56,39 @@ from epp_sim.apiserver.admission import (
 from epp_sim.apiserver.builtin_kinds import builtin_types
 from epp_sim.apiserver.errors import ApiError, already_exists, conflict, invalid, not_found
 from epp_sim.apiserver.kinds import KindRegistry, Obj, ResourceType
+from epp_sim.apiserver.persistence import PersistenceError, Snapshot
 from epp_sim.apiserver.queries import make_matcher
-from epp_sim.apiserver.timefmt import rfc3339
+from epp_sim.apiserver.timefmt import parse_time, rfc3339
 from epp_sim.apiserver.timers import GraceTimers
 from epp_sim.apiserver.watch import Event, EventLog, Watch
 
-__all__ = ["Store"]
+__all__ = ["Persistence", "Store"]
 
 Key = tuple[str, str]
 _INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
+
+
+class Persistence(Protocol):
+    """Where the store's state survives a restart (``persistence.DataDir``)."""
+
+    @property
+    def restored(self) -> Snapshot | None:
+        """The state to start from; None for a fresh store."""
+        ...
+
+    @property
+    def location(self) -> str:
+        """Where the state is kept, for error messages."""
+        ...
+
+    def changed(self, take: Callable[[], Snapshot]) -> None:
+        """A write was committed; ``take()`` gives the state to keep (cheap: it copies nothing)."""
+        ...
+
+    async def aclose(self, final: Snapshot) -> None:
+        """Keep ``final`` and stop."""
+        ...
 
 
 class Store:
@@ -70,6 +101,7 @@ class Store:
         history_limit: int = 10_000,
         pod_grace_seconds: float = 0.0,
         seed: int = 0,
+        persistence: Persistence | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.kinds = KindRegistry()
@@ -79,10 +111,16 @@ class Store:
         self._rng = random.Random(seed)
         self._objects: dict[Key, dict[Key, Obj]] = {}
         self._grace = GraceTimers(self.clock)
+        self._persistence = persistence
         for rt in builtin_types():
             self.kinds.add(rt)
-        for ns in _INITIAL_NAMESPACES:
-            self.create("Namespace", {"metadata": {"name": ns}})
+        if persistence is not None and persistence.restored is not None:
+            self._restore(persistence.restored, persistence.location)
+            # uids and generated names must not repeat those issued before the restart
+            self._rng.seed(f"{seed}/{persistence.restored.resource_version}")
+        else:
+            for ns in _INITIAL_NAMESPACES:
+                self.create("Namespace", {"metadata": {"name": ns}})
 
     # ----------------------------------------------------------------------------------- reads
 
@@ -308,12 +346,53 @@ class Store:
         """Drop the watch history (tests force 410 Gone with this)."""
         self.events.compact()
 
+    def snapshot(self) -> Snapshot:
+        """The durable state: the resourceVersion counter and every object (shared, read-only)."""
+        return Snapshot(
+            self.events.rv,
+            tuple((key, o) for key, bucket in self._objects.items() for o in bucket.values()),
+        )
+
     async def aclose(self) -> None:
-        """Cancel pending grace-period timers and end every watch."""
+        """Cancel pending grace-period timers, end every watch, and keep the final state."""
         await self._grace.aclose()
         self.events.close_watches()
+        persistence, self._persistence = self._persistence, None
+        if persistence is not None:
+            await persistence.aclose(self.snapshot())
 
     # ------------------------------------------------------------------------------- internals
+
+    def _restore(self, snapshot: Snapshot, location: str) -> None:
+        """Take a persisted state as is: CRDs first (they serve the kinds of the rest), no history."""
+        self.events.restore(snapshot.resource_version)
+        for key, o in sorted(snapshot.objects, key=lambda entry: entry[0] != _CRD_KEY):
+            rt = self.kinds.get(key)
+            meta = o["metadata"]
+            where = f"{location}: {'.'.join(k for k in reversed(key) if k)} {meta['name']}"
+            if rt is None:
+                raise PersistenceError(f"{where}: the resource is not served (its CustomResourceDefinition is missing)")
+            if rt.namespaced != bool(meta.get("namespace")):
+                raise PersistenceError(f"{where}: metadata.namespace does not fit the resource's scope")
+            self._objects.setdefault(key, {})[(meta.get("namespace", ""), meta["name"])] = o
+            if key == _CRD_KEY:
+                try:
+                    self._serve_crd(o, None)
+                except (KeyError, TypeError, ValueError, ApiError) as e:
+                    raise PersistenceError(f"{where}: not a servable CustomResourceDefinition: {e}") from e
+            self._resume_grace(rt, o)
+
+    def _resume_grace(self, rt: ResourceType, o: Obj) -> None:
+        """A restored pod in its grace period is removed when the period ends, as before the restart."""
+        meta = o["metadata"]
+        due = parse_time(str(meta.get("deletionTimestamp") or ""))
+        if rt.key == ("", "pods") and due is not None and int(meta.get("deletionGracePeriodSeconds") or 0) > 0:
+            name = f"{meta.get('namespace', '')}/{meta['name']}"
+            self._grace.start(meta["uid"], name, max(0.0, due - self.clock.wall()), lambda: self._grace_expired(rt, o))
+
+    def _changed(self) -> None:
+        if self._persistence is not None:
+            self._persistence.changed(self.snapshot)
 
     def _namespace(self, rt: ResourceType, meta: Obj, namespace: str | None) -> str:
         if not rt.namespaced:
@@ -449,6 +528,7 @@ class Store:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             self._serve_crd(new, old)
         self.events.append(Event(event_type, rt, new, rv, old))
+        self._changed()
         return copy_json(new)
 
     def _delete(self, rt: ResourceType, old: Obj, grace: float | None, *, orphan: bool = False) -> Obj:
@@ -495,6 +575,7 @@ class Store:
         self._objects.get(rt.key, {}).pop((meta.get("namespace", "") if rt.namespaced else "", meta["name"]), None)
         self._grace.cancel(meta["uid"])
         self.events.append(Event("DELETED", rt, gone, rv, o))
+        self._changed()
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             self._unserve_crd(o)
         if not orphan:

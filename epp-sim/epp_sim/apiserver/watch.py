@@ -4,7 +4,9 @@ Every committed change becomes an ``Event`` with the server-wide resourceVersion
 The log keeps the last ``history_limit`` events; a watch from resourceVersion ``rv`` replays the
 events after ``rv`` and then follows live ones, or fails with 410 when events it needs were
 already dropped. Selector-filtered watches see the transitions the real server sends: an object
-that starts matching arrives as ADDED, one that stops matching as DELETED.
+that starts matching arrives as ADDED, one that stops matching as DELETED. A store restored from
+a data directory goes on from its saved counter with no history (``restore``), so a watch from
+before the restart gets 410 like one after an etcd compaction.
 """
 
 from __future__ import annotations
@@ -161,6 +163,11 @@ class EventLog:
         """Forget all history: a watch from any past resourceVersion now gets 410."""
         self._history.clear()
         self.compacted_rv = self.rv
+
+    def restore(self, rv: int) -> None:
+        """Go on from a restored counter with no history: a watch from before ``rv`` gets 410."""
+        self._history.clear()
+        self.rv = self.compacted_rv = rv
 
     def subscribe(
         self,

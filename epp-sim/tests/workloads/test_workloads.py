@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -10,6 +12,7 @@ import pytest
 
 from epp.autoscale.stability import deployment_stable
 from epp.clock import ManualClock
+from epp_sim.apiserver.persistence import DataDir
 from epp_sim.apiserver.store import Store
 from epp_sim.waits import wait_until
 from epp_sim.workloads import HASH_LABEL, WorkloadsController, sim_config_from_template
@@ -173,8 +176,73 @@ async def test_zero_delay_and_template_port() -> None:
     await store.aclose()
 
 
+async def test_without_model_servers_pods_get_addresses_but_nothing_listens() -> None:
+    store = Store()
+    async with WorkloadsController(store, load_delay=0, port=0, first_host=165, model_servers=False) as workloads:
+        store.create("deployments", deployment("bare", 1), namespace="default")
+        await wait_until(lambda: status(store, "bare").get("readyReplicas") == 1, timeout=10)
+        [p] = pods(store)
+        assert p["status"]["podIP"] == "127.0.0.165" and workloads.servers("default") == {}
+        port = p["spec"]["containers"][0]["ports"][0]["containerPort"]
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await http.get(f"http://127.0.0.165:{port}/metrics")
+    await store.aclose()
+
+
+def _ips(store: Store) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["status"].get("podIP", "") for p in pods(store)}
+
+
+async def test_a_restored_store_keeps_its_pods_their_addresses_and_simulators(tmp_path: Path) -> None:
+    clock = ManualClock()
+
+    async def start() -> tuple[Store, WorkloadsController]:
+        data = await asyncio.to_thread(DataDir.open, tmp_path)
+        store = Store(clock=clock, persistence=data)
+        workloads = WorkloadsController(store, clock=clock, load_delay=LOAD_DELAY, port=0, first_host=180)
+        await workloads.start()
+        return store, workloads
+
+    store, workloads = await start()
+    store.create("deployments", deployment("kept", 2), namespace="default")
+    await wait_until(lambda: clock.sleepers == 2, timeout=5)
+    clock.advance(LOAD_DELAY)
+    await wait_until(lambda: status(store, "kept").get("readyReplicas") == 2, timeout=10)
+    store.patch("deployments", "kept", {"spec": {"replicas": 3}}, namespace="default", subresource="scale")
+    await wait_until(lambda: clock.sleepers == 1, timeout=5)  # the third pod is loading at the restart
+    before = pods(store)
+    await workloads.stop()
+    await store.aclose()
+
+    store, workloads = await start()
+    try:
+        assert pods(store) == before
+        ready_ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in before if "podIP" in p["status"]}
+        await wait_until(lambda: len(workloads.servers("default")) == 2, timeout=10)
+        async with aiohttp.ClientSession() as http:
+            for name, server in workloads.servers("default").items():
+                assert server.host == ready_ips[name]  # the simulator is back where the pod says
+                async with http.get(f"{server.url}/metrics") as resp:
+                    assert resp.status == 200
+        assert clock.sleepers == 1  # the loading pod loads again from the start
+        clock.advance(LOAD_DELAY)
+        await wait_until(lambda: status(store, "kept").get("readyReplicas") == 3, timeout=10)
+        assert {name: ip for name, ip in _ips(store).items() if name in ready_ips} == ready_ips
+
+        store.patch("deployments", "kept", {"spec": {"replicas": 4}}, namespace="default", subresource="scale")
+        await wait_until(lambda: clock.sleepers == 1, timeout=5)
+        clock.advance(LOAD_DELAY)
+        await wait_until(lambda: status(store, "kept").get("readyReplicas") == 4, timeout=10)
+        assert len(set(_ips(store).values())) == 4  # no address handed out twice
+    finally:
+        await workloads.stop()
+        await store.aclose()
+
+
 def test_sim_config_from_template_reads_the_model() -> None:
     assert sim_config_from_template({"spec": {"containers": [{"command": ["vllm", "serve", "qwen"]}]}}).model == "qwen"
+    assert sim_config_from_template({"spec": {"containers": [{"args": ["--model=granite"]}]}}).model == "granite"
     assert sim_config_from_template({"spec": {"containers": [{}]}}).model == "meta-llama/Llama-3.1-8B-Instruct"
 
 
