@@ -2,48 +2,55 @@
 
 from __future__ import annotations
 
-from harness import LABELS, POOL, Env, hermetic
+import pytest
+from pool_modes import ALL_MODES, CRD_MODES, POOL, served
 
-from epp_sim.waits import wait_until
+from epp_sim.kube_objects import V1_POOL_GROUP, V1ALPHA2_POOL_GROUP, PoolMode
+from epp_sim.pytest_plugin import PoolFactory
+from epp_sim.stack.hermetic import HermeticPool
 
 
-async def _only(env: Env, *indexes: int) -> None:
+async def _only(env: HermeticPool, *indexes: int) -> None:
     expected = {env.hostport(i) for i in indexes}
-    await wait_until(lambda: env.addresses() == expected, timeout=10, message=f"endpoints == {expected}")
+    await env.wait_for_addresses(expected)
     for i in range(6):
         routed = await env.route({"model": "m", "prompt": f"p{i}"})
         assert routed.endpoint in expected
 
 
-async def test_not_ready_deleting_and_unlabelled_pods_are_never_picked() -> None:
-    async with hermetic("v1", pods=4, apiserver_options={"pod_grace_seconds": 60}) as env:
-        await env.kube.set_pod_ready("pod-0", env.sims[0].host, ready=False)
-        await _only(env, 1, 2, 3)
-        await env.kube.delete("v1", "Pod", "pod-1")  # graceful: deletionTimestamp set, still Ready
-        pod = await env.kube.get("v1", "Pod", "pod-1")
-        assert pod["metadata"].get("deletionTimestamp")
-        await _only(env, 2, 3)
-        await env.kube.patch("v1", "Pod", "pod-2", {"metadata": {"labels": {"app": None}}})
-        await _only(env, 3)
-        await env.kube.set_pod_ready("pod-0", env.sims[0].host, ready=True)
-        await _only(env, 0, 3)
+@pytest.mark.epp_apiserver(pod_grace_seconds=60)
+@pytest.mark.parametrize("mode", ALL_MODES)
+async def test_not_ready_deleting_and_unlabelled_pods_are_never_picked(epp_pool: PoolFactory, mode: PoolMode) -> None:
+    env = await epp_pool(mode, pods=4, objects=served(mode, "m"))
+    cluster, pods = env.cluster, env.pods
+    await cluster.set_pod_ready(pods[0].name, pods[0].ip, ready=False)
+    await _only(env, 1, 2, 3)
+    await cluster.delete("v1", "Pod", pods[1].name)  # graceful: deletionTimestamp set, still Ready
+    pod = await cluster.get("v1", "Pod", pods[1].name)
+    assert pod["metadata"].get("deletionTimestamp")
+    await _only(env, 2, 3)
+    await cluster.patch("v1", "Pod", pods[2].name, {"metadata": {"labels": {"app": None}}})
+    await _only(env, 3)
+    await cluster.set_pod_ready(pods[0].name, pods[0].ip, ready=True)
+    await _only(env, 0, 3)
 
 
-async def test_new_ready_pod_is_picked_up() -> None:
-    async with hermetic("v1", pods=2) as env:
-        await env.kube.delete("v1", "Pod", "pod-1")
-        await _only(env, 0)
-        await env.kube.create_ready_pod("pod-1-new", env.sims[1].host, LABELS)
-        await _only(env, 0, 1)
+@pytest.mark.parametrize("mode", ALL_MODES)
+async def test_new_ready_pod_is_picked_up(epp_pool: PoolFactory, mode: PoolMode) -> None:
+    env = await epp_pool(mode, pods=2, objects=served(mode, "m"))
+    await env.cluster.delete("v1", "Pod", env.pods[1].name)
+    await _only(env, 0)
+    await env.cluster.create_ready_pod("pod-1-new", env.pods[1].ip, env.pool.labels, port=env.port)
+    await _only(env, 0, 1)
 
 
-async def test_pool_selector_change_resyncs() -> None:
-    async with hermetic("v1", pods=3) as env:
-        await env.kube.patch("v1", "Pod", "pod-2", {"metadata": {"labels": {"tier": "canary"}}})
-        await env.kube.patch(
-            "inference.networking.k8s.io/v1",
-            "InferencePool",
-            POOL,
-            {"spec": {"selector": {"matchLabels": {"tier": "canary"}}}},
-        )
-        await _only(env, 2)
+@pytest.mark.parametrize("mode", CRD_MODES)  # a standalone picker has no pool object to change
+async def test_pool_selector_change_resyncs(epp_pool: PoolFactory, mode: PoolMode) -> None:
+    env = await epp_pool(mode, pods=3, objects=served(mode, "m"))
+    await env.cluster.patch("v1", "Pod", env.pods[2].name, {"metadata": {"labels": {"tier": "canary"}}})
+    if mode == "v1":
+        group, selector = f"{V1_POOL_GROUP}/v1", {"selector": {"matchLabels": {"tier": "canary"}}}
+    else:
+        group, selector = f"{V1ALPHA2_POOL_GROUP}/v1alpha2", {"selector": {"tier": "canary"}}
+    await env.cluster.patch(group, "InferencePool", POOL, {"spec": selector})
+    await _only(env, 2)

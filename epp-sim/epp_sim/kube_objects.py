@@ -1,9 +1,11 @@
-"""The Kubernetes objects simulated pods and pools are made of: one definition of each.
+"""The Kubernetes objects simulated pools are made of: one definition of each.
 
 A simulated pod is a Pod whose status says what a kubelet would say once its container runs:
 ``Running``, its own ``podIP`` (the simulator's loopback address) and the ``Ready`` condition.
 The local stack, the hermetic harness, the benchmarks and the simulated workload controller all
-build pods here, so "Ready" means the same thing everywhere. Pure functions returning plain dicts.
+build pods here, so "Ready" means the same thing everywhere. The inference objects (pool,
+objective, model, rewrite) are built here too, for our tests and for a platform team's own.
+Pure functions returning plain dicts.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ __all__ = [
     "V1ALPHA2_POOL_GROUP",
     "V1_POOL_GROUP",
     "PoolMode",
+    "inference_model",
+    "inference_objective",
     "inference_pool",
+    "model_rewrite",
+    "pool_ref",
     "pod",
     "pod_status_loading",
     "pod_status_ready",
@@ -104,3 +110,65 @@ def inference_pool(
             },
         }
     raise ValueError(f"no InferencePool in {mode!r} mode (standalone selects pods by label)")
+
+
+def pool_ref(pool: str, mode: PoolMode = "v1") -> dict[str, str]:
+    """A ``poolRef`` to the pool of ``mode``: without a group it means the v1 pool (the CRDs' default)."""
+    return {"name": pool, "group": V1ALPHA2_POOL_GROUP} if mode == "v1alpha2" else {"name": pool}
+
+
+def inference_objective(
+    name: str, priority: int | None, pool: str, *, mode: PoolMode = "v1", namespace: str = "default"
+) -> dict[str, Any]:
+    """An InferenceObjective: requests naming it (``x-gateway-inference-objective``) get ``priority``."""
+    spec: dict[str, Any] = {"poolRef": pool_ref(pool, mode)}
+    if priority is not None:
+        spec["priority"] = priority
+    return {
+        "apiVersion": f"{V1ALPHA2_POOL_GROUP}/v1alpha2",
+        "kind": "InferenceObjective",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def inference_model(
+    model: str,
+    pool: str,
+    *,
+    criticality: str = "Standard",
+    targets: Mapping[str, int] | None = None,
+    name: str | None = None,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """A v1alpha2 InferenceModel serving ``model`` (split over ``targets``: name → weight), named ``name or model``."""
+    spec: dict[str, Any] = {"modelName": model, "criticality": criticality, "poolRef": {"name": pool}}
+    if targets:
+        spec["targetModels"] = [{"name": name, "weight": weight} for name, weight in targets.items()]
+    return {
+        "apiVersion": f"{V1ALPHA2_POOL_GROUP}/v1alpha2",
+        "kind": "InferenceModel",
+        "metadata": {"name": name or model, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def model_rewrite(
+    name: str,
+    pool: str,
+    targets: Mapping[str, int],
+    *,
+    model: str | None = None,
+    mode: PoolMode = "v1",
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """An InferenceModelRewrite of one rule: requests for ``model`` (any, when None) go to ``targets`` by weight."""
+    rule: dict[str, Any] = {"targets": [{"modelRewrite": target, "weight": w} for target, w in targets.items()]}
+    if model is not None:
+        rule["matches"] = [{"model": {"type": "Exact", "value": model}}]
+    return {
+        "apiVersion": f"{V1ALPHA2_POOL_GROUP}/v1alpha2",
+        "kind": "InferenceModelRewrite",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"poolRef": pool_ref(pool, mode), "rules": [rule]},
+    }

@@ -32,6 +32,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 
 from epp_sim.kube_objects import PoolMode
@@ -44,7 +45,19 @@ from epp_sim.stack.hermetic import HermeticPool
 from epp_sim.stack.picker import InProcessPicker
 from epp_sim.stack.pods import SimulatedPods
 
-__all__ = ["epp_cluster", "epp_envoy", "epp_extproc", "epp_picker", "epp_pool", "epp_sim_pods"]
+__all__ = [
+    "ClientFactory",
+    "EnvoyFactory",
+    "PickerFactory",
+    "PodsFactory",
+    "PoolFactory",
+    "epp_cluster",
+    "epp_envoy",
+    "epp_extproc",
+    "epp_picker",
+    "epp_pool",
+    "epp_sim_pods",
+]
 
 PodsFactory = Callable[..., Awaitable[SimulatedPods]]
 PickerFactory = Callable[..., Awaitable[InProcessPicker]]
@@ -53,10 +66,26 @@ PoolFactory = Callable[..., Awaitable[HermeticPool]]
 EnvoyFactory = Callable[[InProcessPicker], Awaitable[EnvoyProcess]]
 
 
+_APISERVER_MARKER = "epp_apiserver"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{_APISERVER_MARKER}(**options): options of the fake API server behind epp_cluster "
+        "(pod_grace_seconds, history_limit, bookmark_interval, ...)",
+    )
+
+
 @pytest_asyncio.fixture
-async def epp_cluster(tmp_path: Path) -> AsyncIterator[FakeCluster]:
-    """A fresh fake cluster (API server on a free loopback port, kubeconfig in ``tmp_path``)."""
-    async with FakeCluster(work_dir=tmp_path) as cluster:
+async def epp_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[FakeCluster]:
+    """A fresh fake cluster (API server on a free loopback port, kubeconfig in ``tmp_path``).
+
+    ``@pytest.mark.epp_apiserver(pod_grace_seconds=60)`` sets the API server's options.
+    """
+    marker = request.node.get_closest_marker(_APISERVER_MARKER)
+    options = dict(marker.kwargs) if marker is not None else {}
+    async with FakeCluster(work_dir=tmp_path, **options) as cluster:
         yield cluster
 
 

@@ -6,9 +6,12 @@ away, discovery decides which optional kinds exist: InferenceObjective and
 InferenceModelRewrite, and for v1alpha2 pools InferenceModel. A cluster without those CRDs simply
 runs without them.
 
-``synced`` is set while the pool is known and the first pod list has arrived, and cleared when
-the pool is deleted (upstream's ``PoolHasSynced``). Losing the API server changes nothing: the
-informers retry and the store keeps serving its last known state.
+``synced`` is set while the pool is known, the first pod list has arrived and every optional
+kind found by discovery has been listed once, and cleared when the pool is deleted. Upstream's
+``PoolHasSynced`` waits for the pool and pods only; waiting for the rest too means a picker never
+reports ready while it would still answer a v1alpha2 model 404 or give an objective's request
+the default priority, merely because those lists had not arrived yet. Losing the API server
+later changes nothing: the informers retry and the store keeps serving its last known state.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class PoolReconcilers:
         ]
         self._discovery: asyncio.Task[None] | None = None
         self.discovered = asyncio.Event()
-        """Set once discovery has decided which optional kinds to watch."""
+        """Set once discovery has decided which optional kinds to watch and each was listed once."""
 
     @property
     def pool(self) -> PoolSpec | None:
@@ -118,7 +121,7 @@ class PoolReconcilers:
         self._update_synced()
 
     def _update_synced(self) -> None:
-        if self._pool.pool is not None and self._pods.listed:
+        if self._pool.pool is not None and self._pods.listed and self.discovered.is_set():
             self.synced.set()
         else:
             self.synced.clear()
@@ -150,6 +153,7 @@ class PoolReconcilers:
         ]
         if self._pool_group == V1ALPHA2_GROUP:
             optional.append((INFERENCE_MODEL, model_reconciler(self._datastore, pool_name=self._pool_name)))
+        started: list[Informer] = []
         for kind, reconciler in optional:
             if kind.kind not in kinds:
                 log.info("kind not served; not watching it", extra={"kind": kind.kind, "group_version": group_version})
@@ -157,5 +161,8 @@ class PoolReconcilers:
             informer = self._informer(kind, reconciler)
             self._keyed.append(reconciler)
             self._informers.append(informer)
+            started.append(informer)
             informer.start()
+        await asyncio.gather(*(informer.synced.wait() for informer in started))
         self.discovered.set()
+        self._update_synced()

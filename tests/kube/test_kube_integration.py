@@ -131,6 +131,28 @@ async def test_pool_appears_then_synced_with_ready_pods(
     assert (state.endpoint.address, state.endpoint.port) == ("10.0.0.1", 8000)
 
 
+async def test_not_synced_until_every_discovered_kind_was_listed(cluster: Cluster, api: Api, store: Datastore) -> None:
+    """Ready only once objectives are known: until then a request would get the wrong priority."""
+    cluster.install_crds(INFERENCE_POOL_V1, INFERENCE_OBJECTIVE, INFERENCE_MODEL_REWRITE)
+    cluster.create(INFERENCE_POOL_V1, pool_v1())
+    cluster.create(INFERENCE_OBJECTIVE, objective("critical", priority=1))
+    cluster.add_pod("a", ip="10.0.0.1")
+    prefix = f"/apis/{INFERENCE_OBJECTIVE.group_version}/namespaces/{NS}/{INFERENCE_OBJECTIVE.plural}"
+    cluster.server.inject_error(500, verb="list", path_prefix=prefix, times=None)
+    manager = PoolReconcilers(api, store, pool_name="pool", namespace=NS, pool_group=V1_GROUP, settings=FAST)
+    await manager.start()
+    try:
+        await converge(store, ["a-rank-0"])
+        await wait_until(lambda: cluster.server.faults.errors_served >= 3, message="objective lists failing")
+        assert manager.pool is not None and manager.informers["Pod"].synced.is_set()
+        assert not manager.synced.is_set() and not manager.discovered.is_set()
+        cluster.server.clear_faults()
+        await wait_until(manager.synced.is_set, message="synced once objectives were listed")
+        assert store.objective("critical") is not None
+    finally:
+        await manager.stop()
+
+
 async def test_pod_transitions(cluster: Cluster, v1: PoolReconcilers, store: Datastore) -> None:
     cluster.create(INFERENCE_POOL_V1, pool_v1())
     for i, name in enumerate("abc"):
@@ -273,6 +295,7 @@ async def test_apiserver_restart_and_500s_keep_state(cluster: Cluster, v1: PoolR
     cluster.add_pod("a", ip="10.0.0.1")
     await converge(store, ["a-rank-0"])
     await wait_until(lambda: store.objective("critical") is not None)
+    await wait_until(v1.synced.is_set, message="synced: every discovered kind listed once")
     cluster.server.inject_error(500, times=None)
     await cluster.server.stop()
     cluster.add_pod("b", ip="10.0.0.2")

@@ -71,6 +71,8 @@ class Faults:
     def __init__(self) -> None:
         self.errors: list[ErrorRule] = []
         self.latencies: list[LatencyRule] = []
+        self.errors_served = 0
+        """How many requests got an injected error so far (tests wait on it instead of sleeping)."""
 
     def add_error(self, rule: ErrorRule) -> None:
         if not 400 <= rule.status <= 599:
@@ -98,6 +100,7 @@ class Faults:
                     rule.times -= 1
                     if rule.times <= 0:
                         self.errors.remove(rule)
+                self.errors_served += 1
                 return rule.error()
         return None
 

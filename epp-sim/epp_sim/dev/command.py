@@ -172,7 +172,7 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
     lines = [
         first,
         f"  Envoy:          {stack.envoy_url}",
-        f"  picker metrics: {stack.picker_metrics_url}",
+        f"  picker metrics: {stack.picker.metrics_url}",
         f"  kubeconfig:     {stack.kubeconfig}",
         f"                  {_kubectl()} --kubeconfig {stack.kubeconfig} get {kinds}",
         f"  logs:           {stack.work_dir} (removed on exit)",

@@ -1,52 +1,45 @@
-"""A hermetic pool: fake cluster + simulated pods + the real picker in-process + an ext_proc client.
+"""A hermetic pool: the local stack with the picker in-process, and the views a test needs.
 
 What a hermetic test (ours, or a platform team's in their own CI) needs in one object: the
 inference CRDs applied, the pool in the chosen mode (``v1``, ``v1alpha2``, or ``standalone``
 with no pool object), the caller's own objects (objectives, rewrites, InferenceModels), N Ready
-simulated pods, and ``epp serve`` with the caller's flags, started only once it has synced the pool
-and scraped every pod. Requests go in through :meth:`HermeticPool.route` exactly as Envoy would
-send them; the answer says which endpoint was picked, with which headers, metadata and body.
+simulated pods, and ``epp serve`` with the caller's flags, started only once it has synced the
+pool and scraped every pod. It is :class:`~epp_sim.stack.local.LocalStack` (one assembly for
+every use) with the picker on the test's event loop, so a test can also look inside it.
+Requests go in through :meth:`HermeticPool.route` exactly as Envoy would send them; the answer
+says which endpoint was picked, with which headers, metadata and body. ``envoy=True`` puts a
+real Envoy in front as well.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AsyncExitStack
-from pathlib import Path
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.tasks import Service
-from epp_sim.kube_objects import V1_POOL_GROUP, V1ALPHA2_POOL_GROUP, PoolMode, inference_pool
+from epp.runtime import Runtime
+from epp_sim.kube_objects import PoolMode
 from epp_sim.modelserver import SimConfig
 from epp_sim.stack.cluster import FakeCluster
 from epp_sim.stack.extproc_client import ExtProcClient, Routed
-from epp_sim.stack.manifests import CRDS_DIR
+from epp_sim.stack.local import LocalStack, StackConfig
 from epp_sim.stack.picker import InProcessPicker
 from epp_sim.stack.pods import SimulatedPods
+from epp_sim.stack.pool_spec import DEFAULT_POOL, PoolSpec
 from epp_sim.stack.started import require
 from epp_sim.waits import wait_until
 
-__all__ = ["DEFAULT_POOL", "HermeticPool", "pool_arguments"]
+__all__ = ["DEFAULT_POOL", "HermeticPool"]
 
-DEFAULT_POOL = "vllm-llama3-8b-instruct"
-
-
-def pool_arguments(mode: PoolMode, pool: str, labels: Mapping[str, str], port: int, namespace: str) -> list[str]:
-    """The ``epp serve`` flags that select the pool in ``mode``."""
-    if mode == "standalone":
-        selector = ",".join(f"{k}={v}" for k, v in labels.items())
-        return ["--endpoint-selector", selector, "--endpoint-target-ports", str(port), "--pool-namespace", namespace]
-    group = V1ALPHA2_POOL_GROUP if mode == "v1alpha2" else V1_POOL_GROUP
-    return ["--pool-name", pool, "--pool-namespace", namespace, "--pool-group", group]
+_FAST_SCRAPES = "--refresh-metrics-interval=20ms"
 
 
-class HermeticPool(Service):
+class HermeticPool(LocalStack):
     """Everything up, the pool synced and every pod scraped; torn down in reverse on exit.
 
     ``picker_args`` are extra ``epp serve`` flags (``--config-file``, ``--config-text``, ...);
-    ``objects`` are applied before the picker starts; ``crds`` defaults to the inference CRDs
-    shipped with epp-sim. With an existing ``cluster`` the pool is built inside it.
+    ``objects`` are applied before the picker starts. With an existing ``cluster`` the pool is
+    built inside it. Metrics are scraped every 20 ms unless ``picker_args`` say otherwise.
     """
 
     def __init__(
@@ -61,43 +54,57 @@ class HermeticPool(Service):
         labels: Mapping[str, str] | None = None,
         namespace: str = "default",
         seed: int | None = 7,
-        crds: Sequence[Path] = (CRDS_DIR,),
         cluster: FakeCluster | None = None,
         apiserver_options: Mapping[str, Any] | None = None,
+        envoy: bool = False,
+        first_host: int = 2,
         ready_timeout: float = 15.0,
     ) -> None:
-        self.mode: PoolMode = mode
-        self.pool = pool
-        self.labels = dict(labels or {"app": pool})
-        self.namespace = namespace
-        self._pod_count = pods
-        self._sim_config = sim_config if sim_config is not None else SimConfig(max_loras=4)
-        self._objects = list(objects)
-        self._picker_args = list(picker_args)
-        self._seed = seed
-        self._crds = list(crds)
-        self._given_cluster = cluster
-        self._apiserver_options = dict(apiserver_options or {})
-        self._ready_timeout = ready_timeout
-        self._exit = AsyncExitStack()
-        self._cluster: FakeCluster | None = cluster
-        self._pods: SimulatedPods | None = None
-        self._picker: InProcessPicker | None = None
+        spec = PoolSpec(
+            name=pool,
+            namespace=namespace,
+            mode=mode,
+            labels=labels or {},
+            sim_config=sim_config if sim_config is not None else SimConfig(max_loras=4),
+            objects=objects,
+        )
+        args = list(picker_args)
+        if not any(a.startswith("--refresh-metrics-interval") for a in args):
+            args.append(_FAST_SCRAPES)
+        config = StackConfig(
+            pods=pods,
+            envoy=envoy,
+            envoy_port=0,
+            first_host=first_host,
+            in_process_picker=True,
+            picker_args=tuple(args),
+            seed=seed,
+            apiserver=dict(apiserver_options or {}),
+            ready_timeout=ready_timeout,
+        )
+        super().__init__(config, pool=spec, cluster=cluster)
         self._client: ExtProcClient | None = None
 
     # ------------------------------------------------------------------ parts
 
     @property
-    def cluster(self) -> FakeCluster:
-        return require(self._cluster, "HermeticPool", "cluster")
-
-    @property
-    def pods(self) -> SimulatedPods:
-        return require(self._pods, "HermeticPool", "pods")
+    def mode(self) -> PoolMode:
+        return self.pool.mode
 
     @property
     def picker(self) -> InProcessPicker:
-        return require(self._picker, "HermeticPool", "picker")
+        picker = super().picker
+        assert isinstance(picker, InProcessPicker)
+        return picker
+
+    @property
+    def runtime(self) -> Runtime:
+        """The running picker: its datastore, metrics registry, ports, configuration."""
+        return self.picker.runtime
+
+    @property
+    def sims(self) -> SimulatedPods:
+        return self.simulated_pods
 
     @property
     def client(self) -> ExtProcClient:
@@ -106,62 +113,23 @@ class HermeticPool(Service):
     @property
     def port(self) -> int:
         """The pool's target port (every pod listens on it)."""
-        return self.pods.port
+        return self.target_port
 
-    # ------------------------------------------------------------------ lifecycle
-
-    async def start(self) -> None:
-        try:
-            await self._start()
-        except BaseException:
-            await self.stop()
-            raise
-
-    async def _start(self) -> None:
-        if self._cluster is None:
-            self._cluster = await self._exit.enter_async_context(
-                FakeCluster(namespace=self.namespace, **self._apiserver_options)
-            )
-        cluster = self._cluster
-        if self._crds:
-            await cluster.apply_manifests(*self._crds)
-        # The simulators first: the pool's target port is the one they could all bind.
-        self._pods = pods = SimulatedPods(
-            None, self._pod_count, labels=self.labels, config=self._sim_config, namespace=self.namespace
-        )
-        await self._exit.enter_async_context(pods)
-        if self.mode != "standalone":
-            await cluster.apply(inference_pool(self.mode, self.pool, self.labels, pods.port, namespace=self.namespace))
-        await cluster.apply_all(self._objects)
-        for pod in pods:
-            await cluster.create_ready_pod(pod.name, pod.ip, self.labels, port=pods.port, namespace=self.namespace)
-        args = [*pool_arguments(self.mode, self.pool, self.labels, pods.port, self.namespace), *self._picker_args]
-        if not any(a.startswith("--refresh-metrics-interval") for a in args):
-            args.append("--refresh-metrics-interval=20ms")
-        self._picker = picker = InProcessPicker(args, kubeconfig=cluster.kubeconfig, seed=self._seed)
-        await self._exit.enter_async_context(picker)
-        self._client = await self._exit.enter_async_context(ExtProcClient(picker.grpc_target))
-        expected = set(pods.addresses)
+    async def _start_all(self) -> None:
+        await super()._start_all()
+        self._client = await self._exit.enter_async_context(ExtProcClient(self.picker.grpc_target))
+        expected = set(self.simulated_pods.addresses)
         await wait_until(
-            lambda: picker.runtime.ready and self.addresses() == expected,
-            timeout=self._ready_timeout,
-            message=f"picker synced pool {self.pool} ({self.mode}) with {sorted(expected)}",
+            lambda: self.runtime.ready and self.addresses() == expected,
+            timeout=self.config.ready_timeout,
+            message=f"picker synced pool {self.pool.name} ({self.mode}) with {sorted(expected)}",
         )
-        await wait_until(
-            lambda: all(s.metrics.updated_at for s in self.endpoints()),
-            timeout=self._ready_timeout,
-            message="picker scraped every pod",
-        )
-
-    async def stop(self) -> None:
-        exit_stack, self._exit = self._exit, AsyncExitStack()
-        await exit_stack.aclose()
 
     # ------------------------------------------------------------------ what the picker sees
 
     def endpoints(self) -> Sequence[EndpointState]:
         """The picker's endpoints of the (first) pool, with their last metrics."""
-        return self.picker.runtime.pools[0].datastore.endpoints()
+        return self.runtime.pools[0].datastore.endpoints()
 
     def addresses(self) -> set[str]:
         return {e.endpoint.hostport for e in self.endpoints()}
@@ -171,7 +139,7 @@ class HermeticPool(Service):
 
     def sample(self, name: str, **labels: str) -> float:
         """A sample of the picker's own metrics registry (0 when the series does not exist)."""
-        value = self.picker.runtime.metrics.registry.get_sample_value(name, labels)
+        value = self.runtime.metrics.registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
 
     # ------------------------------------------------------------------ driving

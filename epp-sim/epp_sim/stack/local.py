@@ -1,18 +1,20 @@
-"""``LocalStack``: the whole data plane on one machine, started in order and torn down in reverse.
+"""``LocalStack``: a pool's whole data plane on one machine, started in order and torn down in reverse.
 
-What ``epp dev``, the end-to-end tests and the benchmarks run: a fake Kubernetes API server
-(in-process, port 0) holding the inference CRDs and the sample pool, objectives and rewrite from
-``manifests/`` (read by :mod:`epp_sim.stack.samples`); N simulated vLLM pods (in-process, one per
-``127.0.0.x``, all on one port so the pool's single target port fits, registered as Ready Pods
-with that podIP); the picker as a real ``epp serve`` child process reading that API server; and a
-real Envoy whose ext_proc filter calls the picker. Everything is started through an
-``AsyncExitStack``, so a failed start, an exception or Ctrl-C stops whatever had started
-(children by PID) and removes the work directory.
+The one assembly behind ``epp dev``, the end-to-end tests, the benchmarks and the hermetic
+harness: a fake Kubernetes API server (in-process, port 0, or one the caller already runs)
+holding the inference CRDs, the pool of a :class:`~epp_sim.stack.pool_spec.PoolSpec` and its
+objects; N simulated vLLM pods (in-process, one per ``127.0.0.x``, all on one port so the pool's
+single target port fits, registered as Ready Pods with that podIP); the picker, the real
+``epp serve`` as a child process or on this event loop; and, unless switched off, a real Envoy
+whose ext_proc filter calls the picker. Everything is started through an ``AsyncExitStack``, so a
+failed start, an exception or Ctrl-C stops whatever had started (children by PID) and removes
+the work directory.
 
-The sample pool's ``targetPorts`` is rewritten to the port the simulators share (a free one,
-chosen at start), since 8000 may be taken on a developer's machine. The sample Deployment is read
-for the model name, LoRA slots and pod labels but not applied here (nothing would run its pods),
-nor is the v1alpha2 InferenceModel (it belongs to the v1alpha2 pool, which ``epp dev`` does not run).
+Without a spec the pool is ``manifests/samples`` (read by :mod:`epp_sim.stack.samples`): its
+InferencePool, objectives and rewrite, with ``targetPorts`` rewritten to the port the simulators
+share (8000 may be taken on a developer's machine). The sample Deployment is read for the model
+name, LoRA slots and pod labels but not applied (nothing would run its pods), nor is the v1alpha2
+InferenceModel (it belongs to the v1alpha2 pool).
 
 Extra parts (``epp dev --autoscale``'s simulated Deployment and autoscaler) plug in as
 :class:`StackComponent`: started after Envoy, stopped before it. A component declares the
@@ -27,11 +29,11 @@ import logging
 import math
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from epp.tasks import Service
 from epp_sim.modelserver.fixture import ModelServer
@@ -39,9 +41,10 @@ from epp_sim.ports import port_free_on
 from epp_sim.stack.cluster import ClusterError, FakeCluster
 from epp_sim.stack.envoy import EnvoyProcess
 from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap
-from epp_sim.stack.manifests import MANIFESTS, ManifestError
-from epp_sim.stack.picker import PickerProcess
+from epp_sim.stack.manifests import CRDS_DIR, MANIFESTS, ManifestError, read_manifests
+from epp_sim.stack.picker import InProcessPicker, Picker, PickerProcess
 from epp_sim.stack.pods import SimPod, SimulatedPods
+from epp_sim.stack.pool_spec import PoolSpec
 from epp_sim.stack.processes import ChildProcessError
 from epp_sim.stack.samples import SamplePool, load_samples
 from epp_sim.stack.started import require
@@ -83,22 +86,31 @@ class StackComponent(Protocol):
     async def stop(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StackConfig:
-    """What to start; validated when built.
+    """How to run the stack; validated when built.
 
-    ``pods`` hand-made Ready pods (0 when components bring the pool's pods). ``envoy_port`` None
-    means 8081 if it is free, else any free port; 0 means any free port. ``manifests`` is the
-    folder holding ``crds/`` and ``samples/``.
+    ``pods`` hand-made Ready pods (0 when components bring the pool's pods). ``envoy`` False
+    runs no Envoy; ``envoy_port`` None means 8081 if it is free, else any free port; 0 means any
+    free port. ``in_process_picker`` runs ``epp serve`` on this event loop (tests look inside it)
+    instead of as a child process; ``picker_args`` are extra ``epp serve`` flags and ``seed`` its
+    random seed (in-process only). ``manifests`` is the folder holding ``crds/`` and ``samples/``
+    (read when no :class:`PoolSpec` is given, with ``time_scale`` for the sample pods);
+    ``apiserver`` are options of the fake API server the stack starts.
     """
 
     pods: int = 4
+    envoy: bool = True
     envoy_port: int | None = None
     time_scale: float = 1.0
     base_ip: str = "127.0.0."
     first_host: int = 2
     manifests: Path = DEFAULT_MANIFESTS
+    in_process_picker: bool = False
+    picker_args: tuple[str, ...] = ()
     picker_verbosity: int = 2
+    seed: int | None = None
+    apiserver: Mapping[str, Any] = field(default_factory=dict)
     ready_timeout: float = 30.0
 
     def __post_init__(self) -> None:
@@ -121,27 +133,44 @@ class LocalStack(Service):
 
     ``async with LocalStack(StackConfig(pods=3)) as stack:`` then send requests to
     ``stack.envoy_url``; ``stack.pods`` / ``stack.servers`` are the simulators, ``stack.kubeconfig``
-    points kubectl at the fake API server, ``stack.picker_metrics_url`` is the picker's /metrics.
+    points kubectl at the fake API server, ``stack.picker.metrics_url`` is the picker's /metrics.
+    ``pool`` says what to serve (default: the sample pool of ``config.manifests``); with a
+    ``cluster`` the pool is built in that running fake cluster, which the stack leaves running.
     """
 
-    def __init__(self, config: StackConfig | None = None, *, components: Sequence[StackComponent] = ()) -> None:
+    def __init__(
+        self,
+        config: StackConfig | None = None,
+        *,
+        pool: PoolSpec | None = None,
+        cluster: FakeCluster | None = None,
+        components: Sequence[StackComponent] = (),
+    ) -> None:
         self.config = config or StackConfig()
+        if cluster is not None and self.config.apiserver:
+            raise StackError("apiserver options apply to a cluster the stack starts, not to a given one")
+        self._spec = pool
         self._components = list(components)
         self._exit = AsyncExitStack()
         self._started = False
         self._work_dir: Path | None = None
         self._samples: SamplePool | None = None
-        self._cluster: FakeCluster | None = None
+        self._cluster: FakeCluster | None = cluster
         self._pods: SimulatedPods | None = None
-        self._picker: PickerProcess | None = None
+        self._picker: Picker | None = None
         self._envoy: EnvoyProcess | None = None
 
     # ------------------------------------------------------------------------------ accessors
 
     @property
+    def pool(self) -> PoolSpec:
+        """What the stack serves (the sample pool's spec once started without one)."""
+        return require(self._spec, "LocalStack", "pool spec")
+
+    @property
     def samples(self) -> SamplePool:
-        """The manifests applied (pool name, model, adapters, objectives)."""
-        return require(self._samples, "LocalStack", "samples")
+        """The sample manifests applied (pool name, model, adapters, objectives); only without a spec."""
+        return require(self._samples, "LocalStack", "sample pool (the stack was given a PoolSpec)")
 
     @property
     def cluster(self) -> FakeCluster:
@@ -158,6 +187,10 @@ class LocalStack(Service):
         return require(self._work_dir, "LocalStack", "work directory")
 
     @property
+    def simulated_pods(self) -> SimulatedPods:
+        return require(self._pods, "LocalStack", "pods")
+
+    @property
     def pods(self) -> list[SimPod]:
         return [] if self._pods is None else self._pods.pods
 
@@ -168,7 +201,7 @@ class LocalStack(Service):
     @property
     def target_port(self) -> int:
         """The pool's single target port: every pod's simulator (hand-made or a component's) listens on it."""
-        return require(self._pods, "LocalStack", "pods").port
+        return self.simulated_pods.port
 
     @property
     def envoy(self) -> EnvoyProcess:
@@ -179,24 +212,20 @@ class LocalStack(Service):
         return f"http://127.0.0.1:{self.envoy.port}"
 
     @property
-    def picker(self) -> PickerProcess:
-        """The ``epp serve`` child (``.pid``, ``.log_path``, ports)."""
+    def picker(self) -> Picker:
+        """The picker: a :class:`PickerProcess` (``.pid``, ``.log_path``) or an :class:`InProcessPicker`."""
         return require(self._picker, "LocalStack", "picker")
-
-    @property
-    def picker_metrics_url(self) -> str:
-        return self.picker.metrics_url
 
     def child_pids(self) -> list[int]:
         """PIDs of every child process the stack started (picker, Envoy)."""
-        pids = [] if self._picker is None else [self._picker.pid]
+        pids = [self._picker.pid] if isinstance(self._picker, PickerProcess) else []
         return pids if self._envoy is None else [*pids, self._envoy.pid]
 
     async def wait_ready_pods(self, count: int, *, timeout: float | None = None) -> None:
         """Wait until the picker counts at least ``count`` Ready pods of the pool, each scraped."""
         try:
             await self.picker.wait_routing(
-                self.samples.name, count, timeout=self.config.ready_timeout if timeout is None else timeout
+                self.pool.reported_name, count, timeout=self.config.ready_timeout if timeout is None else timeout
             )
         except ChildProcessError as e:
             raise StackError(f"{e} (logs in {self.work_dir})") from e
@@ -221,7 +250,7 @@ class LocalStack(Service):
         so no child is abandoned half way through its stop.
         """
         exit_stack, self._exit = self._exit, AsyncExitStack()
-        teardown = asyncio.create_task(exit_stack.aclose(), name="epp-dev-teardown")
+        teardown = asyncio.create_task(exit_stack.aclose(), name="local-stack-teardown")
         try:
             await asyncio.shield(teardown)
         except asyncio.CancelledError:
@@ -230,22 +259,29 @@ class LocalStack(Service):
 
     async def _start_all(self) -> None:
         cfg = self.config
-        work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="epp-dev-"))
+        work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="epp-stack-"))
         self._work_dir = work
         self._exit.push_async_callback(asyncio.to_thread, shutil.rmtree, work, True)
+        spec = self._spec
+        crds: Sequence[Mapping[str, Any]] | None = None
         try:
-            self._samples = samples = await asyncio.to_thread(load_samples, cfg.manifests)
+            if spec is None:
+                self._samples = samples = await asyncio.to_thread(load_samples, cfg.manifests)
+                self._spec = spec = samples.pool_spec(time_scale=cfg.time_scale)
+            crds = spec.crds if spec.crds is not None else await asyncio.to_thread(read_manifests, CRDS_DIR)
         except ManifestError as e:
             raise StackError(str(e)) from e
-        self._cluster = cluster = await self._exit.enter_async_context(
-            FakeCluster(namespace=samples.namespace, work_dir=work)
-        )
+        if self._cluster is None:
+            self._cluster = await self._exit.enter_async_context(
+                FakeCluster(namespace=spec.namespace, work_dir=work, **cfg.apiserver)
+            )
         pods = SimulatedPods(
             None,
             cfg.pods,
-            labels=samples.pod_labels,
-            config=samples.sim_config(time_scale=cfg.time_scale),
-            name_prefix=samples.name,
+            labels=spec.labels,
+            config=spec.sim_config,
+            name_prefix=spec.pod_prefix,
+            namespace=spec.namespace,
             base_ip=cfg.base_ip,
             first_host=cfg.first_host,
             reserved_hosts=[h for c in self._components for h in c.hosts],
@@ -255,40 +291,44 @@ class LocalStack(Service):
         except OSError as e:
             raise StackError(str(e)) from e
         try:
-            await self._apply(samples, cluster)
+            await self._apply(spec, crds)
         except ClusterError as e:
-            raise StackError(f"the fake API server rejected the sample objects: {e}") from e
-        await self._start_picker(samples, work)
-        await self._start_envoy(work)
+            raise StackError(f"the fake API server rejected the pool's objects: {e}") from e
+        await self._start_picker(spec, work)
+        if cfg.envoy:
+            await self._start_envoy(work)
         for component in self._components:
             self._exit.push_async_callback(component.stop)
             await component.start(self)
 
-    async def _apply(self, samples: SamplePool, cluster: FakeCluster) -> None:
-        """CRDs, the pool (its target port set to the simulators'), objectives, rewrites, Ready pods."""
-        port = self.target_port
-        pool = {**samples.pool, "spec": {**samples.pool["spec"], "targetPorts": [{"number": port}]}}
-        await cluster.apply_all([*samples.crds, pool, *samples.objectives, *samples.rewrites])
+    async def _apply(self, spec: PoolSpec, crds: Sequence[Mapping[str, Any]]) -> None:
+        """CRDs, the pool (its target port set to the simulators'), its objects, the Ready pods."""
+        cluster, port = self.cluster, self.target_port
+        pool = spec.pool_object(port)
+        await cluster.apply_all([*crds, *([pool] if pool is not None else []), *spec.objects])
         for pod in self.pods:
-            await cluster.create_ready_pod(pod.name, pod.ip, samples.pod_labels, port=port)
+            await cluster.create_ready_pod(pod.name, pod.ip, spec.labels, port=port, namespace=spec.namespace)
 
-    async def _start_picker(self, samples: SamplePool, work: Path) -> None:
+    async def _start_picker(self, spec: PoolSpec, work: Path) -> None:
         cfg = self.config
-        args = ["--pool-name", samples.name, "--pool-namespace", samples.namespace]
-        picker = PickerProcess(
-            args, kubeconfig=self.kubeconfig, log_path=work / "picker.log", verbosity=cfg.picker_verbosity
-        )
+        args = [*spec.picker_arguments(self.target_port), *cfg.picker_args]
+        picker: Picker
+        if cfg.in_process_picker:
+            picker = InProcessPicker(args, kubeconfig=self.kubeconfig, seed=cfg.seed)
+        else:
+            picker = PickerProcess(
+                args, kubeconfig=self.kubeconfig, log_path=work / "picker.log", verbosity=cfg.picker_verbosity
+            )
         self._picker = await self._exit.enter_async_context(picker)
-        await picker.wait_routing(samples.name, len(self.pods), timeout=cfg.ready_timeout)
+        await self.wait_ready_pods(len(self.pods))
 
     async def _start_envoy(self, work: Path) -> None:
         cfg = self.config
         port = cfg.envoy_port
         if port is None:
             port = DEFAULT_ENVOY_PORT if await asyncio.to_thread(port_free_on, ["127.0.0.1"], DEFAULT_ENVOY_PORT) else 0
-        bootstrap = envoy_bootstrap(
-            listen_port=port, ext_proc=ExtProcTarget("127.0.0.1", self.picker.grpc_port), admin_port=0
-        )
+        host, _, grpc_port = self.picker.grpc_target.rpartition(":")
+        bootstrap = envoy_bootstrap(listen_port=port, ext_proc=ExtProcTarget(host, int(grpc_port)), admin_port=0)
         envoy = EnvoyProcess(bootstrap, name="envoy", work_dir=work / "envoy", ready_timeout=cfg.ready_timeout)
         self._envoy = await self._exit.enter_async_context(envoy)
         await envoy.wait_ext_proc_healthy(timeout=cfg.ready_timeout)

@@ -33,7 +33,7 @@ from epp_sim.ports import free_port
 from epp_sim.stack.processes import ChildProcess
 from epp_sim.waits import wait_until
 
-__all__ = ["InProcessPicker", "PickerProcess", "serve_arguments"]
+__all__ = ["InProcessPicker", "Picker", "PickerProcess", "serve_arguments"]
 
 _READY_PODS = "inference_pool_ready_pods"
 _TIMEOUT = aiohttp.ClientTimeout(total=2.0)
@@ -72,8 +72,18 @@ async def _ready_pods(session: aiohttp.ClientSession, metrics_url: str, pool: st
     return any(s.labels.get("name") == pool and s.value >= count for s in samples)
 
 
-class _Picker(Service):
-    """What both forms share: the readiness wait over the picker's own ``/metrics``."""
+class Picker(Service):
+    """What both forms share: their addresses and the readiness wait over the picker's own ``/metrics``."""
+
+    @property
+    def grpc_target(self) -> str:
+        """``host:port`` of the ext_proc server."""
+        raise NotImplementedError
+
+    @property
+    def health_target(self) -> str:
+        """``host:port`` of the gRPC health server."""
+        raise NotImplementedError
 
     @property
     def metrics_url(self) -> str:
@@ -89,7 +99,7 @@ class _Picker(Service):
         await wait_until(probe, timeout=timeout, interval=0.02, message=what)
 
 
-class InProcessPicker(_Picker):
+class InProcessPicker(Picker):
     """``epp serve ARGS`` on this event loop; ``.runtime`` is the running :class:`Runtime`."""
 
     def __init__(
@@ -130,7 +140,7 @@ class InProcessPicker(_Picker):
             await runtime.stop(grace=grace)
 
 
-class PickerProcess(_Picker):
+class PickerProcess(Picker):
     """``python -m epp serve ARGS`` as a child process, its output in ``log_path``."""
 
     def __init__(self, args: Sequence[str], *, kubeconfig: Path, log_path: Path, verbosity: int = 2) -> None:

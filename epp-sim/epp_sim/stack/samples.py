@@ -17,6 +17,7 @@ from typing import Any
 
 from epp_sim.modelserver.config import SimConfig
 from epp_sim.stack.manifests import ManifestError, read_manifest
+from epp_sim.stack.pool_spec import PoolSpec
 
 __all__ = [
     "AUTOSCALER_CRD",
@@ -84,6 +85,20 @@ class SamplePool:
             time_scale=time_scale,
         )
         return dataclasses.replace(base, **engine) if engine else base
+
+    def pool_spec(self, *, time_scale: float = 1.0) -> PoolSpec:
+        """The sample pool as a local stack serves it: its manifest, objectives, rewrites and CRDs."""
+        return PoolSpec(
+            name=self.name,
+            namespace=self.namespace,
+            mode="v1",
+            labels=self.pod_labels,
+            sim_config=self.sim_config(time_scale=time_scale),
+            objects=[*self.objectives, *self.rewrites],
+            crds=self.crds,
+            pool_manifest=self.pool,
+            pod_prefix=self.name,
+        )
 
 
 def _kustomization_docs(folder: Path) -> list[dict[str, Any]]:

@@ -21,7 +21,6 @@ from epp_sim.dev.dashboard import Dashboard, PodRow, pod_row, render_line, rende
 from epp_sim.dev.load import OBJECTIVE_HEADER, LoadConfig, plan_requests
 from epp_sim.stack.envoy_config import DESTINATION_HEADER
 from epp_sim.stack.local import LocalStack, StackConfig, StackError
-from epp_sim.stack.processes import ChildProcessError
 from epp_sim.stack.samples import load_samples
 
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
@@ -160,7 +159,7 @@ async def test_local_stack_routes_streams_and_leaves_nothing_behind(tmp_path: Pa
 async def test_failed_start_stops_what_had_started() -> None:
     """The picker cannot be ready in 10 ms: by then the API server and simulators run; all must stop."""
     stack = LocalStack(StackConfig(pods=2, envoy_port=0, ready_timeout=0.01))
-    with pytest.raises(ChildProcessError, match="not ready within 0.01s"):
+    with pytest.raises(StackError, match="not ready within 0.01s"):
         await stack.start()
     assert _pid_gone(stack.picker.pid)
     assert not await asyncio.to_thread(stack.work_dir.exists)
