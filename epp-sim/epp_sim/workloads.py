@@ -40,6 +40,7 @@ from epp.clock import Clock, SystemClock
 from epp_sim.apiserver.errors import ApiError
 from epp_sim.apiserver.kinds import Obj
 from epp_sim.apiserver.store import Store
+from epp_sim.kube_objects import pod_status_loading, pod_status_ready
 from epp_sim.modelserver.config import SimConfig
 from epp_sim.modelserver.fixture import ModelServer
 
@@ -350,13 +351,7 @@ class WorkloadsController:
             raise
         key = (ns, pod["metadata"]["name"])
         self._addresses[key] = (host, port)
-        status = {
-            "phase": "Pending",
-            "conditions": [
-                {"type": "PodScheduled", "status": "True"},
-                {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
-            ],
-        }
+        status = pod_status_loading()
         pod = self._store.patch("pods", key[1], {"status": status}, namespace=ns, subresource="status")
         self._start_loading(key, template, self.load_delay)
         return pod
@@ -379,21 +374,8 @@ class WorkloadsController:
             if self._store.lookup(self._store.type_of("pods"), key[1], key[0]) is None:
                 await self._retire(key)  # deleted while its server was starting
                 return
-            status = {
-                "phase": "Running",
-                "podIP": host,
-                "podIPs": [{"ip": host}],
-                "hostIP": "127.0.0.1",
-                "conditions": [
-                    {"type": "PodScheduled", "status": "True"},
-                    {"type": "ContainersReady", "status": "True"},
-                    {"type": "Ready", "status": "True"},
-                ],
-                "containerStatuses": [
-                    {"name": c.get("name", "main"), "ready": True, "restartCount": 0, "state": {"running": {}}}
-                    for c in (template.get("spec") or {}).get("containers") or ()
-                ],
-            }
+            containers = [str(c.get("name", "main")) for c in (template.get("spec") or {}).get("containers") or ()]
+            status = pod_status_ready(host, containers=containers)
             self._store.patch("pods", key[1], {"status": status}, namespace=key[0], subresource="status")
             log.info("sim pod ready", extra={"pod": f"{key[0]}/{key[1]}", "address": f"{host}:{port}"})
         except asyncio.CancelledError:

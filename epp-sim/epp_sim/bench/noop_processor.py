@@ -27,13 +27,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from epp.framework.endpoint import join_host_port
+from epp.framework.headers import DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE
 
 __all__ = ["NoopProcessor"]
 
 log = logging.getLogger(__name__)
 
-_DESTINATION_KEY = "x-gateway-destination-endpoint"
-_DESTINATION_NAMESPACE = "envoy.lb"
 _EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 _FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 
@@ -42,7 +41,7 @@ def _headers_response(destination: str | None) -> pb.ProcessingResponse:
     if destination is None:
         return pb.ProcessingResponse(request_headers=pb.HeadersResponse())
     header = base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=_DESTINATION_KEY, raw_value=destination.encode()),
+        header=base_pb2.HeaderValue(key=DESTINATION_ENDPOINT, raw_value=destination.encode()),
         # Overwrite whatever the client sent under the same name.
         append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
     )
@@ -54,7 +53,7 @@ def _headers_response(destination: str | None) -> pb.ProcessingResponse:
             )
         )
     )
-    response.dynamic_metadata.get_or_create_struct(_DESTINATION_NAMESPACE)[_DESTINATION_KEY] = destination
+    response.dynamic_metadata.get_or_create_struct(LB_METADATA_NAMESPACE)[DESTINATION_ENDPOINT] = destination
     return response
 
 

@@ -28,6 +28,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from epp.framework.headers import OBJECTIVE
+
 __all__ = [
     "ADAPTERS",
     "BASE_MODEL",
@@ -43,7 +45,6 @@ __all__ = [
 BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ADAPTERS = ("sql-lora", "summarize-lora", "tweet-lora", "code-lora")
 SHEDDABLE_OBJECTIVE = "batch"
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
 CHARS_PER_TOKEN = 4
 
 _WORDS = [
@@ -104,7 +105,7 @@ class Arrival:
 
     @property
     def sheddable(self) -> bool:
-        return self.headers.get(OBJECTIVE_HEADER) == SHEDDABLE_OBJECTIVE
+        return self.headers.get(OBJECTIVE) == SHEDDABLE_OBJECTIVE
 
 
 def _text(rng: random.Random, tokens: int) -> str:
@@ -135,7 +136,7 @@ def _arrival(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    headers = {OBJECTIVE_HEADER: SHEDDABLE_OBJECTIVE} if sheddable else {}
+    headers = {OBJECTIVE: SHEDDABLE_OBJECTIVE} if sheddable else {}
     return Arrival(
         at=at,
         model=model,

@@ -53,6 +53,7 @@ from epp_sim.dev.dashboard import PodRow, pod_row
 from epp_sim.stack.local import LocalStack, StackError
 from epp_sim.stack.manifests import ManifestError
 from epp_sim.stack.samples import load_autoscaler_crd, qualified
+from epp_sim.waits import wait_until
 from epp_sim.workloads import WorkloadsController
 
 __all__ = ["DEMO_ENGINE", "AutoscaleConfig", "DevAutoscaler", "describe"]
@@ -316,10 +317,13 @@ class DevAutoscaler:
         limit = stack.config.ready_timeout + self.config.load_delay if timeout is None else timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
-        while not deployment_stable(self.deployment()):
-            if loop.time() >= deadline:
-                raise StackError(f"Deployment {self.variant} not stable within {limit}s")
-            await asyncio.sleep(_POLL_INTERVAL)
+        await wait_until(
+            lambda: deployment_stable(self.deployment()),
+            timeout=limit,
+            interval=_POLL_INTERVAL,
+            message=f"Deployment {self.variant} stable",
+            error=StackError,
+        )
         replicas = int((self.deployment().get("spec") or {}).get("replicas") or 0)
         await stack.wait_ready_pods(replicas, timeout=max(0.0, deadline - loop.time()))
 

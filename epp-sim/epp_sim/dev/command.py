@@ -23,10 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from epp.framework.headers import OBJECTIVE
 from epp.tasks import cancel_and_wait, start_guarded
 from epp_sim.dev.autoscale import AutoscaleConfig, DevAutoscaler
 from epp_sim.dev.dashboard import Dashboard, PodRow, pod_row
-from epp_sim.dev.load import OBJECTIVE_HEADER, LoadConfig, run_load
+from epp_sim.dev.load import LoadConfig, run_load
 from epp_sim.stack.local import DEFAULT_ENVOY_PORT, DEFAULT_MANIFESTS, LocalStack, StackConfig, StackError
 from epp_sim.stack.processes import ChildProcessError
 
@@ -181,7 +182,7 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
         f"  {curl_command(stack.envoy_url, samples.model)}",
     ]
     if samples.rewritten_models:
-        headers = {OBJECTIVE_HEADER: samples.objective_names[-1]} if samples.objective_names else None
+        headers = {OBJECTIVE: samples.objective_names[-1]} if samples.objective_names else None
         lines.append(f"  {curl_command(stack.envoy_url, samples.rewritten_models[0], headers=headers)}")
         lines.append(
             f"  (the second asks for {samples.rewritten_models[0]!r}, which a rewrite sends to a LoRA adapter)"

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from epp.framework.headers import OBJECTIVE
+
 __all__ = ["LoadConfig", "LoadReport", "PlannedRequest", "plan_requests", "run_load"]
 
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
 _CHAT_PATH = "/v1/chat/completions"
 
 # Long enough (~1.5 KB, ~24 blocks of 16 tokens at 4 characters a token) that a prefix-cache hit
@@ -122,7 +123,7 @@ def plan_requests(config: LoadConfig) -> Iterator[PlannedRequest]:
         kind = "lora" if lora else "chat"
         headers = {"content-type": "application/json"}
         if objective is not None:
-            headers[OBJECTIVE_HEADER] = objective
+            headers[OBJECTIVE] = objective
             kind += f"+{objective}"
         if stream:
             kind += "+stream"

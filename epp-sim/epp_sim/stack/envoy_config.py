@@ -16,9 +16,9 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from epp.framework.headers import DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE
+
 __all__ = [
-    "DESTINATION_HEADER",
-    "DESTINATION_METADATA_NAMESPACE",
     "EXT_PROC_CLUSTER",
     "EXT_PROC_SERVICE",
     "BodyMode",
@@ -30,8 +30,6 @@ __all__ = [
     "envoy_bootstrap_plain",
 ]
 
-DESTINATION_HEADER = "x-gateway-destination-endpoint"
-DESTINATION_METADATA_NAMESPACE = "envoy.lb"
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 
 BodyMode = Literal["NONE", "BUFFERED", "FULL_DUPLEX_STREAMED"]
@@ -252,7 +250,7 @@ def _ext_proc_filter(
                 "response_trailer_mode": "SEND",
             },
             # Without this Envoy silently drops the picker's envoy.lb routing metadata.
-            "metadata_options": {"receiving_namespaces": {"untyped": [DESTINATION_METADATA_NAMESPACE]}},
+            "metadata_options": {"receiving_namespaces": {"untyped": [LB_METADATA_NAMESPACE]}},
         },
     }
 
@@ -268,10 +266,10 @@ def _original_dst_cluster(route_by: RouteBy) -> dict[str, Any]:
     lb_config: dict[str, Any]
     if route_by == "metadata":
         lb_config = {
-            "metadata_key": {"key": DESTINATION_METADATA_NAMESPACE, "path": [{"key": DESTINATION_HEADER}]},
+            "metadata_key": {"key": LB_METADATA_NAMESPACE, "path": [{"key": DESTINATION_ENDPOINT}]},
         }
     else:
-        lb_config = {"use_http_header": True, "http_header_name": DESTINATION_HEADER}
+        lb_config = {"use_http_header": True, "http_header_name": DESTINATION_ENDPOINT}
     return {
         "name": _ORIGINAL_DST_CLUSTER,
         "type": "ORIGINAL_DST",

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 
 from epp.extproc import pb
+from epp.framework.headers import DESTINATION_ENDPOINT, DESTINATION_ENDPOINT_SUBSET, LB_METADATA_NAMESPACE
 
 __all__ = [
     "ExtProcCall",
@@ -65,7 +66,7 @@ def request_headers(
         msg.protocol_config.CopyFrom(config)
     if subset is not None:
         hint = msg.metadata_context.filter_metadata["envoy.lb.subset_hint"]
-        values = hint.fields["x-gateway-destination-endpoint-subset"].list_value
+        values = hint.fields[DESTINATION_ENDPOINT_SUBSET].list_value
         values.SetInParent()  # an empty list is still a list
         values.extend(subset)
     return msg
@@ -108,7 +109,7 @@ def set_headers(mutation: Any) -> dict[str, bytes]:
 
 def destination_metadata(response: Any) -> str:
     return str(
-        response.dynamic_metadata.fields["envoy.lb"].struct_value.fields["x-gateway-destination-endpoint"].string_value
+        response.dynamic_metadata.fields[LB_METADATA_NAMESPACE].struct_value.fields[DESTINATION_ENDPOINT].string_value
     )
 
 
@@ -223,7 +224,7 @@ class ExtProcClient:
         headers_set = set_headers(mutation)
         return Routed(
             200,
-            endpoint=headers_set["x-gateway-destination-endpoint"].decode(),
+            endpoint=headers_set[DESTINATION_ENDPOINT].decode(),
             metadata_endpoint=destination_metadata(first),
             headers=headers_set,
             body=bytes(out),

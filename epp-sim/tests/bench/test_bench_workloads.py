@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from epp.framework.headers import OBJECTIVE
 from epp_sim.bench.workloads import (
     ADAPTERS,
     BASE_MODEL,
-    OBJECTIVE_HEADER,
     SHEDDABLE_OBJECTIVE,
     WORKLOADS,
     capacity,
@@ -60,7 +60,7 @@ def test_chat_mix_sessions_grow_and_mix_adapters_and_sheddable() -> None:
     assert 0.3 < sum(m != BASE_MODEL for m in models) / len(models) < 0.7
     shed = [a for a in arrivals if a.sheddable]
     assert 0.05 < len(shed) / len(arrivals) < 0.4
-    assert all(a.headers == {OBJECTIVE_HEADER: SHEDDABLE_OBJECTIVE} for a in shed)
+    assert all(a.headers == {OBJECTIVE: SHEDDABLE_OBJECTIVE} for a in shed)
     assert 20.0 < len(arrivals) / 60.0 < 40.0
 
 

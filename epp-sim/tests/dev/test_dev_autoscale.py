@@ -23,9 +23,9 @@ from epp.autoscale.analysis import Decision, Reason
 from epp.autoscale.controller import Outcome
 from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
+from epp.framework.headers import DESTINATION_ENDPOINT
 from epp_sim.dev.autoscale import AutoscaleConfig, DevAutoscaler, describe
 from epp_sim.dev.dashboard import render_table
-from epp_sim.stack.envoy_config import DESTINATION_HEADER
 from epp_sim.stack.local import LocalStack, StackConfig, StackError
 from epp_sim.waits import wait_until
 
@@ -122,7 +122,7 @@ async def test_saturation_adds_one_replica_that_the_picker_then_routes_to() -> N
             assert resp.status == 200, await resp.text()
             await resp.read()
         assert new.stats()["requests"] == 1 and first.stats()["requests"] == 0
-        assert new.stats()["last_headers"][DESTINATION_HEADER] == new.address
+        assert new.stats()["last_headers"][DESTINATION_ENDPOINT] == new.address
         assert new.address.startswith("127.0.0.151:")
         assert next(r for r in autoscaler.rows() if r.name == new_name).routed == 1
 

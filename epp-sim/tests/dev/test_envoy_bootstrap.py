@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from epp.framework.headers import DESTINATION_ENDPOINT
 from epp_sim.stack.envoy import validate_bootstrap
 from epp_sim.stack.envoy_config import (
-    DESTINATION_HEADER,
     EXT_PROC_SERVICE,
     EnvoyConfigError,
     ExtProcTarget,
@@ -98,10 +98,10 @@ def test_routing_is_original_dst_on_metadata_by_default_and_header_on_request() 
     by_metadata = _cluster(VARIANTS["gie-default"], "original_destination")
     assert (by_metadata["type"], by_metadata["lb_policy"]) == ("ORIGINAL_DST", "CLUSTER_PROVIDED")
     assert by_metadata["original_dst_lb_config"] == {
-        "metadata_key": {"key": "envoy.lb", "path": [{"key": DESTINATION_HEADER}]}
+        "metadata_key": {"key": "envoy.lb", "path": [{"key": DESTINATION_ENDPOINT}]}
     }
     by_header = _cluster(VARIANTS["buffered-header-failopen"], "original_destination")
-    assert by_header["original_dst_lb_config"] == {"use_http_header": True, "http_header_name": DESTINATION_HEADER}
+    assert by_header["original_dst_lb_config"] == {"use_http_header": True, "http_header_name": DESTINATION_ENDPOINT}
     route = _hcm(VARIANTS["gie-default"])["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
     assert route == {"cluster": "original_destination", "timeout": "0s"}
 

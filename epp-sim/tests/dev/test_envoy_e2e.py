@@ -18,10 +18,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from recording_backends import SSE_FIRST, SSE_REST, Backends
 
+from epp.framework.headers import DESTINATION_ENDPOINT
 from epp_sim.bench.noop_processor import NoopProcessor
 from epp_sim.stack.envoy import EnvoyProcess
 from epp_sim.stack.envoy_config import (
-    DESTINATION_HEADER,
     BodyMode,
     ExtProcTarget,
     RouteBy,
@@ -97,12 +97,12 @@ async def test_get_without_body_is_routed_at_the_headers_phase(backends: Backend
 async def test_client_cannot_pick_the_backend_with_its_own_header(backends: Backends, route_by: RouteBy) -> None:
     async with chain(backends.target.address, route_by=route_by) as (_, envoy):
         status, _, served_by = await _post(
-            f"http://127.0.0.1:{envoy.port}/v1/echo", b"{}", headers={DESTINATION_HEADER: backends.decoy.address}
+            f"http://127.0.0.1:{envoy.port}/v1/echo", b"{}", headers={DESTINATION_ENDPOINT: backends.decoy.address}
         )
     assert (status, served_by) == (200, "127.0.0.3")
     assert backends.decoy.seen == []
     # The processor's value replaced the client's; it was not appended.
-    assert backends.target.seen[0].headers[DESTINATION_HEADER] == backends.target.address
+    assert backends.target.seen[0].headers[DESTINATION_ENDPOINT] == backends.target.address
 
 
 async def test_sse_response_arrives_chunk_by_chunk(backends: Backends) -> None:
@@ -198,7 +198,7 @@ async def test_no_processor_routes_on_the_client_header(backends: Backends) -> N
     bootstrap = envoy_bootstrap(listen_port=0, ext_proc=None, admin_port=0, route_by="header")
     async with EnvoyProcess(bootstrap) as envoy:
         url = f"http://127.0.0.1:{envoy.port}/v1/echo"
-        status, _, served_by = await _post(url, b"{}", headers={DESTINATION_HEADER: backends.decoy.address})
+        status, _, served_by = await _post(url, b"{}", headers={DESTINATION_ENDPOINT: backends.decoy.address})
         missing, _, _ = await _post(url, b"{}")
     assert (status, served_by) == (200, "127.0.0.2")
     assert missing == 503

@@ -17,9 +17,9 @@ import aiohttp
 import pytest
 from epp_dev_cli import run_epp_dev
 
+from epp.framework.headers import DESTINATION_ENDPOINT, OBJECTIVE
 from epp_sim.dev.dashboard import Dashboard, PodRow, pod_row, render_line, render_table
-from epp_sim.dev.load import OBJECTIVE_HEADER, LoadConfig, plan_requests
-from epp_sim.stack.envoy_config import DESTINATION_HEADER
+from epp_sim.dev.load import LoadConfig, plan_requests
 from epp_sim.stack.local import LocalStack, StackConfig, StackError
 from epp_sim.stack.samples import load_samples
 
@@ -112,7 +112,7 @@ async def test_local_stack_routes_streams_and_leaves_nothing_behind(tmp_path: Pa
             served = [s for s in stack.servers if s.stats()["requests"] == 1]
             assert [s.stats()["requests"] for s in stack.servers].count(0) == 2 and len(served) == 1
             chosen = served[0].stats()
-            assert chosen["last_headers"][DESTINATION_HEADER] == served[0].address
+            assert chosen["last_headers"][DESTINATION_ENDPOINT] == served[0].address
             assert chosen["by_model"] == {MODEL: 1}
 
             stream_body = {**body, "stream": True, "stream_options": {"include_usage": True}}
@@ -126,7 +126,7 @@ async def test_local_stack_routes_streams_and_leaves_nothing_behind(tmp_path: Pa
 
             # The sample rewrite sends "food-review" to an adapter; a named objective is admitted.
             lora_body = {**body, "model": "food-review"}
-            async with await _chat(session, stack.envoy_url, lora_body, **{OBJECTIVE_HEADER: "sheddable"}) as resp:
+            async with await _chat(session, stack.envoy_url, lora_body, **{OBJECTIVE: "sheddable"}) as resp:
                 assert resp.status == 200, await resp.text()
                 assert (await resp.json())["model"] == "food-review", "the client sees the model it asked for"
             assert sum(s.stats()["requests"] for s in stack.servers) == 3
@@ -309,7 +309,7 @@ def test_workload_is_seeded_and_mixed() -> None:
         assert body["model"] == ("food-review" if r.kind.startswith("lora") else MODEL)
         assert body.get("stream", False) == r.stream == r.kind.endswith("+stream")
         assert config.min_tokens <= body["max_tokens"] <= config.max_tokens
-        assert r.headers.get(OBJECTIVE_HEADER) in (None, "critical", "sheddable")
+        assert r.headers.get(OBJECTIVE) in (None, "critical", "sheddable")
     systems = {json.loads(r.body)["messages"][0]["content"] for r in first if r.kind.startswith("chat")}
     assert len(systems) == 3, "a few shared system prompts, so prefix affinity shows"
 

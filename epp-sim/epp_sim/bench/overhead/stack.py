@@ -27,6 +27,7 @@ from epp.datalayer.promtext import parse
 from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
 from epp_sim.bench.children import http_ok, python_child, tcp_open
 from epp_sim.bench.overhead.options import OverheadOptions, prompt_body
+from epp_sim.kube_objects import pod, pod_status_ready
 from epp_sim.ports import free_port
 from epp_sim.stack.envoy import EnvoyProcess
 from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap, envoy_bootstrap_plain
@@ -46,21 +47,8 @@ def _add_pods(running: RunningApiServer, count: int) -> None:
     store = running.server.store
     for i in range(count):
         name = f"bench-{i}"
-        store.create(
-            "Pod",
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": "default", "labels": dict(_POOL_LABELS)},
-                "spec": {"containers": [{"name": "server", "image": "vllm"}]},
-            },
-            namespace="default",
-        )
-        status = {
-            "phase": "Running",
-            "podIP": f"127.0.0.{2 + i}",
-            "conditions": [{"type": "Ready", "status": "True"}],
-        }
+        store.create("Pod", pod(name, _POOL_LABELS), namespace="default")
+        status = pod_status_ready(f"127.0.0.{2 + i}")
         store.patch("Pod", name, {"status": status}, namespace="default", subresource="status")
 
 
