@@ -20,7 +20,7 @@ from epp.plugins import (
     utilization_detector,
 )
 
-__all__ = ["in_tree_types", "register_in_tree"]
+__all__ = ["register_in_tree"]
 
 # The single list of in-tree type names → factories.
 _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
@@ -40,11 +40,6 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (markers.CORE_METRICS_EXTRACTOR_TYPE, markers.factory(markers.CORE_METRICS_EXTRACTOR_TYPE)),
     (markers.OPENAI_PARSER_TYPE, markers.factory(markers.OPENAI_PARSER_TYPE)),
 )
-
-
-def in_tree_types() -> list[str]:
-    """The registered in-tree type names, in registration order."""
-    return [name for name, _ in _IN_TREE]
 
 
 def register_in_tree(registry: PluginRegistry) -> None:

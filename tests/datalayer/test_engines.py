@@ -134,8 +134,3 @@ def test_non_finite_values_are_errors_not_values() -> None:
     )
     assert (got.snapshot.waiting_queue, got.snapshot.running, got.snapshot.kv_cache_usage) == (3, 1, 0.2)
     assert sum("not a finite number" in e for e in got.errors) == 2
-
-
-def test_every_engine_asks_for_its_selector_names() -> None:
-    assert ENGINES["triton-tensorrt-llm"].names == {"nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics"}
-    assert ENGINES["vllm"].fallbacks == (("vllm:kv_cache_usage_perc", ("vllm:gpu_cache_usage_perc",)),)

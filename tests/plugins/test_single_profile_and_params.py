@@ -7,7 +7,7 @@ from scheduling_builders import request, state
 
 from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistry
 from epp.framework.scheduling import CycleState, ProfileHandler, ProfileResult
-from epp.plugins import in_tree_types, register_in_tree, single_profile
+from epp.plugins import register_in_tree, single_profile
 from epp.plugins._params import Params, parse_duration
 
 
@@ -27,31 +27,38 @@ def test_single_profile_handler_runs_once_and_names_primary() -> None:
     assert processed.primary_profile == "only" and processed.primary is result
 
 
-def test_register_in_tree_registers_upstream_names() -> None:
+UPSTREAM_TYPES = (
+    "queue-scorer",
+    "kv-cache-utilization-scorer",
+    "lora-affinity-scorer",
+    "prefix-cache-scorer",
+    "session-affinity-scorer",
+    "max-score-picker",
+    "random-picker",
+    "weighted-random-picker",
+    "single-profile-handler",
+    "utilization-detector",
+    "legacy-filter-tree",
+    "metrics-data-source",
+    "core-metrics-extractor",
+    "openai-parser",
+)
+"""Plugin type names as upstream configurations spell them."""
+
+
+@pytest.mark.parametrize("plugin_type", UPSTREAM_TYPES)
+def test_each_upstream_type_name_builds_a_plugin_of_that_type(plugin_type: str) -> None:
     registry = PluginRegistry()
     register_in_tree(registry)
-    assert (
-        set(registry.types())
-        == set(in_tree_types())
-        == {
-            "queue-scorer",
-            "kv-cache-utilization-scorer",
-            "lora-affinity-scorer",
-            "prefix-cache-scorer",
-            "session-affinity-scorer",
-            "max-score-picker",
-            "random-picker",
-            "weighted-random-picker",
-            "single-profile-handler",
-            "utilization-detector",
-            "legacy-filter-tree",
-            "metrics-data-source",
-            "core-metrics-extractor",
-            "openai-parser",
-        }
-    )
+    plugin = registry.create(plugin_type, f"my-{plugin_type}", {}, PluginContext())
+    assert plugin.typed_name.type == plugin_type
+    assert plugin.typed_name.name == f"my-{plugin_type}"
+
+
+def test_a_data_source_keeps_its_parameters() -> None:
+    registry = PluginRegistry()
+    register_in_tree(registry)
     marker = registry.create("metrics-data-source", "src", {"path": "/metrics"}, PluginContext())
-    assert marker.typed_name.type == "metrics-data-source"
     assert dict(marker.parameters) == {"path": "/metrics"}  # type: ignore[attr-defined]
 
 
