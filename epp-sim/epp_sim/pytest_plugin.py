@@ -89,14 +89,30 @@ async def epp_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIt
         yield cluster
 
 
+class _LoopbackHosts:
+    """The 127.0.0.x addresses handed out within one test, so pod sets and pools never share one."""
+
+    def __init__(self) -> None:
+        self._next = 2
+
+    def take(self, count: int) -> int:
+        first = self._next
+        self._next += count
+        return first
+
+
+@pytest.fixture
+def _epp_hosts() -> _LoopbackHosts:
+    return _LoopbackHosts()
+
+
 @pytest_asyncio.fixture
-async def epp_sim_pods(epp_cluster: FakeCluster) -> AsyncIterator[PodsFactory]:
+async def epp_sim_pods(epp_cluster: FakeCluster, _epp_hosts: _LoopbackHosts) -> AsyncIterator[PodsFactory]:
     """``await epp_sim_pods(3, labels={"app": "m"})``: Ready simulated pods in ``epp_cluster``.
 
     Each call takes the next free loopback addresses, so several sets (two pools, say) coexist.
     """
     async with AsyncExitStack() as stack:
-        next_host = 2
 
         async def make(
             count: int,
@@ -106,7 +122,6 @@ async def epp_sim_pods(epp_cluster: FakeCluster) -> AsyncIterator[PodsFactory]:
             name_prefix: str = "pod",
             namespace: str | None = None,
         ) -> SimulatedPods:
-            nonlocal next_host
             pods = SimulatedPods(
                 epp_cluster,
                 count,
@@ -114,9 +129,8 @@ async def epp_sim_pods(epp_cluster: FakeCluster) -> AsyncIterator[PodsFactory]:
                 config=config,
                 name_prefix=name_prefix,
                 namespace=namespace,
-                first_host=next_host,
+                first_host=_epp_hosts.take(count),
             )
-            next_host += count
             return await stack.enter_async_context(pods)
 
         yield make
@@ -146,12 +160,17 @@ async def epp_extproc() -> AsyncIterator[ClientFactory]:
 
 
 @pytest_asyncio.fixture
-async def epp_pool(epp_cluster: FakeCluster) -> AsyncIterator[PoolFactory]:
-    """``env = await epp_pool("v1", pods=3, objects=[...], picker_args=[...])``: a whole hermetic pool."""
+async def epp_pool(epp_cluster: FakeCluster, _epp_hosts: _LoopbackHosts) -> AsyncIterator[PoolFactory]:
+    """``pool = await epp_pool("v1", pods=3, objects=[...], picker_args=[...])``: a whole hermetic pool.
+
+    Options are :class:`~epp_sim.stack.hermetic.HermeticPool`'s; the pool is built in
+    ``epp_cluster``, its pods on loopback addresses no other pool of the test uses.
+    """
     async with AsyncExitStack() as stack:
 
-        async def make(mode: PoolMode = "v1", **options: Any) -> HermeticPool:
-            return await stack.enter_async_context(HermeticPool(mode, cluster=epp_cluster, **options))
+        async def make(mode: PoolMode = "v1", *, pods: int = 3, **options: Any) -> HermeticPool:
+            pool = HermeticPool(mode, pods=pods, cluster=epp_cluster, first_host=_epp_hosts.take(pods), **options)
+            return await stack.enter_async_context(pool)
 
         yield make
 

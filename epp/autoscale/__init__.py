@@ -13,7 +13,6 @@ from epp.autoscale.inputs import InputError, MetricsSource, PodTarget, Prometheu
 from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.pending import PendingTracker, replica_counts
 from epp.autoscale.resources import KubeCluster, VariantAutoscaling
-from epp.autoscale.stability import deployment_stable, wait_stable
 from epp.autoscale.thresholds import (
     ConfigError,
     SaturationConfig,
@@ -49,10 +48,8 @@ __all__ = [
     "VariantSpec",
     "analyze_saturation",
     "decide",
-    "deployment_stable",
     "parse_saturation_configmap",
     "parse_scale_to_zero_configmap",
     "parse_variant",
     "replica_counts",
-    "wait_stable",
 ]

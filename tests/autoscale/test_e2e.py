@@ -22,11 +22,11 @@ from epp.autoscale.controller import Controller, ControllerOptions
 from epp.autoscale.inputs import ScrapeSource
 from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.resources import KubeCluster
-from epp.autoscale.stability import wait_stable
 from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
 from epp.kube.client import close_api, make_api
 from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
+from epp_sim.stability import wait_stable
 from epp_sim.waits import wait_until
 from epp_sim.workloads import WorkloadsController
 

@@ -42,7 +42,6 @@ from epp.autoscale.inputs import MetricsSource, ScrapeSource
 from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.peak import PeakSource
 from epp.autoscale.resources import GROUP_VERSION, KubeCluster
-from epp.autoscale.stability import deployment_stable
 from epp.autoscale.types import VariantKey
 from epp.clock import Clock, SystemClock
 from epp.datalayer.http_client import create_session
@@ -50,6 +49,7 @@ from epp.kube.client import Api, close_api, make_api
 from epp.tasks import cancel_and_wait, start_guarded
 from epp_sim.apiserver.errors import ApiError
 from epp_sim.dev.dashboard import PodRow, pod_row
+from epp_sim.stability import deployment_stable
 from epp_sim.stack.local import LocalStack, StackError
 from epp_sim.stack.manifests import ManifestError
 from epp_sim.stack.samples import load_autoscaler_crd, qualified

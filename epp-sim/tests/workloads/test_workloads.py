@@ -10,10 +10,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from epp.autoscale.stability import deployment_stable
 from epp.clock import ManualClock
 from epp_sim.apiserver.persistence import DataDir
 from epp_sim.apiserver.store import Store
+from epp_sim.stability import deployment_stable
 from epp_sim.waits import wait_until
 from epp_sim.workloads import HASH_LABEL, WorkloadsController, sim_config_from_template
 

@@ -1,4 +1,4 @@
-"""The stability gate end-to-end tests use before generating load (upstream PR #549's e2e check).
+"""The stability gate autoscaler tests and ``epp dev`` use before generating load (upstream PR #549's e2e check).
 
 A Deployment is stable when ``spec.replicas == status.replicas == status.readyReplicas`` (no pod
 in transition) and its controller has seen the latest spec (``status.observedGeneration``, when
@@ -8,11 +8,11 @@ autoscaler's decisions with pods still starting from the previous step.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.autoscale.cluster import Cluster
+from epp_sim.waits import wait_until
 
 __all__ = ["deployment_stable", "wait_stable"]
 
@@ -34,15 +34,13 @@ async def wait_stable(
 ) -> None:
     """Poll until every named Deployment is stable; ``TimeoutError`` names the ones that are not."""
     unstable: list[str] = list(names)
+
+    async def all_stable() -> bool:
+        by_name = {str((d.get("metadata") or {}).get("name")): d for d in await cluster.list_deployments(namespace)}
+        unstable[:] = [n for n in names if n not in by_name or not deployment_stable(by_name[n])]
+        return not unstable
+
     try:
-        async with asyncio.timeout(timeout):
-            while True:
-                by_name = {
-                    str((d.get("metadata") or {}).get("name")): d for d in await cluster.list_deployments(namespace)
-                }
-                unstable = [n for n in names if n not in by_name or not deployment_stable(by_name[n])]
-                if not unstable:
-                    return
-                await asyncio.sleep(interval)
+        await wait_until(all_stable, timeout=timeout, interval=interval)
     except TimeoutError:
         raise TimeoutError(f"Deployments in {namespace} not stable after {timeout}s: {', '.join(unstable)}") from None
