@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Microbenchmark: µs per ``Director.route`` with the default profile vs a plain random choice.
+"""Microbenchmark: µs per ``PoolDirector.route`` with the default profile vs a plain random choice.
 
 Runs on the real Datastore, EppMetrics and default config (metrics recording included), with
 random queue/KV/LoRA metrics on 8 and 64 endpoints. Usage: ``.venv/bin/python scripts/bench_scheduler.py``.
@@ -22,7 +22,7 @@ from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.labels import Selector
 from epp.plugins import register_in_tree
-from epp.requestcontrol.director import Director
+from epp.requestcontrol.director import PoolDirector
 from epp.telemetry.metrics import EppMetrics
 
 
@@ -70,16 +70,16 @@ def main() -> None:
     clock = SystemClock()
     registry = PluginRegistry()
     register_in_tree(registry)
-    print(f"{'endpoints':>9}  {'Director.route':>15}  {'random.choice':>14}")
+    print(f"{'endpoints':>9}  {'PoolDirector.route':>15}  {'random.choice':>14}")
     for n in (8, 64):
         rng = random.Random(n)
         store = make_store(n, clock, rng)
         metrics = EppMetrics()
         config = load_default_config(registry, PluginContext(clock=clock, seed=1), metrics=metrics)
-        director = Director(store, functools.partial(_same, config), metrics, clock, random.Random(2))
+        director = PoolDirector(store, functools.partial(_same, config), metrics, clock, random.Random(2))
         request = InferenceRequest(request_id="bench", model="lora-1", headers={})
 
-        def route(director: Director = director, request: InferenceRequest = request) -> object:
+        def route(director: PoolDirector = director, request: InferenceRequest = request) -> object:
             return director.route(request, None)
 
         def baseline(store: Datastore = store, rng: random.Random = rng) -> object:

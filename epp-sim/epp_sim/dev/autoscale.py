@@ -15,7 +15,7 @@ and actuates through the ``scale`` subresource, on a short cycle and pending tim
 The simulators are made to saturate under ``epp dev --load`` (:data:`DEMO_ENGINE`): a small KV
 cache and 20 ms decode steps, so eight concurrent clients fill one pod's cache and queue behind
 it, while two pods carry them with KV use between the scale-down and scale-up points. Load is
-read as each pod's peak over the last ``window`` seconds (:class:`~epp_sim.dev.peak.PeakSource`, as
+read as each pod's peak over the last ``window`` seconds (:class:`~epp.autoscale.peak.PeakSource`, as
 upstream's ``max_over_time``), so one quiet sample does not give a replica back mid-load.
 
 Every cycle's decisions are summarised by :func:`describe`; a line is reported when a variant's

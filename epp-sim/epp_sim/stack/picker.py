@@ -7,7 +7,7 @@ Explicit arguments win over the defaults.
 
 - :class:`InProcessPicker` runs :class:`epp.runtime.Runtime` on this event loop: fast to start,
   and tests can look inside (``.runtime``: datastore, metrics registry, ports).
-- :class:`PickerProcess` runs ``python -m epp serve`` as a child (``epp dev``, the benchmarks):
+- :class:`PickerProcess` runs ``python -m epp serve`` as a child (``epp dev``, the end-to-end tests):
   the exact process an image would run, observed only from outside (health, ``/metrics``).
 
 Either is ready for traffic once :meth:`wait_routing` has seen the pool's pods counted by the
