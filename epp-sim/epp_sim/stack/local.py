@@ -1,15 +1,15 @@
 """``LocalStack``: a pool's whole data plane on one machine, started in order and torn down in reverse.
 
 The one assembly behind ``epp dev``, the end-to-end tests and the hermetic harness (the
-benchmarks measure other set-ups: a fast backend process instead of in-process simulators for the
-overhead, a bare datastore for routing quality): a fake Kubernetes API server (in-process,
-port 0, or one the caller already runs) holding the inference CRDs, the pool of a
-:class:`~epp_sim.stack.pool_spec.PoolSpec` and its objects; N simulated vLLM pods (in-process, one per ``127.0.0.x``, all on one port so the pool's
-single target port fits, registered as Ready Pods with that podIP); the picker, the real
-``epp serve`` as a child process or on this event loop; and, unless switched off, a real Envoy
-whose ext_proc filter calls the picker. Everything is started through an ``AsyncExitStack``, so a
-failed start, an exception or Ctrl-C stops whatever had started (children by PID) and removes
-the work directory.
+benchmarks measure other set-ups: a fast backend process instead of in-process simulators for
+the overhead, a bare datastore for routing quality). It holds a fake Kubernetes API server
+(in-process, port 0, or one the caller already runs) with the inference CRDs, the pool of a
+:class:`~epp_sim.stack.pool_spec.PoolSpec` and its objects; N simulated vLLM pods (in-process,
+one per ``127.0.0.x``, all on one port so the pool's single target port fits, registered as
+Ready Pods with that podIP); the picker, the real ``epp serve`` as a child process or on this
+event loop; and, unless switched off, a real Envoy whose ext_proc filter calls the picker.
+Everything is started through an ``AsyncExitStack``, so a failed start, an exception or Ctrl-C
+stops whatever had started (children by PID) and removes the work directory.
 
 Without a spec the pool is ``manifests/samples`` (read by :mod:`epp_sim.stack.samples`): its
 InferencePool, objectives and rewrite, with ``targetPorts`` rewritten to the port the simulators
