@@ -170,12 +170,14 @@ class Runtime(Service):
         )
         self._server = ExtProcServer(directors, self.metrics, options=stream_options)
         # Reading the certificate or generating a key pair takes tens of milliseconds: off the loop.
-        tls = await asyncio.to_thread(TlsConfig.from_cert_path, o.cert_path or None) if o.secure_serving else None
+        tls = (
+            await asyncio.to_thread(TlsConfig.from_cert_path, o.tls.cert_path or None) if o.tls.secure_serving else None
+        )
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls
         )
         self._metrics_server = MetricsServer(self.metrics, before_scrape=[self._refresh_gauges])
-        self.ports.metrics = await self._metrics_server.start(o.bind_address, o.metrics_port)
+        self.ports.metrics = await self._metrics_server.start(o.bind_address, o.metrics_endpoint.port)
         if o.config_file:
             self._watcher = ConfigWatcher(
                 o.config_file,

@@ -32,7 +32,6 @@ def parse(*argv: str) -> object:
         (("--endpoint-selector", "app=x"), "--endpoint-target-ports is required"),
         (("--pool-name", "p", "--refresh-metrics-interval", "fast"), "--refresh-metrics-interval: invalid duration"),
         (("--pool-name", "p", "--pool-group", "example.com"), "--pool-group: must be"),
-        (("--pool-name", "p", "--lora-info-metric", "x"), "--lora-info-metric is no longer supported"),
         (("--pool-name", "p", "--config-file", "a", "--config-text", "b"), "mutually exclusive"),
     ],
 )
@@ -43,8 +42,9 @@ def test_flag_errors_name_the_flag(argv: tuple[str, ...], message: str) -> None:
 
 def test_upstream_defaults() -> None:
     options = parse("--pool-name", "p", "--secure-serving=false", "--refresh-metrics-interval", "100ms")
-    assert options.grpc_port == 9002 and options.grpc_health_port == 9003 and options.metrics_port == 9090  # type: ignore[attr-defined]
-    assert options.secure_serving is False  # type: ignore[attr-defined]
+    assert options.grpc_port == 9002 and options.grpc_health_port == 9003  # type: ignore[attr-defined]
+    assert options.metrics_endpoint.port == 9090  # type: ignore[attr-defined]
+    assert options.tls.secure_serving is False  # type: ignore[attr-defined]
     assert options.refresh_metrics_interval == pytest.approx(0.1)  # type: ignore[attr-defined]
     assert options.metrics_staleness_threshold == 2.0  # type: ignore[attr-defined]
 

@@ -18,12 +18,15 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from epp.config.options import LoggingOptions
+
 __all__ = [
     "TRACE",
     "VERBOSE",
     "JsonFormatter",
     "KeyValueFormatter",
     "RequestIdFilter",
+    "level_for",
     "level_for_verbosity",
     "request_id_var",
     "setup_logging",
@@ -126,9 +129,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(fields, ensure_ascii=False, default=str)
 
 
-def setup_logging(verbosity: int = 2, *, json_format: bool = False, stream: TextIO | None = None) -> logging.Handler:
+def level_for(options: LoggingOptions) -> int:
+    """The stdlib level: ``--zap-log-level`` when given (a name, or n meaning ``-v n``), else ``-v``."""
+    named = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR, "panic": logging.CRITICAL}
+    chosen = options.zap_log_level
+    if chosen in named:
+        return named[chosen]
+    return level_for_verbosity(int(chosen) if chosen else options.verbosity)
+
+
+def setup_logging(options: LoggingOptions | None = None, *, stream: TextIO | None = None) -> logging.Handler:
     """Install our handler on the root logger (replacing one installed earlier); returns it."""
-    level = level_for_verbosity(verbosity)
+    options = options or LoggingOptions()
+    level = level_for(options)
+    json_format = options.zap_encoder == "json"
     for number in (TRACE, VERBOSE):
         logging.addLevelName(number, _LEVEL_NAMES[number].upper())
     root = logging.getLogger()

@@ -8,6 +8,7 @@ import uuid
 
 from extproc_harness import Running, post_headers, request_body, request_headers, set_headers
 
+from epp.config.options import LoggingOptions
 from epp.telemetry.logs import setup_logging
 
 BODY = b'{"prompt":"hi","model":"m"}'
@@ -20,7 +21,7 @@ def _routed_lines(out: io.StringIO) -> list[dict[str, object]]:
 
 async def test_interleaved_streams_log_their_own_request_id(running: Running, restore_root_logger: None) -> None:
     out = io.StringIO()
-    setup_logging(4, json_format=True, stream=out)
+    setup_logging(LoggingOptions(verbosity=4, zap_encoder="json"), stream=out)
     first, second = running.open(), running.open()
     await first.send(request_headers(post_headers(**{"x-request-id": "rid-first"})))
     await second.send(request_headers(post_headers(**{"x-request-id": "rid-second"})))
@@ -38,7 +39,7 @@ async def test_a_request_without_an_id_logs_the_one_the_picker_made_up(
     running: Running, restore_root_logger: None
 ) -> None:
     out = io.StringIO()
-    setup_logging(4, stream=out)
+    setup_logging(LoggingOptions(verbosity=4), stream=out)
     call = running.open()
     await call.send(request_headers(post_headers()), request_body(BODY))
     head, _ = await call.recv(2)

@@ -11,6 +11,7 @@ import logging
 
 import pytest
 
+from epp.config.options import LoggingOptions
 from epp.telemetry.logs import TRACE, VERBOSE, level_for_verbosity, request_id_var, setup_logging
 
 
@@ -24,7 +25,7 @@ def test_verbosity_levels(v: int, level: int) -> None:
 
 def test_logfmt_with_fields_and_request_id(restore_root_logger: None) -> None:
     out = io.StringIO()
-    setup_logging(2, stream=out)
+    setup_logging(LoggingOptions(verbosity=2), stream=out)
     log = logging.getLogger("epp.test")
     token = request_id_var.set("req-123")
     try:
@@ -43,7 +44,7 @@ def test_logfmt_with_fields_and_request_id(restore_root_logger: None) -> None:
 
 def test_json_with_exception_and_verbose_level(restore_root_logger: None) -> None:
     out = io.StringIO()
-    setup_logging(3, json_format=True, stream=out)
+    setup_logging(LoggingOptions(verbosity=3, zap_encoder="json"), stream=out)
     log = logging.getLogger("epp.test")
     log.log(VERBOSE, "verbose line", extra={"count": 3})
     try:
@@ -63,8 +64,8 @@ def test_json_with_exception_and_verbose_level(restore_root_logger: None) -> Non
 
 def test_setup_replaces_its_own_handler_and_quiets_http_client_logs(restore_root_logger: None) -> None:
     first, second = io.StringIO(), io.StringIO()
-    setup_logging(2, stream=first)
-    setup_logging(2, stream=second)
+    setup_logging(LoggingOptions(), stream=first)
+    setup_logging(LoggingOptions(), stream=second)
     assert sum(1 for h in logging.getLogger().handlers if getattr(h, "_epp_installed", False)) == 1
     logging.getLogger("httpx").info("HTTP Request: GET /api")
     logging.getLogger("epp").info("kept")

@@ -1,0 +1,279 @@
+"""The flags of ``epp serve``: upstream's names, types and defaults, and how they become ``ServeOptions``.
+
+Every flag either upstream chart renders is accepted (LDR ``pkg/epp/server/options.go``, its
+logging options, and the GIE-only ``--model-server-metrics-*`` flags), and each is honoured.
+Flags that only mean something to a Go binary (``--zap-*`` options we cannot map, pprof) are
+accepted too and listed by :func:`no_effect_flags`, so start-up logs each once as having no
+effect instead of rejecting a chart's argument list. Our own additions (``--bind-address``,
+``--kubeconfig``, ``--max-request-body-bytes``, a repeatable ``--pool-name``) keep upstream
+behaviour when left at their defaults.
+
+Booleans follow Go's ``strconv.ParseBool`` (``--tracing=false``, ``--tracing false``, bare
+``--tracing``); a value the GIE chart writes in quotes (``--total-queued-requests-metric="x"``)
+has its quotes removed, as the shell would have done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from typing import Any
+
+from epp.config.options import (
+    MIN_REFRESH_METRICS_INTERVAL,
+    V1_GROUP,
+    LoggingOptions,
+    MetricsEndpointOptions,
+    ModelServerMetricsOptions,
+    OptionsError,
+    ServeOptions,
+    TlsOptions,
+    parse_duration_flag,
+    parse_ports,
+)
+
+__all__ = ["add_serve_flags", "no_effect_flags", "options_from_args", "parse_quantity"]
+
+_QUANTITY = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?$")
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def _bool(text: str) -> bool:
+    """Go's strconv.ParseBool, so ``--secure-serving=false`` works as upstream."""
+    value = _unquote(text).strip().lower()
+    if value in ("1", "t", "true", "yes", "on"):
+        return True
+    if value in ("0", "f", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
+def _unquote(text: str) -> str:
+    """``"x"`` → ``x``: the GIE chart writes some values with the quotes inside the argument."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
+
+
+def parse_quantity(text: str, *, flag: str) -> int:
+    """A Kubernetes quantity of bytes (``10Mi``, ``25M``; a trailing ``B`` as in ``10MiB`` is dropped)."""
+    value = text.strip()
+    if len(value) > 1 and value[-1] in "Bb":
+        value = value[:-1]
+    match = _QUANTITY.match(value)
+    if match is None:
+        raise OptionsError(f"--{flag}: invalid size {text!r} (use e.g. 4Mi, 10MiB, 25MB)")
+    suffix = match["suffix"] or ""
+    scale = _BINARY.get(suffix) or _DECIMAL.get(suffix) or 1
+    return int(float(match["number"]) * scale)
+
+
+def _flag(group: Any, name: str, **kw: Any) -> None:
+    group.add_argument(name, **kw)
+
+
+def _switch(group: Any, name: str, default: bool, help_text: str) -> None:
+    group.add_argument(name, type=_bool, nargs="?", const=True, default=default, help=help_text)
+
+
+def add_serve_flags(p: argparse.ArgumentParser) -> None:
+    """Register every ``epp serve`` flag on ``p``."""
+    pool = p.add_argument_group("pool")
+    pool.add_argument(
+        "--pool-name",
+        action="append",
+        default=[],
+        help="InferencePool to serve; repeat to serve several pools from one picker "
+        "(requests name theirs with the x-gateway-inference-pool header)",
+    )
+    _flag(pool, "--pool-namespace", default="", help="namespace of the pool (default: $NAMESPACE, else default)")
+    _flag(
+        pool,
+        "--pool-group",
+        default=V1_GROUP,
+        help="API group of the pool; inference.networking.x-k8s.io selects the v1alpha2 InferencePool",
+    )
+    _flag(pool, "--endpoint-selector", default="", help="standalone mode: pod label selector (no InferencePool)")
+    _flag(pool, "--endpoint-target-ports", default="", help="standalone mode: comma-separated target ports (1-8)")
+    _switch(pool, "--disable-endpoint-subset-filter", False, "ignore the gateway's destination-endpoint subset hint")
+
+    serving = p.add_argument_group("ext_proc serving")
+    _flag(serving, "--bind-address", default="0.0.0.0", help="address every server listens on")
+    _flag(serving, "--grpc-port", type=int, default=9002, help="ext_proc gRPC port")
+    _flag(serving, "--grpc-health-port", type=int, default=9003, help="gRPC health port (liveness, readiness)")
+    _switch(serving, "--health-checking", False, "also serve gRPC health on the ext_proc port")
+    _flag(serving, "--grpc-max-recv-msg-size", default="", help="largest gRPC message received (e.g. 10MiB)")
+    _flag(serving, "--grpc-max-send-msg-size", default="", help="largest gRPC message sent (e.g. 10MiB)")
+    _flag(
+        serving,
+        "--max-request-body-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="larger request bodies get 413",
+    )
+    _flag(
+        serving,
+        "--drain-timeout",
+        default="30s",
+        help="on SIGTERM: NOT_SERVING at once, ext_proc keeps serving this long, then in-flight streams finish",
+    )
+    _switch(
+        serving, "--emit-endpoint-scores", False, "add the scheduler's per-endpoint scores to the envoy.lb metadata"
+    )
+    _switch(serving, "--enable-grpc-stream-metrics", False, "ext_proc stream metrics (in flight, hold time, by code)")
+
+    tls = p.add_argument_group("TLS")
+    _switch(tls, "--secure-serving", True, "TLS on the ext_proc port")
+    _flag(tls, "--cert-path", default="", help="directory with tls.crt and tls.key (else a self-signed certificate)")
+    _switch(tls, "--enable-cert-reload", False, "reload --cert-path when its files change")
+    _flag(tls, "--tls-min-version", default="", help="minimum TLS version (VersionTLS12, VersionTLS13)")
+    _flag(tls, "--tls-cipher-suites", default="", help="comma-separated TLS 1.2 cipher suites (Go names)")
+
+    config = p.add_argument_group("configuration")
+    _flag(config, "--config-file", default="", help="EndpointPickerConfig file (watched and reloaded)")
+    _flag(config, "--config-text", default="", help="EndpointPickerConfig as text")
+    _switch(config, "--allow-experimental-plugins", False, "allow plugins marked experimental in the configuration")
+    _switch(config, "--ha-enable-leader-election", False, "several replicas: only the Lease holder reports ready")
+    _flag(config, "--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+
+    scraping = p.add_argument_group("model-server metrics")
+    _flag(scraping, "--refresh-metrics-interval", default="50ms", help="model-server /metrics scrape interval")
+    _flag(
+        scraping, "--refresh-prometheus-metrics-interval", default="5s", help="interval of the inference_pool_* gauges"
+    )
+    _flag(scraping, "--metrics-staleness-threshold", default="2s", help="metrics older than this are stale")
+    _flag(scraping, "--model-server-metrics-scheme", default="http", help="http or https (GIE)")
+    _flag(scraping, "--model-server-metrics-path", default="/metrics", help="path of the model servers' metrics (GIE)")
+    _flag(
+        scraping, "--model-server-metrics-port", type=int, default=0, help="port of the metrics; 0: target port (GIE)"
+    )
+    _switch(
+        scraping,
+        "--model-server-metrics-https-insecure-skip-verify",
+        True,
+        "with https, do not verify the model server's certificate (GIE)",
+    )
+    for name, what in (
+        ("total-queued-requests-metric", "waiting requests"),
+        ("total-running-requests-metric", "running requests"),
+        ("kv-cache-usage-percentage-metric", "KV-cache use (0-1)"),
+        ("lora-info-metric", "LoRA adapters (vLLM label format; empty: none)"),
+        ("cache-info-metric", "cache configuration"),
+    ):
+        _flag(scraping, f"--{name}", default=None, help=f"metric[{{label=value}}] for {what}, overriding the engine's")
+
+    diag = p.add_argument_group("diagnostics")
+    _flag(diag, "--metrics-port", type=int, default=9090, help="Prometheus /metrics port")
+    _switch(diag, "--metrics-endpoint-auth", True, "/metrics needs a bearer token allowed by TokenReview and RBAC")
+    _flag(diag, "--metrics-cert-dir", default="", help="directory with tls.crt and tls.key: HTTPS on /metrics")
+    _flag(diag, "--metrics-client-ca-file", default="", help="PEM CA: /metrics requires verified client certificates")
+    _switch(diag, "--enable-pprof", True, "Go pprof handlers (no effect here: /debug/pprof answers 404)")
+    _switch(diag, "--tracing", True, "OpenTelemetry traces (exported when an OTLP endpoint is configured)")
+    diag.add_argument("-v", "--v", dest="verbosity", type=int, default=2, help="log verbosity (2 info, 4 debug)")
+    _flag(diag, "--zap-log-level", default="", help="debug, info, error, panic, or an integer n (verbosity n)")
+    _flag(diag, "--zap-encoder", default="console", help="json (JSON lines) or console (key=value lines)")
+    _switch(diag, "--zap-devel", True, "development mode (no effect beyond the default encoder)")
+    _flag(diag, "--zap-stacktrace-level", default="", help="level from which records carry a stack trace")
+    _flag(diag, "--zap-time-encoding", default="", help="ts format: epoch, millis, nano, iso8601, rfc3339, rfc3339nano")
+
+
+def _metric(value: str | None) -> str | None:
+    return None if value is None else _unquote(value)
+
+
+def options_from_args(args: argparse.Namespace) -> ServeOptions:
+    """Build and validate the options; raises OptionsError naming the flag."""
+    return ServeOptions(
+        pool_names=tuple(args.pool_name),
+        pool_namespace=args.pool_namespace,
+        pool_group=args.pool_group,
+        endpoint_selector=args.endpoint_selector,
+        endpoint_target_ports=parse_ports(args.endpoint_target_ports) if args.endpoint_target_ports else (),
+        bind_address=args.bind_address,
+        grpc_port=args.grpc_port,
+        grpc_health_port=args.grpc_health_port,
+        grpc_max_recv_msg_size=(
+            parse_quantity(args.grpc_max_recv_msg_size, flag="grpc-max-recv-msg-size")
+            if args.grpc_max_recv_msg_size
+            else None
+        ),
+        grpc_max_send_msg_size=(
+            parse_quantity(args.grpc_max_send_msg_size, flag="grpc-max-send-msg-size")
+            if args.grpc_max_send_msg_size
+            else None
+        ),
+        health_checking=args.health_checking,
+        drain_timeout=parse_duration_flag(args.drain_timeout, flag="drain-timeout"),
+        config_file=args.config_file,
+        config_text=args.config_text,
+        allow_experimental_plugins=args.allow_experimental_plugins,
+        refresh_metrics_interval=parse_duration_flag(args.refresh_metrics_interval, flag="refresh-metrics-interval"),
+        refresh_prometheus_metrics_interval=parse_duration_flag(
+            args.refresh_prometheus_metrics_interval, flag="refresh-prometheus-metrics-interval"
+        ),
+        metrics_staleness_threshold=parse_duration_flag(
+            args.metrics_staleness_threshold, flag="metrics-staleness-threshold"
+        ),
+        kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG", ""),
+        max_request_body_bytes=args.max_request_body_bytes,
+        disable_endpoint_subset_filter=args.disable_endpoint_subset_filter,
+        emit_endpoint_scores=args.emit_endpoint_scores,
+        enable_grpc_stream_metrics=args.enable_grpc_stream_metrics,
+        leader_election=args.ha_enable_leader_election,
+        tracing=args.tracing,
+        logging=LoggingOptions(
+            verbosity=args.verbosity,
+            zap_log_level=_unquote(args.zap_log_level),
+            zap_encoder=_unquote(args.zap_encoder),  # type: ignore[arg-type]  # checked by LoggingOptions
+            zap_devel=args.zap_devel,
+            zap_stacktrace_level=_unquote(args.zap_stacktrace_level),
+            zap_time_encoding=_unquote(args.zap_time_encoding),
+        ),
+        tls=TlsOptions(
+            secure_serving=args.secure_serving,
+            cert_path=args.cert_path,
+            cert_reload=args.enable_cert_reload,
+            min_version=_unquote(args.tls_min_version),
+            cipher_suites=tuple(s.strip() for s in _unquote(args.tls_cipher_suites).split(",") if s.strip()),
+        ),
+        metrics_endpoint=MetricsEndpointOptions(
+            port=args.metrics_port,
+            auth=args.metrics_endpoint_auth,
+            cert_dir=args.metrics_cert_dir,
+            client_ca_file=args.metrics_client_ca_file,
+            pprof=args.enable_pprof,
+        ),
+        model_server_metrics=ModelServerMetricsOptions(
+            scheme=_unquote(args.model_server_metrics_scheme),  # type: ignore[arg-type]  # checked there
+            path=_unquote(args.model_server_metrics_path),
+            port=args.model_server_metrics_port or None,
+            https_insecure_skip_verify=args.model_server_metrics_https_insecure_skip_verify,
+            queued_requests_metric=_metric(args.total_queued_requests_metric),
+            running_requests_metric=_metric(args.total_running_requests_metric),
+            kv_cache_usage_metric=_metric(args.kv_cache_usage_percentage_metric),
+            lora_info_metric=_metric(args.lora_info_metric),
+            cache_info_metric=_metric(args.cache_info_metric),
+        ),
+    )
+
+
+def no_effect_flags(options: ServeOptions) -> list[str]:
+    """Flags given that mean something only to upstream's Go binary, each with why it has no effect here."""
+    notes: list[str] = []
+    logging = options.logging
+    if not logging.zap_devel:
+        notes.append("--zap-devel=false: development mode only picks zap's default encoder; --zap-encoder decides")
+    if logging.zap_stacktrace_level:
+        notes.append("--zap-stacktrace-level: Python logs carry a traceback on every logged exception")
+    if logging.zap_time_encoding:
+        notes.append("--zap-time-encoding: timestamps are always RFC 3339 in UTC with milliseconds")
+    if options.metrics_endpoint.pprof:
+        notes.append("--enable-pprof: Go's pprof handlers do not exist here; /debug/pprof/* answers 404")
+    if options.refresh_metrics_interval < MIN_REFRESH_METRICS_INTERVAL:
+        notes.append(
+            f"--refresh-metrics-interval below upstream's {MIN_REFRESH_METRICS_INTERVAL * 1000:.0f}ms floor "
+            "is honoured as given (upstream would clamp it)"
+        )
+    return notes
