@@ -7,8 +7,12 @@ metrics server and the configuration watcher.
 
 Start order: logging → metrics → API client → datastores and reconcilers → scrapers → config →
 directors → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
-Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → config watcher →
-reconcilers → scrapers → gauges → metrics server → API client.
+Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
+(bounded) → config watcher → reconcilers → scrapers → gauges → metrics server → API client.
+Tracing (``--tracing`` with an exporter) is set up right after the configuration is read.
+A graceful shutdown (SIGTERM, see ``epp/serve_command.py``) first calls :meth:`Runtime.drain`
+(health port NOT_SERVING, Lease released, everything else keeps running for ``--drain-timeout``),
+then the stop above, whose gRPC step stops taking streams and lets open ones finish.
 """
 
 from __future__ import annotations
@@ -22,15 +26,18 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from epp.clock import Clock, SystemClock
+from epp.config.compat import log_notices
 from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
+from epp.config.tls_policy import apply_cipher_suites
 from epp.datalayer.pool_gauges import PoolGauges
 from epp.datalayer.scraper import ScraperManager
 from epp.datastore.store import Datastore
-from epp.extproc.server import ExtProcServer
+from epp.extproc.cert_reload import CertReloader
+from epp.extproc.server import ExtProcOptions, ExtProcServer
 from epp.extproc.stream import StreamOptions
-from epp.extproc.tls import TlsConfig
+from epp.extproc.tls import ServerTls, TlsConfig
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.kube.client import Api, close_api, make_api
@@ -43,7 +50,9 @@ from epp.requestcontrol.director import PoolDirector
 from epp.requestcontrol.pools import PoolDispatcher, PoolKey
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.metrics_auth import MetricsAuth
 from epp.telemetry.metrics_server import MetricsServer
+from epp.telemetry.tracing import Tracing
 
 __all__ = ["PoolRuntime", "Runtime", "RuntimePorts"]
 
@@ -92,7 +101,7 @@ class Runtime(Service):
     ) -> None:
         self.options = options
         self.clock = clock or SystemClock()
-        self.metrics = metrics or EppMetrics()
+        self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
         register_in_tree(self.registry)
@@ -106,6 +115,8 @@ class Runtime(Service):
         self._watcher: ConfigWatcher[Configs] | None = None
         self._readiness: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
+        self._cert_reloader: CertReloader | None = None
+        self.tracing: Tracing | None = None  # None unless --tracing and an exporter is configured
 
     @property
     def server(self) -> ExtProcServer:
@@ -138,9 +149,16 @@ class Runtime(Service):
         for key in keys:
             context = PluginContext(clock=self.clock, pool_name=key[1])
             if text.strip():
-                configs[key] = load_config(text, self.registry, context, metrics=self.metrics)
+                configs[key] = load_config(
+                    text,
+                    self.registry,
+                    context,
+                    metrics=self.metrics,
+                    allow_experimental_plugins=self.options.allow_experimental_plugins,
+                )
             else:
                 configs[key] = load_default_config(self.registry, context, metrics=self.metrics)
+        log_notices(notice for config in configs.values() for notice in config.notices)
         return configs
 
     async def start(self) -> None:
@@ -148,6 +166,8 @@ class Runtime(Service):
         keys = self._pool_keys()
         text = await asyncio.to_thread(self._config_text)
         self.configs = ConfigHolder(self._load_configs(text, keys))  # a bad config fails before binding
+        if o.tracing:  # a bad OTEL_* variable fails here too; imports and exporter set-up off the loop
+            self.tracing = await asyncio.to_thread(Tracing.from_environment)
         self._api = await make_api(o.kubeconfig or None)
         holder = self.configs
         for key in keys:
@@ -160,23 +180,41 @@ class Runtime(Service):
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
             self.elector = LeaderElector(
-                self._api, namespace=namespace, name=lease_name(namespace, name), identity=identity, clock=self.clock
+                self._api,
+                namespace=namespace,
+                name=lease_name(namespace, name, o.lease_name_style),
+                identity=identity,
+                clock=self.clock,
             )
             await self.elector.start()
         directors = PoolDispatcher({p.key: p.director for p in self.pools})
         stream_options = StreamOptions(
             max_request_body_bytes=o.max_request_body_bytes,
             disable_subset_filter=o.disable_endpoint_subset_filter,
+            conformance_test_hooks=o.conformance_test_hooks,
         )
-        self._server = ExtProcServer(directors, self.metrics, options=stream_options)
-        # Reading the certificate or generating a key pair takes tens of milliseconds: off the loop.
-        tls = (
-            await asyncio.to_thread(TlsConfig.from_cert_path, o.tls.cert_path or None) if o.tls.secure_serving else None
+        ext_proc = ExtProcOptions(
+            health_checking=o.health_checking,
+            max_recv_msg_size=o.grpc_max_recv_msg_size,
+            max_send_msg_size=o.grpc_max_send_msg_size,
+            stream_metrics=o.enable_grpc_stream_metrics,
         )
+        self._server = ExtProcServer(
+            directors, self.metrics, options=stream_options, tracing=self.tracing, ext_proc=ext_proc
+        )
+        tls = await self._server_tls() if o.tls.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls
         )
-        self._metrics_server = MetricsServer(self.metrics, before_scrape=[self._refresh_gauges])
+        endpoint = o.metrics_endpoint
+        self._metrics_server = MetricsServer(
+            self.metrics,
+            before_scrape=[self._refresh_gauges],
+            auth=MetricsAuth(self._api, clock=self.clock) if endpoint.auth else None,
+            pprof=endpoint.pprof,
+            cert_dir=endpoint.cert_dir,
+            client_ca_file=endpoint.client_ca_file,
+        )
         self.ports.metrics = await self._metrics_server.start(o.bind_address, o.metrics_endpoint.port)
         if o.config_file:
             self._watcher = ConfigWatcher(
@@ -198,10 +236,23 @@ class Runtime(Service):
             },
         )
 
+    async def _server_tls(self) -> ServerTls:
+        """The ext_proc port's certificate: mounted (and watched with --enable-cert-reload) or self-signed."""
+        o = self.options.tls
+        # `epp serve` exports the cipher list before grpc loads; here only a late attempt fails, loudly.
+        apply_cipher_suites(o.grpc_cipher_list)
+        # Reading the files or generating an RSA-4096 key (~0.35 s) happens off the loop.
+        pair = await asyncio.to_thread(TlsConfig.from_cert_path, o.cert_path or None)
+        if not o.cert_reload:
+            return pair
+        self._cert_reloader = CertReloader(o.cert_path, pair)
+        await self._cert_reloader.start()
+        return self._cert_reloader
+
     def _build_pool(self, key: PoolKey, holder: ConfigHolder[Configs]) -> PoolRuntime:
         o = self.options
         assert self._api is not None
-        datastore = Datastore()
+        datastore = Datastore(metrics_port=o.model_server_metrics.port or 0)
         reconciler: PoolReconcilers | StandaloneReconciler
         if o.standalone:
             reconciler = StandaloneReconciler(
@@ -214,9 +265,16 @@ class Runtime(Service):
             )
         else:
             reconciler = PoolReconcilers(
-                self._api, datastore, pool_name=key[1], namespace=key[0], pool_group=o.pool_group
+                self._api,
+                datastore,
+                pool_name=key[1],
+                namespace=key[0],
+                pool_group=o.pool_group,
+                metrics=self.metrics,
             )
-        scrapers = ScraperManager(datastore, self.clock, self.metrics, interval=o.refresh_metrics_interval)
+        scrapers = ScraperManager(
+            datastore, self.clock, self.metrics, interval=o.refresh_metrics_interval, source=o.model_server_metrics
+        )
         gauges = PoolGauges(
             datastore,
             self.metrics,
@@ -224,7 +282,15 @@ class Runtime(Service):
             interval=o.refresh_prometheus_metrics_interval,
             staleness_threshold=o.metrics_staleness_threshold,
         )
-        director = PoolDirector(datastore, lambda: holder.current[key], self.metrics, self.clock, self.rng)
+        director = PoolDirector(
+            datastore,
+            lambda: holder.current[key],
+            self.metrics,
+            self.clock,
+            self.rng,
+            conformance_hooks=o.conformance_test_hooks,
+            emit_endpoint_scores=o.emit_endpoint_scores,
+        )
         pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, director)
 
         def on_endpoints(added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
@@ -245,13 +311,19 @@ class Runtime(Service):
         for pool in self.pools:
             pool.gauges.refresh()
         if self.configs is not None:
-            size = sum(
-                p.index_size
-                for config in self.configs.current.values()
-                for p in config.plugins.values()
-                if isinstance(p, PrefixCacheScorer)
-            )
-            self.metrics.prefix_indexer_size.set(size)
+            sizes: dict[tuple[str, str], int] = {}
+            for config in self.configs.current.values():  # one plugin name may live in several pools
+                for p in config.plugins.values():
+                    if isinstance(p, PrefixCacheScorer):
+                        key = (p.typed_name.name, p.typed_name.type)
+                        sizes[key] = sizes.get(key, 0) + p.index_size
+            self.metrics.set_prefix_indexer_sizes(sizes)
+
+    async def _flush_tracing(self) -> None:
+        """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""
+        tracing, self.tracing = self.tracing, None
+        if tracing is not None:
+            await tracing.shutdown()
 
     async def _follow_readiness(self) -> None:
         """SERVING once every pool has synced; back to NOT_SERVING if a pool goes away."""
@@ -264,13 +336,40 @@ class Runtime(Service):
                 current = ready
             await self.clock.sleep(self._readiness_interval)
 
+    async def drain(self) -> None:
+        """Graceful shutdown's first step (SIGTERM): stop looking ready, hand the Lease over, keep serving.
+
+        The health port turns NOT_SERVING (all but ``liveness``) at once and readiness is no longer
+        followed, so kubelet takes the pod out of the Service; a held Lease is released so a
+        follower takes over without waiting for it to expire. ext_proc keeps serving new and open
+        streams until :meth:`stop`. Reconcilers, scrapers, the config watcher and ``/metrics`` keep
+        running: streams of the drain window are routed on the live pool. (Upstream stops its
+        manager here and routes on the last-known endpoints, which would send requests to pods a
+        model-server rollout deletes meanwhile.)
+        """
+        await cancel_and_wait(self._readiness)
+        self._readiness = None
+        if self._server is not None:
+            self._server.drain()
+        log.info("draining: NOT_SERVING, ext_proc still serving")
+        if self.elector is not None:
+            await self.elector.stop()  # releases the Lease
+            self.elector = None
+
     async def stop(self, grace: float = 5.0) -> None:
-        """Stop in reverse order; safe to call after a failed or partial start."""
+        """Stop in reverse order; safe to call after a failed or partial start (or after :meth:`drain`).
+
+        The gRPC servers stop taking streams at once; open ones get up to ``grace`` seconds.
+        """
         await cancel_and_wait(self._readiness)
         self._readiness = None
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        if self._cert_reloader is not None:
+            await self._cert_reloader.stop()
+            self._cert_reloader = None
+        await self._flush_tracing()
         if self._watcher is not None:
             await self._watcher.stop()
             self._watcher = None

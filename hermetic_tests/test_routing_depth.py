@@ -149,7 +149,9 @@ schedulingProfiles:
 async def test_session_token_is_returned_and_keeps_the_session_on_its_pod(
     epp_pool: PoolFactory, mode: PoolMode
 ) -> None:
-    env = await epp_pool(mode, pods=3, objects=served(mode, "m"), picker_args=["--config-text", SESSION])
+    # session-affinity-scorer is experimental (Alpha) upstream: it needs the flag there and here.
+    args = ["--allow-experimental-plugins", "--config-text", SESSION]
+    env = await epp_pool(mode, pods=3, objects=served(mode, "m"), picker_args=args)
     await env.set_pins([EVEN, EVEN, EVEN])
     call = env.client.open()
     await call.send(request_headers(post_headers()), request_body(b'{"model":"m","prompt":"hello"}'))

@@ -22,5 +22,6 @@ def restore_root_logger() -> Iterator[None]:
         if h not in handlers:
             root.removeHandler(h)
     root.setLevel(level)
+    logging.captureWarnings(False)
     logging.getLogger("httpx").setLevel(logging.NOTSET)
     logging.getLogger("httpcore").setLevel(logging.NOTSET)

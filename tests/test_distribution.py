@@ -114,7 +114,7 @@ async def _serve_imports(kubeconfig: Path, *preamble: str) -> set[str]:
         sys.executable, "-X", "importtime", "-c", code, "serve", "--secure-serving=false",
         "--endpoint-selector", "app=x", "--endpoint-target-ports", "8000", "--kubeconfig", str(kubeconfig),
         "--bind-address", "127.0.0.1", "--grpc-port", str(grpc_port), "--grpc-health-port", str(health),
-        "--metrics-port", str(metrics),
+        "--metrics-port", str(metrics), "--drain-timeout=0s",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -145,6 +145,8 @@ async def test_serve_imports_no_tooling(tmp_path: Path) -> None:
         dirty = await _serve_imports(api.kubeconfig, "import epp_sim.modelserver")
     assert "epp.runtime" in clean and "epp.extproc.stream" in clean
     assert sorted(n for n in clean if n.split(".")[0] == TOOLING) == []
+    # --tracing is on by default, but with no exporter configured the OTel SDK is never imported.
+    assert "epp.telemetry.tracing" in clean and not [n for n in clean if n.split(".")[0] == "opentelemetry"]
     assert "epp_sim.modelserver" in dirty
 
 

@@ -68,6 +68,7 @@ async def test_standalone_serve_goes_not_serving_to_serving_and_stops_on_sigterm
             sys.executable, "-m", "epp", "serve", "--secure-serving=false", "--endpoint-selector", "app=x",
             "--endpoint-target-ports", "8000", "--kubeconfig", str(api.kubeconfig), "--bind-address", "127.0.0.1",
             "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port), "--metrics-port", str(metrics_port),
+            "--drain-timeout", "0s",  # SIGTERM below: nothing to drain, stop at once
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip

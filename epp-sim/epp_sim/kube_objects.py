@@ -5,7 +5,9 @@ A simulated pod is a Pod whose status says what a kubelet would say once its con
 The local stack, the hermetic harness, the benchmarks and the simulated workload controller all
 build pods here, so "Ready" means the same thing everywhere. The inference objects (pool,
 objective, model, rewrite) are built here too, for our tests and for a platform team's own.
-Pure functions returning plain dicts.
+Objectives and rewrites exist in two API groups with one schema: GIE's
+(``inference.networking.x-k8s.io``, the default here) and the llm-d router's (``llm-d.ai``); pass
+``group=`` to choose. Pure functions returning plain dicts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 __all__ = [
+    "LLM_D_GROUP",
     "V1ALPHA2_POOL_GROUP",
     "V1_POOL_GROUP",
     "PoolMode",
@@ -29,6 +32,7 @@ __all__ = [
 
 V1_POOL_GROUP = "inference.networking.k8s.io"
 V1ALPHA2_POOL_GROUP = "inference.networking.x-k8s.io"
+LLM_D_GROUP = "llm-d.ai"
 PoolMode = Literal["v1", "v1alpha2", "standalone"]
 
 _CONTAINER = "vllm"
@@ -118,14 +122,20 @@ def pool_ref(pool: str, mode: PoolMode = "v1") -> dict[str, str]:
 
 
 def inference_objective(
-    name: str, priority: int | None, pool: str, *, mode: PoolMode = "v1", namespace: str = "default"
+    name: str,
+    priority: int | None,
+    pool: str,
+    *,
+    mode: PoolMode = "v1",
+    namespace: str = "default",
+    group: str = V1ALPHA2_POOL_GROUP,
 ) -> dict[str, Any]:
-    """An InferenceObjective: requests naming it (``x-gateway-inference-objective``) get ``priority``."""
+    """An InferenceObjective: requests naming it (``x-llm-d-inference-objective``) get ``priority``."""
     spec: dict[str, Any] = {"poolRef": pool_ref(pool, mode)}
     if priority is not None:
         spec["priority"] = priority
     return {
-        "apiVersion": f"{V1ALPHA2_POOL_GROUP}/v1alpha2",
+        "apiVersion": f"{group}/v1alpha2",
         "kind": "InferenceObjective",
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
@@ -161,13 +171,14 @@ def model_rewrite(
     model: str | None = None,
     mode: PoolMode = "v1",
     namespace: str = "default",
+    group: str = V1ALPHA2_POOL_GROUP,
 ) -> dict[str, Any]:
     """An InferenceModelRewrite of one rule: requests for ``model`` (any, when None) go to ``targets`` by weight."""
     rule: dict[str, Any] = {"targets": [{"modelRewrite": target, "weight": w} for target, w in targets.items()]}
     if model is not None:
         rule["matches"] = [{"model": {"type": "Exact", "value": model}}]
     return {
-        "apiVersion": f"{V1ALPHA2_POOL_GROUP}/v1alpha2",
+        "apiVersion": f"{group}/v1alpha2",
         "kind": "InferenceModelRewrite",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"poolRef": pool_ref(pool, mode), "rules": [rule]},

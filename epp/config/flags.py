@@ -5,8 +5,10 @@ logging options, and the GIE-only ``--model-server-metrics-*`` flags), and each 
 Flags that only mean something to a Go binary (``--zap-*`` options we cannot map, pprof) are
 accepted too and listed by :func:`no_effect_flags`, so start-up logs each once as having no
 effect instead of rejecting a chart's argument list. Our own additions (``--bind-address``,
-``--kubeconfig``, ``--max-request-body-bytes``, a repeatable ``--pool-name``) keep upstream
-behaviour when left at their defaults.
+``--kubeconfig``, ``--max-request-body-bytes``, a repeatable ``--pool-name``,
+``--enable-conformance-test-hooks``) keep upstream behaviour when left at their defaults; two
+choose between the two upstreams where they differ: ``--ha-lease-name-style`` (GIE's Lease name
+by default) and ``--metrics-naming`` (both names by default, as the llm-d router emits them).
 
 Booleans follow Go's ``strconv.ParseBool`` (``--tracing=false``, ``--tracing false``, bare
 ``--tracing``); a value the GIE chart writes in quotes (``--total-queued-requests-metric="x"``)
@@ -21,6 +23,8 @@ import re
 from typing import Any
 
 from epp.config.options import (
+    LEASE_NAME_STYLES,
+    METRICS_NAMINGS,
     MIN_REFRESH_METRICS_INTERVAL,
     V1_GROUP,
     LoggingOptions,
@@ -33,7 +37,7 @@ from epp.config.options import (
     parse_ports,
 )
 
-__all__ = ["add_serve_flags", "no_effect_flags", "options_from_args", "parse_quantity"]
+__all__ = ["add_serve_flags", "logging_options_from_args", "no_effect_flags", "options_from_args", "parse_quantity"]
 
 _QUANTITY = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?$")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -103,9 +107,19 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     _flag(serving, "--bind-address", default="0.0.0.0", help="address every server listens on")
     _flag(serving, "--grpc-port", type=int, default=9002, help="ext_proc gRPC port")
     _flag(serving, "--grpc-health-port", type=int, default=9003, help="gRPC health port (liveness, readiness)")
-    _switch(serving, "--health-checking", False, "also serve gRPC health on the ext_proc port")
-    _flag(serving, "--grpc-max-recv-msg-size", default="", help="largest gRPC message received (e.g. 10MiB)")
-    _flag(serving, "--grpc-max-send-msg-size", default="", help="largest gRPC message sent (e.g. 10MiB)")
+    _switch(serving, "--health-checking", False, "also serve gRPC health on the ext_proc port (gateway health checks)")
+    _flag(
+        serving,
+        "--grpc-max-recv-msg-size",
+        default="",
+        help="largest message the ext_proc port accepts, e.g. 10MiB (unset: 32MiB; 0: gRPC's 4MiB)",
+    )
+    _flag(
+        serving,
+        "--grpc-max-send-msg-size",
+        default="",
+        help="largest message the ext_proc port sends, e.g. 10MiB (unset: 32MiB; 0: gRPC's no limit)",
+    )
     _flag(
         serving,
         "--max-request-body-bytes",
@@ -117,25 +131,54 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         serving,
         "--drain-timeout",
         default="30s",
-        help="on SIGTERM: NOT_SERVING at once, ext_proc keeps serving this long, then in-flight streams finish",
+        help="on SIGTERM: NOT_SERVING at once, ext_proc keeps serving this long, then open streams get up to 90s",
     )
     _switch(
-        serving, "--emit-endpoint-scores", False, "add the scheduler's per-endpoint scores to the envoy.lb metadata"
+        serving,
+        "--emit-endpoint-scores",
+        False,
+        "each scored endpoint's weighted score in the envoy.lb metadata (x-gateway-destination-endpoint-scores)",
     )
-    _switch(serving, "--enable-grpc-stream-metrics", False, "ext_proc stream metrics (in flight, hold time, by code)")
+    _switch(
+        serving,
+        "--enable-grpc-stream-metrics",
+        False,
+        "llm_d_epp_extproc_* series: ext_proc streams open, their duration, how they ended (gRPC code)",
+    )
+    _switch(
+        serving,
+        "--enable-conformance-test-hooks",
+        False,
+        "for the GIE conformance suite only: the test-epp-endpoint-selection request header picks the "
+        "endpoints (round-robin), x-conformance-test-served-endpoint echoes the served endpoint",
+    )
 
     tls = p.add_argument_group("TLS")
     _switch(tls, "--secure-serving", True, "TLS on the ext_proc port")
     _flag(tls, "--cert-path", default="", help="directory with tls.crt and tls.key (else a self-signed certificate)")
     _switch(tls, "--enable-cert-reload", False, "reload --cert-path when its files change")
-    _flag(tls, "--tls-min-version", default="", help="minimum TLS version (VersionTLS12, VersionTLS13)")
+    _flag(tls, "--tls-min-version", default="", help="minimum TLS version: VersionTLS12 (others are refused)")
     _flag(tls, "--tls-cipher-suites", default="", help="comma-separated TLS 1.2 cipher suites (Go names)")
 
     config = p.add_argument_group("configuration")
     _flag(config, "--config-file", default="", help="EndpointPickerConfig file (watched and reloaded)")
     _flag(config, "--config-text", default="", help="EndpointPickerConfig as text")
-    _switch(config, "--allow-experimental-plugins", False, "allow plugins marked experimental in the configuration")
+    _switch(
+        config,
+        "--allow-experimental-plugins",
+        False,
+        "allow plugin types upstream marks experimental (Alpha): session-affinity-scorer",
+    )
     _switch(config, "--ha-enable-leader-election", False, "several replicas: only the Lease holder reports ready")
+    _flag(
+        config,
+        "--ha-lease-name-style",
+        choices=LEASE_NAME_STYLES,
+        default="gie",
+        help="the Lease leader election holds: gie, epp-<ns>-<pool>.gateway-api-inference-extension.sigs.k8s.io "
+        "(the GIE picker's, and ours so far: one lease across our rolling updates); llm-d, "
+        "epp-<ns>-<pool>.llm-d.ai (the llm-d router's: pick it to share one lease with llm-d pickers)",
+    )
     _flag(config, "--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 
     scraping = p.add_argument_group("model-server metrics")
@@ -144,43 +187,110 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         scraping, "--refresh-prometheus-metrics-interval", default="5s", help="interval of the inference_pool_* gauges"
     )
     _flag(scraping, "--metrics-staleness-threshold", default="2s", help="metrics older than this are stale")
-    _flag(scraping, "--model-server-metrics-scheme", default="http", help="http or https (GIE)")
+    _flag(
+        scraping,
+        "--model-server-metrics-scheme",
+        default="http",
+        help="http or https, kept alive per endpoint (GIE)",
+    )
     _flag(scraping, "--model-server-metrics-path", default="/metrics", help="path of the model servers' metrics (GIE)")
     _flag(
-        scraping, "--model-server-metrics-port", type=int, default=0, help="port of the metrics; 0: target port (GIE)"
+        scraping,
+        "--model-server-metrics-port",
+        type=int,
+        default=0,
+        help="port of the metrics; 0: the target port; used for single-port pools only (GIE)",
     )
     _switch(
         scraping,
         "--model-server-metrics-https-insecure-skip-verify",
         True,
-        "with https, do not verify the model server's certificate (GIE)",
+        "with https, do not verify the model server's certificate; false: it must chain to the system CAs "
+        "and name the pod's IP (GIE)",
     )
     for name, what in (
         ("total-queued-requests-metric", "waiting requests"),
         ("total-running-requests-metric", "running requests"),
         ("kv-cache-usage-percentage-metric", "KV-cache use (0-1)"),
-        ("lora-info-metric", "LoRA adapters (vLLM label format; empty: none)"),
-        ("cache-info-metric", "cache configuration"),
+        ("lora-info-metric", "LoRA adapters (vLLM's labels)"),
+        ("cache-info-metric", "the KV block size and count (labels)"),
     ):
-        _flag(scraping, f"--{name}", default=None, help=f"metric[{{label=value}}] for {what}, overriding the engine's")
+        _flag(
+            scraping,
+            f"--{name}",
+            default=None,
+            help=f"name or name{{label=value,...}} of the metric for {what}, for every engine; empty: not read (GIE)",
+        )
 
     diag = p.add_argument_group("diagnostics")
     _flag(diag, "--metrics-port", type=int, default=9090, help="Prometheus /metrics port")
+    _flag(
+        diag,
+        "--metrics-naming",
+        choices=METRICS_NAMINGS,
+        default="both",
+        help="names of upstream's series: gie (inference_objective_*, inference_pool_*, inference_extension_*), "
+        "llm-d (llm_d_epp_*), or both, each GIE series beside its llm_d_epp_* twin, as the llm-d router "
+        "emits them; both is the default because GIE's dashboard reads the inference_* names and the llm-d "
+        "dashboards read llm_d_epp_*",
+    )
     _switch(diag, "--metrics-endpoint-auth", True, "/metrics needs a bearer token allowed by TokenReview and RBAC")
     _flag(diag, "--metrics-cert-dir", default="", help="directory with tls.crt and tls.key: HTTPS on /metrics")
     _flag(diag, "--metrics-client-ca-file", default="", help="PEM CA: /metrics requires verified client certificates")
     _switch(diag, "--enable-pprof", True, "Go pprof handlers (no effect here: /debug/pprof answers 404)")
     _switch(diag, "--tracing", True, "OpenTelemetry traces (exported when an OTLP endpoint is configured)")
-    diag.add_argument("-v", "--v", dest="verbosity", type=int, default=2, help="log verbosity (2 info, 4 debug)")
-    _flag(diag, "--zap-log-level", default="", help="debug, info, error, panic, or an integer n (verbosity n)")
-    _flag(diag, "--zap-encoder", default="console", help="json (JSON lines) or console (key=value lines)")
-    _switch(diag, "--zap-devel", True, "development mode (no effect beyond the default encoder)")
-    _flag(diag, "--zap-stacktrace-level", default="", help="level from which records carry a stack trace")
-    _flag(diag, "--zap-time-encoding", default="", help="ts format: epoch, millis, nano, iso8601, rfc3339, rfc3339nano")
+    diag.add_argument(
+        "-v",
+        "--v",
+        dest="verbosity",
+        type=int,
+        default=2,
+        help="log verbosity: 0-1 warnings, 2 info, 3 verbose, 4 debug, 5 trace",
+    )
+    _flag(diag, "--zap-log-level", default="", help="debug, info, error, panic, or an integer n (-v n); overrides -v")
+    _flag(diag, "--zap-encoder", default="console", help="json (one JSON object per line) or console (key=value lines)")
+    _switch(diag, "--zap-devel", True, "zap's development mode (no effect: --zap-encoder decides; noted at start)")
+    _flag(
+        diag,
+        "--zap-stacktrace-level",
+        default="",
+        help="info, error or panic (no effect: every logged exception carries its traceback; noted at start)",
+    )
+    _flag(
+        diag,
+        "--zap-time-encoding",
+        default="",
+        help="epoch, millis, nano, iso8601, rfc3339, rfc3339nano (no effect: ts is RFC 3339 UTC; noted at start)",
+    )
 
 
-def _metric(value: str | None) -> str | None:
-    return None if value is None else _unquote(value)
+def _metric(flag: str, value: str | None) -> str | None:
+    """A metric-name flag's spec, unquoted; one that does not parse is an error naming the flag."""
+    if value is None:
+        return None
+    spec = _unquote(value)
+    if spec:
+        # Here, not at the top: the data layer (aiohttp and all) is not needed to parse flags, and
+        # options.py must not import it (import-linter: scheduling and kube import the options).
+        from epp.datalayer.promtext import SelectorError, parse_selector
+
+        try:
+            parse_selector(spec)
+        except SelectorError as e:
+            raise OptionsError(f"--{flag}: {e}") from e
+    return spec
+
+
+def logging_options_from_args(args: argparse.Namespace) -> LoggingOptions:
+    """``-v`` and the ``--zap-*`` flags alone (so a bad flag elsewhere is still logged as asked)."""
+    return LoggingOptions(
+        verbosity=args.verbosity,
+        zap_log_level=_unquote(args.zap_log_level),
+        zap_encoder=_unquote(args.zap_encoder),  # type: ignore[arg-type]  # checked by LoggingOptions
+        zap_devel=args.zap_devel,
+        zap_stacktrace_level=_unquote(args.zap_stacktrace_level),
+        zap_time_encoding=_unquote(args.zap_time_encoding),
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> ServeOptions:
@@ -221,16 +331,12 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         disable_endpoint_subset_filter=args.disable_endpoint_subset_filter,
         emit_endpoint_scores=args.emit_endpoint_scores,
         enable_grpc_stream_metrics=args.enable_grpc_stream_metrics,
+        conformance_test_hooks=args.enable_conformance_test_hooks,
         leader_election=args.ha_enable_leader_election,
+        lease_name_style=args.ha_lease_name_style,
+        metrics_naming=args.metrics_naming,
         tracing=args.tracing,
-        logging=LoggingOptions(
-            verbosity=args.verbosity,
-            zap_log_level=_unquote(args.zap_log_level),
-            zap_encoder=_unquote(args.zap_encoder),  # type: ignore[arg-type]  # checked by LoggingOptions
-            zap_devel=args.zap_devel,
-            zap_stacktrace_level=_unquote(args.zap_stacktrace_level),
-            zap_time_encoding=_unquote(args.zap_time_encoding),
-        ),
+        logging=logging_options_from_args(args),
         tls=TlsOptions(
             secure_serving=args.secure_serving,
             cert_path=args.cert_path,
@@ -250,11 +356,11 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
             path=_unquote(args.model_server_metrics_path),
             port=args.model_server_metrics_port or None,
             https_insecure_skip_verify=args.model_server_metrics_https_insecure_skip_verify,
-            queued_requests_metric=_metric(args.total_queued_requests_metric),
-            running_requests_metric=_metric(args.total_running_requests_metric),
-            kv_cache_usage_metric=_metric(args.kv_cache_usage_percentage_metric),
-            lora_info_metric=_metric(args.lora_info_metric),
-            cache_info_metric=_metric(args.cache_info_metric),
+            queued_requests_metric=_metric("total-queued-requests-metric", args.total_queued_requests_metric),
+            running_requests_metric=_metric("total-running-requests-metric", args.total_running_requests_metric),
+            kv_cache_usage_metric=_metric("kv-cache-usage-percentage-metric", args.kv_cache_usage_percentage_metric),
+            lora_info_metric=_metric("lora-info-metric", args.lora_info_metric),
+            cache_info_metric=_metric("cache-info-metric", args.cache_info_metric),
         ),
     )
 

@@ -2,30 +2,38 @@
 
 Stages (upstream ``pkg/epp/config/loader``):
 
-1. decode (``picker_config.decode_config``): strict YAML, unknown fields are errors;
-2. static checks: feature gates known, plugin names unique (a name defaults to its type), types
-   registered, profile names unique, profile references defined;
+1. decode (``picker_config.decode_config``): strict YAML, unknown fields are errors; then the
+   llm-d spelling (``compat.normalized``: deprecated keys copied to their new places);
+2. static checks: feature gates known (``compat.feature_gates``), plugin names unique (a name
+   defaults to its type), types registered, profile names unique, profile references defined;
+   no experimental (upstream Alpha) type unless ``--allow-experimental-plugins``;
 3. instantiate every plugin through the registry (factories validate their parameters);
 4. system defaults (upstream ``applySystemDefaults``): a "default" profile holding every
    filter, scorer and picker when no profile is given; ``single-profile-handler`` when there is
    one profile and no handler; the first declared picker (else a new ``max-score-picker``) in
    every profile without one; weight 1.0 for scorers without a weight; ``utilization-detector``
-   as the saturation detector when none is named;
+   as the saturation detector when none is named (for admission unless every profile sheds by
+   itself, as the v0.3 tree does: such a configuration has no admission step, as v0.3 had none,
+   until it names a saturation detector);
 5. graph checks: exactly one profile handler (``single-profile-handler`` ⇒ exactly one
    profile), every profile entry a filter, scorer or picker, exactly one picker per profile, the
    saturation detector, parser and data-layer references defined and of the right kind;
 6. build the :class:`~epp.scheduling.scheduler.Scheduler` and collect PreRequest/PostResponse
-   plugins into an immutable :class:`LoadedConfig`.
+   plugins into an immutable :class:`LoadedConfig`, with the config's notices (deprecated
+   spellings, settings this picker runs without: ``compat.ignored_settings``, also counted in
+   ``epp_config_ignored_settings``).
 
 Every failure is a :class:`ConfigError` naming the field path and the value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from epp.config.compat import IGNORABLE_SETTINGS, ConfigNotice, feature_gates, ignored_settings, normalized
 from epp.config.defaults import (
     DEFAULT_PICKER_TYPE,
     DEFAULT_PROFILE_HANDLER_TYPE,
@@ -37,14 +45,15 @@ from epp.config.defaults import (
 from epp.config.picker_config import (
     ConfigError,
     EndpointPickerConfig,
-    PluginRef,
+    FlowControlConfig,
     PluginSpec,
+    SaturationDetectorRef,
     SchedulingPlugin,
     SchedulingProfile,
     decode_config,
 )
 from epp.framework.plugin import Plugin, PluginContext, PluginRegistry
-from epp.framework.saturation import SaturationDetector
+from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
     EndpointsObserver,
     Filter,
@@ -55,21 +64,18 @@ from epp.framework.scheduling import (
     ResponseHeaderContributor,
     Scorer,
 )
+from epp.plugins.markers import OPENAI_PARSER_TYPE
 from epp.scheduling.profile import SchedulerProfile, WeightedScorer
 from epp.scheduling.scheduler import Scheduler
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = [
-    "FEATURE_GATES",
     "ConfigError",
     "LoadedConfig",
     "build_config",
     "load_config",
     "load_default_config",
 ]
-
-FEATURE_GATES = frozenset({"flowControl", "enableLegacyMetrics", "dataLayer"})
-"""Known ``featureGates`` (``dataLayer`` is a deprecated no-op upstream)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +93,32 @@ class LoadedConfig:
     """Plugins that add headers to the client's response (session affinity)."""
     endpoint_observers: tuple[EndpointsObserver, ...] = ()
     """Plugins with per-endpoint state to free when endpoints leave the pool (prefix index)."""
-
-    @property
-    def feature_gates(self) -> frozenset[str]:
-        return frozenset(self.config.feature_gates)
+    admission: bool = True
+    """Whether the director sheds sheddable work on ``saturation_detector`` before scheduling:
+    False when every profile runs a filter that sheds by itself (the v0.3 tree) and the config
+    names no saturation detector."""
+    feature_gates: frozenset[str] = frozenset()
+    """The gates that are on, named or by their upstream default."""
+    notices: tuple[ConfigNotice, ...] = ()
+    """What the operator should know: deprecated spellings, settings without effect here (the runtime logs them)."""
 
 
 def load_config(
-    text: str, registry: PluginRegistry, context: PluginContext, *, metrics: EppMetrics | None = None
+    text: str,
+    registry: PluginRegistry,
+    context: PluginContext,
+    *,
+    metrics: EppMetrics | None = None,
+    allow_experimental_plugins: bool = False,
 ) -> LoadedConfig:
     """Decode ``text`` (YAML or JSON) and build it; raises :class:`ConfigError`."""
-    return build_config(decode_config(text), registry, context, metrics=metrics)
+    return build_config(
+        decode_config(text),
+        registry,
+        context,
+        metrics=metrics,
+        allow_experimental_plugins=allow_experimental_plugins,
+    )
 
 
 def load_default_config(
@@ -113,13 +134,26 @@ def build_config(
     context: PluginContext,
     *,
     metrics: EppMetrics | None = None,
+    allow_experimental_plugins: bool = False,
 ) -> LoadedConfig:
     """Default, validate and instantiate an already decoded config; raises :class:`ConfigError`."""
+    config, notices = normalized(config)
     config = config.model_copy(update={"plugins": tuple(_named(p) for p in config.plugins)})
+    gates = feature_gates(config)
     _check_static(config, registry)
+    if not allow_experimental_plugins:
+        _check_stability(config, registry)
     builder = _Builder(config, registry, context)
     builder.apply_system_defaults()
-    return builder.build(metrics)
+    loaded = builder.build(metrics)
+    notices += ignored_settings(config, gates, {p.name: p.type for p in config.plugins})
+    if metrics is not None:
+        ignored = {n.setting for n in notices if not n.deprecated}
+        for setting in IGNORABLE_SETTINGS:
+            metrics.config_ignored_settings.labels(setting).set(1 if setting in ignored else 0)
+    return dataclasses.replace(
+        loaded, feature_gates=frozenset(g for g, on in gates.items() if on), notices=tuple(notices)
+    )
 
 
 def _named(spec: PluginSpec) -> PluginSpec:
@@ -127,9 +161,6 @@ def _named(spec: PluginSpec) -> PluginSpec:
 
 
 def _check_static(config: EndpointPickerConfig, registry: PluginRegistry) -> None:
-    for i, gate in enumerate(config.feature_gates):
-        if gate not in FEATURE_GATES:
-            raise ConfigError(f"featureGates[{i}]: unknown feature gate {gate!r} (known: {sorted(FEATURE_GATES)})")
     known_types = set(registry.types())
     names: dict[str, int] = {}
     for i, spec in enumerate(config.plugins):
@@ -155,11 +186,28 @@ def _check_static(config: EndpointPickerConfig, registry: PluginRegistry) -> Non
             refs.add(ref.plugin_ref)
 
 
+def _check_stability(config: EndpointPickerConfig, registry: PluginRegistry) -> None:
+    """Upstream's ``ValidatePluginStability``: an experimental (Alpha) type needs the flag."""
+    for i, spec in enumerate(config.plugins):
+        if registry.is_experimental(spec.type):
+            raise ConfigError(
+                f"plugins[{i}] ({spec.name!r}, type {spec.type!r}): an experimental (Alpha) plugin; "
+                "start the picker with --allow-experimental-plugins to use it"
+            )
+
+
 class _Builder:
     """Holds the config being defaulted and the plugin instances made so far."""
 
     def __init__(self, config: EndpointPickerConfig, registry: PluginRegistry, context: PluginContext) -> None:
         self.config = config
+        detector = config.flow_control.saturation_detector if config.flow_control is not None else None
+        self._detector_named = detector is not None
+        self._detector_where = (  # the key the file used, for error messages
+            "saturationDetector.pluginRef"
+            if detector is not None and detector is config.saturation_detector
+            else "flowControl.saturationDetector.pluginRef"
+        )
         self._registry = registry
         self._context = context
         self.plugins: dict[str, Plugin] = {}
@@ -216,11 +264,14 @@ class _Builder:
             defaulted.append(profile.model_copy(update={"plugins": tuple(refs_out)}))
         update: dict[str, object] = {"scheduling_profiles": tuple(defaulted)}
 
-        if self.config.saturation_detector is None:
+        flow_control = self.config.flow_control or FlowControlConfig()
+        detector = flow_control.saturation_detector
+        if detector is None or not detector.plugin_ref:  # upstream: unset or empty → utilization-detector
             name = DEFAULT_SATURATION_DETECTOR_TYPE
             if name not in plugins:
                 self._add_default_plugin(DEFAULT_SATURATION_DETECTOR_TYPE)
-            update["saturation_detector"] = PluginRef(plugin_ref=name)
+            detector = SaturationDetectorRef(plugin_ref=name)
+            update["flow_control"] = flow_control.model_copy(update={"saturation_detector": detector})
         self.config = self.config.model_copy(update=update)
 
     def _ref(self, where: str, ref: str) -> Plugin:
@@ -250,22 +301,21 @@ class _Builder:
         for i, spec in enumerate(config.scheduling_profiles):
             profiles[spec.name] = self._build_profile(i, spec, metrics)
 
-        detector_ref = config.saturation_detector
+        detector_ref = config.flow_control.saturation_detector if config.flow_control is not None else None
         detector_name = detector_ref.plugin_ref if detector_ref is not None else DEFAULT_SATURATION_DETECTOR_TYPE
-        detector = self._ref("saturationDetector.pluginRef", detector_name)
+        detector = self._ref(self._detector_where, detector_name)
         if not isinstance(detector, SaturationDetector):
             raise ConfigError(
-                f"saturationDetector.pluginRef: plugin {detector_name!r} "
+                f"{self._detector_where}: plugin {detector_name!r} "
                 f"(type {detector.typed_name.type!r}) is not a saturation detector"
             )
-        if config.parser is not None:
-            self._ref("parser.pluginRef", config.parser.plugin_ref)
-        if config.data_layer is not None:
-            for i, source in enumerate(config.data_layer.sources):
-                self._ref(f"dataLayer.sources[{i}].pluginRef", source.plugin_ref)
-                for j, extractor in enumerate(source.extractors):
-                    self._ref(f"dataLayer.sources[{i}].extractors[{j}].pluginRef", extractor.plugin_ref)
+        self._check_parsers()
+        self._check_data_layer()
 
+        self_admitting = all(
+            any(isinstance(f, SelfAdmitting) and f.sheds_sheddable_work for f in profile.filters)
+            for profile in profiles.values()
+        )
         return LoadedConfig(
             config=config,
             plugins=MappingProxyType(dict(plugins)),
@@ -275,7 +325,53 @@ class _Builder:
             post_response=tuple(p for p in plugins.values() if isinstance(p, PostResponse)),
             response_headers=tuple(p for p in plugins.values() if isinstance(p, ResponseHeaderContributor)),
             endpoint_observers=tuple(p for p in plugins.values() if isinstance(p, EndpointsObserver)),
+            admission=self._detector_named or not self_admitting,
         )
+
+    def _check_parsers(self) -> None:
+        """The request handler's parsers: defined, and parsers (this picker has one, ``openai-parser``)."""
+        config = self.config
+        parsers = config.request_handler.parsers if config.request_handler is not None else ()
+        for i, parser in enumerate(parsers):
+            where = "parser.pluginRef" if parser is config.parser else f"requestHandler.parsers[{i}].pluginRef"
+            plugin = self._ref(where, parser.plugin_ref)
+            if plugin.typed_name.type != OPENAI_PARSER_TYPE:
+                raise ConfigError(
+                    f"{where}: plugin {parser.plugin_ref!r} (type {plugin.typed_name.type!r}) is not a parser "
+                    f"(the parser here is {OPENAI_PARSER_TYPE!r})"
+                )
+
+    def _check_data_layer(self) -> None:
+        """Sources and extractors defined; none of the plugin kinds this picker does not have."""
+        data_layer = self.config.data_layer
+        if data_layer is None:
+            return
+        for i, source in enumerate(data_layer.sources):
+            self._ref(f"dataLayer.sources[{i}].pluginRef", source.plugin_ref)
+            for j, extractor in enumerate(source.extractors):
+                self._ref(f"dataLayer.sources[{i}].extractors[{j}].pluginRef", extractor.plugin_ref)
+        missing_kinds = (
+            (
+                "dataLayer.discovery.pluginRef",
+                data_layer.discovery.plugin_ref if data_layer.discovery is not None else "",
+                "an endpoint discovery plugin: this picker discovers endpoints from Kubernetes (or "
+                "--endpoint-selector) only",
+            ),
+            (
+                "dataLayer.peerDiscovery.pluginRef",
+                data_layer.peer_discovery.plugin_ref if data_layer.peer_discovery is not None else "",
+                "a peer discovery plugin: this picker shares no state between replicas",
+            ),
+            (
+                "dataLayer.crossReplicaSyncerPluginRef",
+                data_layer.cross_replica_syncer_plugin_ref,
+                "a cross-replica syncer: this picker shares no state between replicas",
+            ),
+        )
+        for where, ref, kind in missing_kinds:
+            if ref:
+                plugin = self._ref(where, ref)
+                raise ConfigError(f"{where}: plugin {ref!r} (type {plugin.typed_name.type!r}) is not {kind}")
 
     def _build_profile(self, index: int, spec: SchedulingProfile, metrics: EppMetrics | None) -> SchedulerProfile:
         filters: list[Filter] = []

@@ -13,14 +13,19 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from epp.config.tls_policy import TlsPolicyError, check_min_version, openssl_cipher_list
 from epp.durations import parse_duration
 from epp.labels import Selector, SelectorError, parse_selector
 
 __all__ = [
+    "LEASE_NAME_STYLES",
+    "METRICS_NAMINGS",
     "V1ALPHA2_GROUP",
     "V1_GROUP",
+    "LeaseNameStyle",
     "LoggingOptions",
     "MetricsEndpointOptions",
+    "MetricsNaming",
     "ModelServerMetricsOptions",
     "OptionsError",
     "ServeOptions",
@@ -32,6 +37,13 @@ __all__ = [
 V1_GROUP = "inference.networking.k8s.io"
 V1ALPHA2_GROUP = "inference.networking.x-k8s.io"
 MIN_REFRESH_METRICS_INTERVAL = 0.05
+
+LeaseNameStyle = Literal["gie", "llm-d"]
+"""Whose Lease name ``--ha-enable-leader-election`` uses (``--ha-lease-name-style``)."""
+LEASE_NAME_STYLES: tuple[LeaseNameStyle, ...] = ("gie", "llm-d")
+MetricsNaming = Literal["gie", "llm-d", "both"]
+"""Whose names upstream's series are exported under (``--metrics-naming``)."""
+METRICS_NAMINGS: tuple[MetricsNaming, ...] = ("gie", "llm-d", "both")
 
 
 class OptionsError(ValueError):
@@ -111,6 +123,16 @@ class TlsOptions:
             raise OptionsError("--cert-path needs --secure-serving=true")
         if self.cert_reload and not self.cert_path:
             raise OptionsError("--enable-cert-reload needs --cert-path")
+        try:  # what grpc python can enforce: see epp/config/tls_policy.py
+            check_min_version(self.min_version)
+            openssl_cipher_list(self.cipher_suites)
+        except TlsPolicyError as e:
+            raise OptionsError(str(e)) from e
+
+    @property
+    def grpc_cipher_list(self) -> str:
+        """``--tls-cipher-suites`` as grpc core's ``GRPC_SSL_CIPHER_SUITES`` value (``""``: grpc's default)."""
+        return openssl_cipher_list(self.cipher_suites)
 
 
 @dataclass(frozen=True)
@@ -138,7 +160,9 @@ class ModelServerMetricsOptions:
     """How model servers are scraped: GIE's ``--model-server-metrics-*`` and the metric-name flags.
 
     A metric-name field of None is not set (the engine's own names apply); an empty string turns
-    that metric off, as the GIE chart does for LoRA on Triton and trtllm-serve.
+    that metric off, as the GIE chart does for LoRA on Triton and trtllm-serve. Their syntax is
+    checked where the flags are read (``flags.py``): the parser lives in the data layer, which
+    this module must not import.
     """
 
     scheme: Literal["http", "https"] = "http"
@@ -187,7 +211,10 @@ class ServeOptions:
     disable_endpoint_subset_filter: bool = False
     emit_endpoint_scores: bool = False
     enable_grpc_stream_metrics: bool = False
+    conformance_test_hooks: bool = False
     leader_election: bool = False
+    lease_name_style: LeaseNameStyle = "gie"
+    metrics_naming: MetricsNaming = "both"
     tracing: bool = True
     logging: LoggingOptions = field(default_factory=LoggingOptions)
     tls: TlsOptions = field(default_factory=TlsOptions)
@@ -239,6 +266,12 @@ class ServeOptions:
             raise OptionsError(f"--metrics-staleness-threshold must be > 0, got {self.metrics_staleness_threshold}")
         if self.drain_timeout < 0:
             raise OptionsError(f"--drain-timeout must be >= 0, got {self.drain_timeout}")
+        if self.lease_name_style not in LEASE_NAME_STYLES:
+            raise OptionsError(
+                f"--ha-lease-name-style: must be one of {list(LEASE_NAME_STYLES)}, got {self.lease_name_style!r}"
+            )
+        if self.metrics_naming not in METRICS_NAMINGS:
+            raise OptionsError(f"--metrics-naming: must be one of {list(METRICS_NAMINGS)}, got {self.metrics_naming!r}")
         if self.max_request_body_bytes <= 0:
             raise OptionsError(f"--max-request-body-bytes must be > 0, got {self.max_request_body_bytes}")
         if not self.pool_namespace:

@@ -1,10 +1,16 @@
 """EndpointPickerConfig: the upstream config file format as pydantic models, and strict decoding.
 
-Field names are upstream's camelCase (``apix/config/v1alpha1/endpointpickerconfig_types.go``);
-unknown fields, duplicate YAML keys and wrongly typed scalars are errors, as upstream's strict
-decoder makes them. Every error is a :class:`ConfigError` whose message names the field path
-(``schedulingProfiles[0].plugins[1].weight``) and the offending value. The models are frozen:
-the loader derives new ones (``model_copy``) when it injects defaults.
+Field names are upstream's camelCase (``apix/config/v1alpha1/endpointpickerconfig_types.go``, in
+the llm-d router, whose schema is a superset of GIE's); unknown fields, duplicate YAML keys and
+wrongly typed scalars are errors, as upstream's strict decoder makes them. Every error is a
+:class:`ConfigError` whose message names the field path (``schedulingProfiles[0].plugins[1].weight``)
+and the offending value. The models are frozen: the loader derives new ones (``model_copy``) when
+it injects defaults.
+
+Two API groups, one schema (as the llm-d router decodes them): ``llm-d.ai/v1alpha1``, and GIE's
+``inference.networking.x-k8s.io/v1alpha1``, deprecated (the loader says so). Keys the llm-d router
+renamed are accepted under both names, the new one winning: top-level ``saturationDetector`` →
+``flowControl.saturationDetector``, top-level ``parser`` → ``requestHandler.parsers``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -25,9 +32,13 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from epp.durations import parse_duration
+
 __all__ = [
     "API_VERSION",
+    "API_VERSIONS",
     "KIND",
+    "LEGACY_API_VERSION",
     "ConfigError",
     "DataLayerConfig",
     "DataLayerSource",
@@ -36,12 +47,17 @@ __all__ = [
     "PluginRef",
     "PluginSpec",
     "PriorityBandConfig",
+    "RequestHandlerConfig",
+    "SaturationDetectorRef",
     "SchedulingPlugin",
     "SchedulingProfile",
     "decode_config",
 ]
 
-API_VERSION = "inference.networking.x-k8s.io/v1alpha1"
+API_VERSION = "llm-d.ai/v1alpha1"
+LEGACY_API_VERSION = "inference.networking.x-k8s.io/v1alpha1"
+"""GIE's group for the file: still read (the GIE chart writes it), deprecated by the llm-d router."""
+API_VERSIONS = (API_VERSION, LEGACY_API_VERSION)
 KIND = "EndpointPickerConfig"
 
 
@@ -51,6 +67,17 @@ class ConfigError(ValueError):
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+def _duration(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a duration such as '30s' or '1m'")
+    parse_duration(value)  # raises ValueError naming the text
+    return value
+
+
+Duration = Annotated[str, PlainValidator(_duration)]
+"""A Go duration string (``"30s"``, ``"1m30s"``), as ``metav1.Duration`` reads it."""
 
 
 class PluginSpec(_Model):
@@ -74,9 +101,21 @@ class SchedulingProfile(_Model):
 
 
 class PluginRef(_Model):
-    """``saturationDetector`` / ``parser`` / data-layer references: the name of a plugin."""
+    """``parser`` / ``requestHandler.parsers[]`` / data-layer references: the name of a plugin."""
 
     plugin_ref: StrictStr = Field(min_length=1)
+
+
+class SaturationDetectorRef(_Model):
+    """``flowControl.saturationDetector`` (and the deprecated top-level one): empty means ``utilization-detector``."""
+
+    plugin_ref: StrictStr = ""
+
+
+class RequestHandlerConfig(_Model):
+    """``requestHandler``: the parsers requests go through (empty: the default, ``openai-parser``)."""
+
+    parsers: tuple[PluginRef, ...] = ()
 
 
 class DataLayerSource(_Model):
@@ -85,9 +124,16 @@ class DataLayerSource(_Model):
 
 
 class DataLayerConfig(_Model):
-    """Present but empty (``sources: []``) disables scraping upstream; absent means the default."""
+    """``dataLayer``. The llm-d router adds the metrics source unless ``injectDefaults: false``; GIE
+    scraped nothing when ``sources`` was present but empty. The loader says when a config asks for
+    no scraping, which this picker always does."""
 
+    inject_defaults: StrictBool | None = None
     sources: tuple[DataLayerSource, ...] = ()
+    discovery: PluginRef | None = None
+    peer_discovery: PluginRef | None = None
+    cross_replica_syncer_plugin_ref: StrictStr = ""
+    cross_replica_sync_interval: Duration | None = None
 
 
 def _quantity(value: object) -> str | int:
@@ -109,14 +155,23 @@ class PriorityBandConfig(_Model):
 
 
 class FlowControlConfig(_Model):
-    """Decoded and kept for the flow-control layer; honoured only with the ``flowControl`` gate."""
+    """Decoded and validated for the flow-control layer; ``saturationDetector`` is honoured without it."""
 
     max_bytes: Quantity | None = None
     max_requests: Quantity | None = None
-    default_request_ttl: StrictStr | None = Field(default=None, alias="defaultRequestTTL")
+    default_request_ttl: Duration | None = Field(default=None, alias="defaultRequestTTL")
+    no_endpoint_request_ttl: Duration | None = Field(default=None, alias="noEndpointRequestTTL")
     default_priority_band: PriorityBandConfig | None = None
+    default_negative_priority_band: PriorityBandConfig | None = None
     priority_bands: tuple[PriorityBandConfig, ...] = ()
     usage_limit_policy_plugin_ref: StrictStr | None = None
+    saturation_detector: SaturationDetectorRef | None = None
+    enable_eviction: StrictBool = False
+
+    @property
+    def queueing_configured(self) -> bool:
+        """Settings only the flow-control layer uses (upstream ``flowControlSettingsConfigured``, plus eviction)."""
+        return bool(self.model_dump(exclude={"saturation_detector"}, exclude_defaults=True))
 
 
 class EndpointPickerConfig(_Model):
@@ -127,16 +182,19 @@ class EndpointPickerConfig(_Model):
     feature_gates: tuple[StrictStr, ...] = ()
     plugins: tuple[PluginSpec, ...] = ()
     scheduling_profiles: tuple[SchedulingProfile, ...] = ()
-    saturation_detector: PluginRef | None = None
     data_layer: DataLayerConfig | None = None
-    parser: PluginRef | None = None
     flow_control: FlowControlConfig | None = None
+    request_handler: RequestHandlerConfig | None = None
+    saturation_detector: SaturationDetectorRef | None = None
+    """Deprecated: ``flowControl.saturationDetector``, which wins when both are set."""
+    parser: PluginRef | None = None
+    """Deprecated: ``requestHandler.parsers``, which win when both are set."""
 
     @field_validator("api_version")
     @classmethod
     def _api_version(cls, value: str) -> str:
-        if value != API_VERSION:
-            raise ValueError(f"must be {API_VERSION!r}")
+        if value not in API_VERSIONS:
+            raise ValueError(f"must be {API_VERSION!r} (or the deprecated {LEGACY_API_VERSION!r})")
         return value
 
     @field_validator("kind")

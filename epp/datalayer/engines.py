@@ -7,6 +7,11 @@ spec §3.2 (``docs/proposals/003-model-server-protocol``). vLLM also falls back 
 
 Partial results are applied: each field that parsed replaces the previous value, the others keep
 it, and the problems are returned so the scraper can count and log them.
+
+GIE's metric-name flags (``--total-queued-requests-metric`` and friends, which its chart sets for
+SGLang, Triton and trtllm-serve) override a field for every endpoint whatever its engine label
+(:func:`with_overrides`): ``name`` or ``name{label=value,...}`` replaces the engine's metric, an
+empty value turns the field off (it is then neither read nor reported missing), as GIE does.
 """
 
 from __future__ import annotations
@@ -16,12 +21,23 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from epp.datalayer.promtext import MetricSelector, ParseResult, Sample, parse, parse_selector, select
 from epp.framework.endpoint import MetricsSnapshot
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "CacheInfoSpec", "EngineSpec", "Extraction", "engine_spec", "extract", "read"]
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "CacheInfoSpec",
+    "EngineSpec",
+    "Extraction",
+    "MetricNameFlags",
+    "engine_spec",
+    "extract",
+    "read",
+    "with_overrides",
+]
 
 DEFAULT_ENGINE = "vllm"
 
@@ -119,6 +135,56 @@ def engine_spec(engine: str) -> EngineSpec:
     return ENGINES.get(engine) or ENGINES[DEFAULT_ENGINE]
 
 
+class MetricNameFlags(Protocol):
+    """GIE's metric-name flags (``ModelServerMetricsOptions``): None keeps the engine's, "" turns off."""
+
+    @property
+    def queued_requests_metric(self) -> str | None: ...
+    @property
+    def running_requests_metric(self) -> str | None: ...
+    @property
+    def kv_cache_usage_metric(self) -> str | None: ...
+    @property
+    def lora_info_metric(self) -> str | None: ...
+    @property
+    def cache_info_metric(self) -> str | None: ...
+
+
+# GIE reads these labels of any cache-info metric; a metric an engine above declares keeps its own.
+_GIE_CACHE_LABELS = ("block_size", "num_gpu_blocks")
+
+
+def _choices(spec: str) -> tuple[MetricSelector, ...]:
+    return (parse_selector(spec),) if spec else ()
+
+
+def _cache_info(spec: str) -> CacheInfoSpec:
+    selector = parse_selector(spec)
+    for engine in ENGINES.values():
+        if engine.cache_info is not None and engine.cache_info.selector.name == selector.name:
+            return dataclasses.replace(engine.cache_info, selector=selector)
+    return CacheInfoSpec(selector, *_GIE_CACHE_LABELS)
+
+
+def with_overrides(spec: EngineSpec, flags: MetricNameFlags) -> EngineSpec:
+    """``spec`` with every field the flags set replaced (or, for "", turned off); raises SelectorError."""
+    changes: dict[str, Any] = {}
+    for attr, value in (
+        ("queued", flags.queued_requests_metric),
+        ("running", flags.running_requests_metric),
+        ("kv_usage", flags.kv_cache_usage_metric),
+    ):
+        if value is not None:
+            changes[attr] = _choices(value)
+    if flags.lora_info_metric is not None:
+        changes["lora"] = parse_selector(flags.lora_info_metric) if flags.lora_info_metric else None
+    if flags.cache_info_metric is not None:  # the one metric the cache configuration comes from
+        changes.update(block_size=(), num_blocks=(), cache_info=None)
+        if flags.cache_info_metric:
+            changes["cache_info"] = _cache_info(flags.cache_info_metric)
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
 class Extraction(NamedTuple):
     """The new snapshot, whether any field was read (else it is ``previous``), and problems."""
 
@@ -196,18 +262,18 @@ def extract(
     errors = [result.errors[name] for name in sorted(result.errors)]
     fields: dict[str, Any] = {}
 
-    for attr, selectors in (("waiting_queue", engine.queued), ("running", engine.running)):
+    for attr, selectors in (
+        ("waiting_queue", engine.queued),
+        ("running", engine.running),
+        ("kv_cache_usage", engine.kv_usage),
+    ):
+        if not selectors:  # turned off by its metric-name flag
+            continue
         sample = _value(result, selectors)
         if sample is None:
             errors.append(f"{attr}: none of {', '.join(map(str, selectors))} found")
         elif (v := _finite(sample, errors)) is not None:
-            fields[attr] = max(0, int(v))
-
-    sample = _value(result, engine.kv_usage)
-    if sample is None:
-        errors.append(f"kv_cache_usage: none of {', '.join(map(str, engine.kv_usage))} found")
-    elif (v := _finite(sample, errors)) is not None:
-        fields["kv_cache_usage"] = max(0.0, v)
+            fields[attr] = max(0.0, v) if attr == "kv_cache_usage" else max(0, int(v))
 
     if engine.lora is not None:
         lora = [s for s in result.samples.get(engine.lora.name, ()) if engine.lora.matches(s.labels)]

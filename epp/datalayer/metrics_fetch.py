@@ -8,6 +8,10 @@ request path. The protocol handled is exactly what a metrics endpoint sends: a s
 headers, and a body framed by ``Content-Length``, chunked encoding, or the connection closing.
 Anything else is a :class:`FetchError` naming the endpoint; the connection is dropped after any
 error (its state is unknown) and the next poll reconnects.
+
+HTTPS (``--model-server-metrics-scheme https``) is the same exchange over one TLS session per
+connection, kept alive like the plaintext one, so the handshake is paid once per endpoint, not per
+poll. One :func:`tls_context` serves every connection of the scraper.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import ssl
 
 from epp.framework.endpoint import join_host_port
 
-__all__ = ["FetchError", "MetricsConnection"]
+__all__ = ["FetchError", "MetricsConnection", "tls_context"]
 
 _MAX_HEAD = 64 * 1024
 
@@ -30,23 +34,29 @@ class FetchError(Exception):
         self.reason = reason
 
 
-def _insecure_context() -> ssl.SSLContext:
-    """Upstream's default ``insecureSkipVerify: true`` for HTTPS model servers."""
+def tls_context(*, verify: bool) -> ssl.SSLContext:
+    """The client context for HTTPS model servers.
+
+    ``verify``: the server's certificate must chain to the system CAs (``SSL_CERT_FILE`` and
+    ``SSL_CERT_DIR`` say where those are) and name the address dialled (a pod's IP); else nothing
+    is checked, upstream's default (``--model-server-metrics-https-insecure-skip-verify=true``).
+    """
     context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     return context
 
 
 class MetricsConnection:
     """A reusable connection to ``host:port`` for one path; not safe for concurrent use."""
 
-    def __init__(self, host: str, port: int, path: str, *, https: bool = False, max_body: int) -> None:
+    def __init__(self, host: str, port: int, path: str, *, tls: ssl.SSLContext | None = None, max_body: int) -> None:
         self.host = host
         self.port = port
-        self._ssl = _insecure_context() if https else None
+        self._ssl = tls
         authority = join_host_port(host, port)
-        self.where = f"{'https' if https else 'http'}://{authority}{path}"
+        self.where = f"{'https' if tls else 'http'}://{authority}{path}"
         self._request = (
             f"GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: text/plain;version=0.0.4\r\n"
             "User-Agent: epp-scraper\r\n\r\n"
@@ -76,7 +86,7 @@ class MetricsConnection:
         try:
             writer.write(self._request)
             head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError) as e:
+        except (asyncio.IncompleteReadError, OSError) as e:  # OSError: ConnectionError, ssl.SSLError
             raise FetchError("connect", f"connection lost before an answer ({self.where}): {e}") from e
         except asyncio.LimitOverrunError as e:
             raise FetchError("http", f"response head over {_MAX_HEAD} bytes from {self.where}") from e
@@ -89,11 +99,9 @@ class MetricsConnection:
                     raise FetchError("http", f"body from {self.where} exceeds {self._max_body} bytes")
                 body = await reader.readexactly(length)
             else:  # no framing: the body runs until the server closes
-                body = await reader.read(self._max_body + 1)
+                body = await self._read_to_close(reader)
                 close = True
-                if len(body) > self._max_body:
-                    raise FetchError("http", f"body from {self.where} exceeds {self._max_body} bytes")
-        except (asyncio.IncompleteReadError, ConnectionError) as e:
+        except (asyncio.IncompleteReadError, OSError) as e:  # OSError: ConnectionError, ssl.SSLError
             raise FetchError("connect", f"connection lost mid-body ({self.where}): {e}") from e
         if close:
             self.close()
@@ -126,6 +134,16 @@ class MetricsConnection:
                 token = value.strip().lower()
                 close = token == b"close" or (close and token != b"keep-alive")
         return status, length, chunked, close
+
+    async def _read_to_close(self, reader: asyncio.StreamReader) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await reader.read(64 * 1024):  # one read returns what has arrived, not all
+            size += len(chunk)
+            if size > self._max_body:
+                raise FetchError("http", f"body from {self.where} exceeds {self._max_body} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def _read_chunked(self, reader: asyncio.StreamReader) -> bytes:
         chunks: list[bytes] = []

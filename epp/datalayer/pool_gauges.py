@@ -5,7 +5,9 @@ also runs on demand, e.g. just before ``/metrics`` is served, so a scrape never 
 than the model-server metrics they summarise. ``ready_pods`` counts endpoints whose metrics are
 fresher than ``--metrics-staleness-threshold`` (2 s); averages are over every endpoint, as upstream.
 ``per_pod_queue_size`` has one series per endpoint (``model_server_pod`` = ``<pod>-rank-<idx>``);
-series of endpoints or pools that went away are removed, not left frozen.
+series of endpoints or pools that went away are removed, not left frozen. Each gauge is written
+under the names ``--metrics-naming`` asks for: its ``llm_d_epp_*`` twin has the same value
+(``llm_d_epp_ready_endpoints``, ``llm_d_epp_per_endpoint_queue_size`` with ``model_server_endpoint``).
 """
 
 from __future__ import annotations
@@ -82,14 +84,14 @@ class PoolGauges:
                 ready += 1
             pod = state.endpoint.name
             seen.add(pod)
-            m.pool_per_pod_queue.labels(name=name, model_server_pod=pod).set(metrics.waiting_queue)
+            m.pool_per_pod_queue.labels(name, pod).set(metrics.waiting_queue)
         for gone in self._pod_series - seen:
             m.pool_per_pod_queue.remove(name, gone)
         self._pod_series = seen
-        m.pool_avg_kv.labels(name=name).set(kv / count if count else 0.0)
-        m.pool_avg_queue.labels(name=name).set(queue / count if count else 0.0)
-        m.pool_avg_running.labels(name=name).set(running / count if count else 0.0)
-        m.pool_ready_pods.labels(name=name).set(ready)
+        m.pool_avg_kv.labels(name).set(kv / count if count else 0.0)
+        m.pool_avg_queue.labels(name).set(queue / count if count else 0.0)
+        m.pool_avg_running.labels(name).set(running / count if count else 0.0)
+        m.pool_ready_pods.labels(name).set(ready)
 
     def _forget(self, name: str) -> None:
         m = self._metrics

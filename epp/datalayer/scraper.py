@@ -6,6 +6,10 @@ deadline and each endpoint its own task, so a dead or hanging server only delays
 keep the last metrics (their age grows, which staleness checks see), are counted in
 ``epp_scrape_errors_total{reason}`` and back off exponentially up to ``max_backoff``.
 
+Where and how to scrape is GIE's flags (``ModelServerMetricsOptions``): scheme (one TLS context
+for all endpoints), path, certificate check, and metric names that override each engine's map.
+The endpoint's metrics port (``--model-server-metrics-port``) is the datastore's business.
+
 The request path never waits on a scrape: a poll ends with one reference assignment,
 ``state.metrics = snapshot``, which a scheduling cycle reads whole or not at all. Intervals are
 waited on the injected clock, so tests drive the loop with ``ManualClock``.
@@ -21,8 +25,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from epp.clock import Clock
-from epp.datalayer.engines import EngineSpec, engine_spec, read
-from epp.datalayer.metrics_fetch import FetchError, MetricsConnection
+from epp.config.options import ModelServerMetricsOptions
+from epp.datalayer.engines import DEFAULT_ENGINE, EngineSpec, engine_spec, read, with_overrides
+from epp.datalayer.metrics_fetch import FetchError, MetricsConnection, tls_context
 from epp.datastore.types import EndpointListener
 from epp.framework.endpoint import ENGINE_TYPE_LABEL, EndpointState
 from epp.telemetry.metrics import EppMetrics
@@ -73,25 +78,27 @@ class ScraperManager:
         interval: float = 0.05,
         timeout: float = 1.0,
         max_backoff: float = 2.0,
-        scheme: str = "http",
-        path: str = "/metrics",
+        source: ModelServerMetricsOptions | None = None,
         max_body_bytes: int = 16 * 1024 * 1024,
     ) -> None:
+        """``source``: scheme, path, certificate check and metric names (GIE's flags); default plain vLLM."""
         if interval <= 0 or timeout <= 0 or max_backoff < interval:
             raise ValueError(
                 f"scrape interval ({interval}) and timeout ({timeout}) must be > 0 "
                 f"and max_backoff ({max_backoff}) >= interval"
             )
-        if scheme not in ("http", "https") or not path.startswith("/"):
-            raise ValueError(f"scrape scheme must be http or https and path absolute, got {scheme!r} {path!r}")
+        source = source or ModelServerMetricsOptions()
         self._datastore = datastore
         self._clock = clock
         self._metrics = metrics
         self._interval = interval
         self._timeout = timeout
         self._max_backoff = max_backoff
-        self._scheme = scheme
-        self._path = path
+        self._source = source
+        self._tls = tls_context(verify=not source.https_insecure_skip_verify) if source.scheme == "https" else None
+        # Engine label → its spec with the flags' overrides; built for the default engine now, so a
+        # metric spec that does not parse (SelectorError) fails here, at start, not in a scrape.
+        self._engines = {DEFAULT_ENGINE: with_overrides(engine_spec(DEFAULT_ENGINE), source)}
         self._max_body = max_body_bytes
         self._errors = {reason: metrics.scrape_errors.labels(reason=reason) for reason in _REASONS}
         self._tasks: dict[str, tuple[EndpointState, asyncio.Task[None]]] = {}
@@ -139,16 +146,16 @@ class ScraperManager:
 
     def _target(self, state: EndpointState) -> _Target:
         ep = state.endpoint
-        engine = engine_spec(ep.engine)
+        engine = self._engines.get(ep.engine)
+        if engine is None:
+            engine = self._engines[ep.engine] = with_overrides(engine_spec(ep.engine), self._source)
         if engine.name != ep.engine:
             _log.warning(
                 "Unknown engine type; scraping as %s",
                 engine.name,
                 extra={"endpoint": ep.key, "label": ENGINE_TYPE_LABEL, "engine": ep.engine},
             )
-        conn = MetricsConnection(
-            ep.address, ep.metrics_port, self._path, https=self._scheme == "https", max_body=self._max_body
-        )
+        conn = MetricsConnection(ep.address, ep.metrics_port, self._source.path, tls=self._tls, max_body=self._max_body)
         return _Target(state, engine, conn)
 
     def _retire(self, task: asyncio.Task[None]) -> None:

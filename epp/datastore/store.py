@@ -130,6 +130,12 @@ class Datastore:
                     "Pool set; resyncing endpoints",
                     extra={"pool": pool.name, "selector": str(pool.selector), "target_ports": pool.target_ports},
                 )
+                if self._metrics_port and len(pool.target_ports) > 1:
+                    _log.warning(
+                        "--model-server-metrics-port applies to single-port pools only (as in GIE); "
+                        "scraping each target port instead",
+                        extra={"pool": pool.name, "target_ports": pool.target_ports},
+                    )
             self._resync()
         return changed
 

@@ -7,6 +7,14 @@ the union: ``liveness`` is always SERVING; every other name follows readiness. S
 variants and Envoy's cluster health check (service ``envoy.service.ext_proc.v3.ExternalProcessor``)
 work. Readiness is pushed with :meth:`HealthState.set_ready` (from the event loop); ``Watch``
 streams see each change and end at shutdown so they never hold up a graceful stop.
+
+Graceful drain (SIGTERM): :meth:`HealthState.drain` turns every name but ``liveness`` NOT_SERVING
+at once, so kubelet takes the pod out of the Service while it still serves streams, and the
+liveness probe never restarts it mid-drain (the chart's ``inference-extension`` name goes
+NOT_SERVING too, as upstream's does without leader election). The server drains only the health
+port's state: the ext_proc port's (what a gateway's active health check asks) keeps its status
+until the server stops, as upstream's ``--health-checking`` service does, so a gateway keeps
+sending the streams the picker still serves during the window.
 """
 
 from __future__ import annotations
@@ -29,18 +37,25 @@ class HealthState(pb.HealthServicer):  # type: ignore[misc]  # generated base cl
 
     def __init__(self) -> None:
         self._ready = False
+        self._draining = False
         self._stopping = False
         self._changed = asyncio.Event()
 
     @property
     def ready(self) -> bool:
         """True while readiness-dependent services answer SERVING."""
-        return self._ready and not self._stopping
+        return self._ready and not self._draining and not self._stopping
 
     def set_ready(self, ready: bool) -> None:
         """Flip readiness (call on the event loop); watchers are told at once."""
         if ready != self._ready:
             self._ready = ready
+            self._notify()
+
+    def drain(self) -> None:
+        """Everything but liveness turns NOT_SERVING for good; Watch streams see it and stay open."""
+        if not self._draining:
+            self._draining = True
             self._notify()
 
     def shutdown(self) -> None:

@@ -93,7 +93,8 @@ class ResponseRelay:
         if sse:
             self._pass_sse()
 
-    def on_headers(self, http_headers: pb.HttpHeaders) -> pb.ProcessingResponse:
+    def on_headers(self, http_headers: pb.HttpHeaders, added: Mapping[str, str] | None = None) -> pb.ProcessingResponse:
+        """The headers answer; ``added`` are headers of this response alone (the conformance echo)."""
         echo: list[tuple[str, bytes]] = []
         for header in http_headers.headers.headers:
             key = header.key
@@ -107,6 +108,8 @@ class ResponseRelay:
             elif lower == "content-type" and b"text/event-stream" in raw:
                 self._pass_sse()
         extra = self._extra_headers
+        if added:
+            extra = {**extra, **added}
         if extra:
             echo = [(k, v) for k, v in echo if k.lower() not in extra]
             echo.extend((k, v.encode()) for k, v in extra.items())

@@ -15,6 +15,7 @@ from epp.errors import EppError
 from epp.extproc import pb
 from epp.framework.headers import (
     DESTINATION_ENDPOINT,
+    DESTINATION_ENDPOINT_SCORES,
     LB_METADATA_NAMESPACE,
     SYSTEM_OWNED,
     WENT_INTO_RESP_HEADERS,
@@ -54,25 +55,37 @@ def _fill_routing(common: Any, headers: Mapping[str, str], destination: str, bod
             _set_header(set_headers, key, value.encode("utf-8", "surrogateescape"))
 
 
-def _fill_metadata(response: pb.ProcessingResponse, destination: str) -> None:
+def _fill_metadata(response: pb.ProcessingResponse, destination: str, scores: Mapping[str, float] | None) -> None:
     namespace = response.dynamic_metadata.fields[LB_METADATA_NAMESPACE].struct_value
     namespace.fields[DESTINATION_ENDPOINT].string_value = destination
+    if scores:  # upstream's --emit-endpoint-scores: a struct of ip:port → number, beside the destination
+        fields = namespace.fields[DESTINATION_ENDPOINT_SCORES].struct_value.fields
+        for hostport, score in scores.items():
+            fields[hostport].number_value = score
 
 
-def routing_headers_response(headers: Mapping[str, str], destination: str, body_length: int) -> pb.ProcessingResponse:
+def routing_headers_response(
+    headers: Mapping[str, str], destination: str, body_length: int, *, scores: Mapping[str, float] | None = None
+) -> pb.ProcessingResponse:
     """The request-headers answer that routes (FULL_DUPLEX_STREAMED, and header-only requests).
 
     Sets the destination, the body's ``Content-Length`` when it is non-empty, echoes ``headers``
-    minus the system-owned ones, clears the route cache and carries the ``envoy.lb`` metadata.
+    minus the system-owned ones, clears the route cache and carries the ``envoy.lb`` metadata
+    (with the endpoints' ``scores``, when given).
     """
     response = pb.ProcessingResponse()
     _fill_routing(response.request_headers.response, headers, destination, body_length)
-    _fill_metadata(response, destination)
+    _fill_metadata(response, destination, scores)
     return response
 
 
 def routing_body_response(
-    headers: Mapping[str, str], destination: str, body_length: int, body: bytes | None
+    headers: Mapping[str, str],
+    destination: str,
+    body_length: int,
+    body: bytes | None,
+    *,
+    scores: Mapping[str, float] | None = None,
 ) -> pb.ProcessingResponse:
     """The request-body answer that routes in BUFFERED mode; ``body`` only when it was rewritten."""
     response = pb.ProcessingResponse()
@@ -80,7 +93,7 @@ def routing_body_response(
     _fill_routing(common, headers, destination, body_length)
     if body is not None:
         common.body_mutation.body = body
-    _fill_metadata(response, destination)
+    _fill_metadata(response, destination, scores)
     return response
 
 

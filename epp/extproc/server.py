@@ -1,27 +1,34 @@
 """The picker's gRPC servers: ext_proc (+ health, reflection) and a separate health port.
 
-The ext_proc port serves ``ExternalProcessor/Process`` (TLS unless disabled), the standard health
-service (Envoy's cluster health check asks for the ext_proc service name) and reflection (so
-``grpcurl list`` works). The health port is plaintext, as kubelet's gRPC probes need, and serves
-the same :class:`~epp.extproc.health.HealthState`. Shutdown follows the house order:
-NOT_SERVING first, then ``server.stop(grace)`` so in-flight streams can finish.
+The ext_proc port serves ``ExternalProcessor/Process`` (TLS unless disabled), reflection (so
+``grpcurl list`` works) and, with ``--health-checking`` as upstream, the standard health service
+(a gateway's active health check asks for the ext_proc service name). The health port is
+plaintext, as kubelet's gRPC probes need. Each port has its own
+:class:`~epp.extproc.health.HealthState`, both following readiness; only the health port's drains
+(:meth:`ExtProcServer.drain`), so during a graceful drain kubelet sees NOT_SERVING while a
+gateway's active health check on the ext_proc port keeps sending streams. Shutdown
+follows the house order: NOT_SERVING first, then ``server.stop(grace)``: no new streams, and
+in-flight ones finish or are cancelled when ``grace`` runs out.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from epp.extproc import pb
+from epp.extproc.grpc_stream_metrics import GrpcStreamMetrics
 from epp.extproc.health import HealthState
 from epp.extproc.stream import Directors, Processor, Stream, StreamOptions
-from epp.extproc.tls import TlsConfig
+from epp.extproc.tls import ServerTls
 from epp.framework.endpoint import join_host_port
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.tracing import Tracing
 
-__all__ = ["ExtProcServer"]
+__all__ = ["ExtProcOptions", "ExtProcServer"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +41,33 @@ _SERVER_OPTIONS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ExtProcOptions:
+    """Upstream's knobs of the ext_proc server (``--health-checking``, message sizes, stream metrics).
+
+    ``health_checking``: the gRPC health service on the ext_proc port too (the health port always
+    has it). Message sizes in bytes: None (flag unset) keeps ours, 32 MiB each way, so a BUFFERED
+    body up to Envoy's limits arrives in one message; 0 means gRPC's own defaults (4 MiB received,
+    no limit sent), as upstream treats 0.
+    """
+
+    health_checking: bool = False
+    max_recv_msg_size: int | None = None
+    max_send_msg_size: int | None = None
+    stream_metrics: bool = False
+
+    def server_options(self) -> tuple[tuple[str, int], ...]:
+        """The ext_proc server's grpc options (the health port keeps fixed ones)."""
+        limits: list[tuple[str, int]] = []
+        for key, size in (
+            ("grpc.max_receive_message_length", self.max_recv_msg_size),
+            ("grpc.max_send_message_length", self.max_send_msg_size),
+        ):
+            if size != 0:
+                limits.append((key, _MAX_MESSAGE if size is None else size))
+        return (*limits, ("grpc.so_reuseport", 0))
+
+
 class _ExtProcServicer(pb.ExternalProcessorServicer):  # type: ignore[misc]  # generated base is untyped
     def __init__(self, processor: Processor) -> None:
         self._processor = processor
@@ -42,7 +76,26 @@ class _ExtProcServicer(pb.ExternalProcessorServicer):  # type: ignore[misc]  # g
         await Stream(self._processor).run(request_iterator, context.write)
 
 
-def _bind(server: Any, what: str, address: str, tls: TlsConfig | None) -> int:
+class _MeteredExtProcServicer(_ExtProcServicer):
+    """With ``--enable-grpc-stream-metrics``: each stream counted, timed and classified by its end."""
+
+    def __init__(self, processor: Processor, metrics: GrpcStreamMetrics) -> None:
+        super().__init__(processor)
+        self._metrics = metrics
+
+    async def Process(self, request_iterator: Any, context: Any) -> None:  # noqa: N802 (gRPC method name)
+        started = self._metrics.started()
+        error: BaseException | None = None
+        try:
+            await super().Process(request_iterator, context)
+        except BaseException as e:  # classified, then re-raised unchanged
+            error = e
+            raise
+        finally:
+            self._metrics.finished(started, error)
+
+
+def _bind(server: Any, what: str, address: str, tls: ServerTls | None) -> int:
     """Add a listening port; grpc's RuntimeError becomes an OSError naming the port's role."""
     try:
         port = server.add_secure_port(address, tls.credentials()) if tls else server.add_insecure_port(address)
@@ -56,28 +109,54 @@ def _bind(server: Any, what: str, address: str, tls: TlsConfig | None) -> int:
 class ExtProcServer:
     """Owns both gRPC servers; ``start`` binds them, ``stop`` drains them."""
 
-    def __init__(self, directors: Directors, metrics: EppMetrics, *, options: StreamOptions) -> None:
-        self._processor = Processor(directors, metrics, options)
+    def __init__(
+        self,
+        directors: Directors,
+        metrics: EppMetrics,
+        *,
+        options: StreamOptions,
+        tracing: Tracing | None = None,
+        ext_proc: ExtProcOptions | None = None,
+    ) -> None:
+        self._processor = Processor(directors, metrics, options, tracing)
+        self._ext_proc = ext_proc or ExtProcOptions()
+        # Registered only when asked for, as upstream: the series do not exist otherwise.
+        self._stream_metrics = GrpcStreamMetrics(metrics.registry) if self._ext_proc.stream_metrics else None
         self._health = HealthState()
+        # The ext_proc port's own copy: same readiness, but it keeps serving through a drain.
+        self._ext_proc_health = HealthState()
         self._servers: list[Any] = []
 
     @property
     def health(self) -> HealthState:
-        """The health service both ports serve."""
+        """The health port's service (the ext_proc port's follows readiness too, but never drains)."""
         return self._health
 
     def set_ready(self, ready: bool) -> None:
         """SERVING for readiness, ``""`` and ext_proc once the pool is synced (liveness always is)."""
         self._health.set_ready(ready)
+        self._ext_proc_health.set_ready(ready)
 
-    async def start(self, host: str, grpc_port: int, health_port: int, tls: TlsConfig | None) -> tuple[int, int]:
+    def drain(self) -> None:
+        """SIGTERM: the health port says NOT_SERVING (but liveness); ext_proc streams keep being served."""
+        self._health.drain()
+
+    async def start(self, host: str, grpc_port: int, health_port: int, tls: ServerTls | None) -> tuple[int, int]:
         """Bind and start both servers; ports may be 0. Returns the bound (grpc, health) ports."""
         if self._servers:
             raise RuntimeError("ExtProcServer already started")
-        ext_proc = grpc.aio.server(options=_SERVER_OPTIONS)
-        pb.add_ExternalProcessorServicer_to_server(_ExtProcServicer(self._processor), ext_proc)
-        pb.add_HealthServicer_to_server(self._health, ext_proc)
-        pb.enable_server_reflection((pb.EXT_PROC_SERVICE, pb.HEALTH_SERVICE, pb.REFLECTION_SERVICE), ext_proc)
+        ext_proc = grpc.aio.server(options=self._ext_proc.server_options())
+        servicer = (
+            _ExtProcServicer(self._processor)
+            if self._stream_metrics is None
+            else _MeteredExtProcServicer(self._processor, self._stream_metrics)
+        )
+        pb.add_ExternalProcessorServicer_to_server(servicer, ext_proc)
+        if self._ext_proc.health_checking:
+            pb.add_HealthServicer_to_server(self._ext_proc_health, ext_proc)
+            pb.enable_server_reflection((pb.EXT_PROC_SERVICE, pb.HEALTH_SERVICE, pb.REFLECTION_SERVICE), ext_proc)
+        else:
+            pb.enable_server_reflection((pb.EXT_PROC_SERVICE, pb.REFLECTION_SERVICE), ext_proc)
         health = grpc.aio.server(options=_SERVER_OPTIONS)
         pb.add_HealthServicer_to_server(self._health, health)
         # Reflection here too, so `grpcurl -plaintext host:9003 grpc.health.v1.Health/Check` works bare.
@@ -102,8 +181,9 @@ class ExtProcServer:
         return bound_grpc, bound_health
 
     async def stop(self, grace: float) -> None:
-        """NOT_SERVING, then let in-flight streams finish for up to ``grace`` seconds."""
+        """NOT_SERVING, no new streams, and in-flight ones get up to ``grace`` seconds to finish."""
         self._health.shutdown()
+        self._ext_proc_health.shutdown()
         servers, self._servers = self._servers, []
         for server in servers:
             await server.stop(grace)

@@ -35,7 +35,7 @@ from typing import Protocol
 
 from epp.errors import EppError, ErrorCode
 from epp.extproc import pb
-from epp.extproc.observe import StreamMetrics
+from epp.extproc.observe import RequestLabels, StreamMetrics
 from epp.extproc.request_body import parse_request_body, serialize_go
 from epp.extproc.response_relay import ResponseRelay
 from epp.extproc.responses import (
@@ -45,11 +45,13 @@ from epp.extproc.responses import (
     routing_body_response,
     routing_headers_response,
 )
+from epp.extproc.served_endpoint import served_endpoint_echo
 from epp.extproc.subset_hint import subset_hint
 from epp.framework import headers as wire
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.telemetry.logs import request_id_var
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.tracing import RequestTrace, Tracing, activated
 
 __all__ = ["Director", "Directors", "Phase", "Processor", "Stream", "StreamOptions"]
 
@@ -68,12 +70,15 @@ class StreamOptions:
 
     ``max_response_buffer_bytes``: a non-SSE response is held whole to read its ``usage``; past
     this size it is passed through instead (and its usage goes unread), bounding memory.
+    ``conformance_test_hooks``: echo the served endpoint the data plane reports in the response
+    header ``x-conformance-test-served-endpoint`` (``served_endpoint.py``).
     """
 
     max_request_body_bytes: int = 16 * 1024 * 1024
     disable_subset_filter: bool = False
     chunk_size: int = 62_000
     max_response_buffer_bytes: int = 64 * 1024 * 1024
+    conformance_test_hooks: bool = False
 
     def __post_init__(self) -> None:
         if self.max_request_body_bytes <= 0:
@@ -125,14 +130,20 @@ class Phase(enum.Enum):
 
 
 class Processor:
-    """What every stream of one server shares: the directors, the metric recorder and the options."""
+    """What every stream of one server shares: the directors, the metric recorder, the options, the tracing.
 
-    __slots__ = ("directors", "observe", "options")
+    ``tracing`` is None when requests are not traced (``--tracing=false``, or no exporter).
+    """
 
-    def __init__(self, directors: Directors, metrics: EppMetrics, options: StreamOptions) -> None:
+    __slots__ = ("directors", "observe", "options", "tracing")
+
+    def __init__(
+        self, directors: Directors, metrics: EppMetrics, options: StreamOptions, tracing: Tracing | None = None
+    ) -> None:
         self.directors = directors
         self.observe = StreamMetrics(metrics)
         self.options = options
+        self.tracing = tracing
 
 
 class Stream:
@@ -154,6 +165,7 @@ class Stream:
         "_error_label",
         "_running",
         "_relay",
+        "_trace",
     )
 
     def __init__(self, processor: Processor) -> None:
@@ -170,8 +182,9 @@ class Stream:
         self._t_start = 0.0
         self._overhead: tuple[float, float | None, float, float] | None = None
         self._error_label = ""
-        self._running: tuple[str, str] | None = None  # the labels the running gauge was raised under
+        self._running: RequestLabels | None = None  # the labels the running gauge was raised under
         self._relay: ResponseRelay | None = None
+        self._trace: RequestTrace | None = None  # the ``gateway.request`` span, ended in ``close``
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -201,6 +214,8 @@ class Stream:
     async def _reject(self, err: EppError, write: Write) -> None:
         self._error_label = err.code.label
         self._phase = Phase.DONE
+        if self._trace is not None:
+            self._trace.fail(str(err))
         await write(error_response(err))
 
     def handle(self, message: pb.ProcessingRequest) -> Sequence[pb.ProcessingResponse]:
@@ -218,7 +233,8 @@ class Stream:
             return self._on_request_headers(message)
         if kind == "response_headers":
             relay = self._start_response()
-            return self._after_response_message(relay, (relay.on_headers(message.response_headers),))
+            added = served_endpoint_echo(message) if self._p.options.conformance_test_hooks else None
+            return self._after_response_message(relay, (relay.on_headers(message.response_headers, added),))
         if kind == "response_trailers":
             relay = self._start_response()
             return self._after_response_message(relay, relay.on_trailers())
@@ -228,14 +244,18 @@ class Stream:
 
     def close(self) -> None:
         """Stream end: release the running gauge, count the error, tell the director once."""
-        model, target = self._labels()
         running, self._running = self._running, None
         if running is not None:
-            self._p.observe.released(*running)
+            self._p.observe.released(running)
         relay = self._relay
         label = _MODEL_SERVER_ERROR if relay is not None and relay.upstream_error else self._error_label
         if label:
-            self._p.observe.error(model, target, label)
+            self._p.observe.error(running or self._labels(), label)
+        trace, self._trace = self._trace, None
+        if trace is not None:
+            if relay is not None and relay.upstream_error:
+                trace.fail(_MODEL_SERVER_ERROR)
+            trace.end()
         self._phase = Phase.DONE
         self._finish(completed=False)
 
@@ -251,6 +271,9 @@ class Stream:
         for header in http_headers.headers.headers:
             raw = header.raw_value
             headers[header.key.lower()] = raw.decode("utf-8", "surrogateescape") if raw else header.value
+        tracing = self._p.tracing
+        if tracing is not None:  # continues the client's trace; the echoed headers carry our span
+            self._trace = tracing.start_request(headers)
         request = self._new_request(headers)
         if http_headers.end_of_stream:
             return self._route_headers_only(request)
@@ -309,7 +332,8 @@ class Stream:
         self._director = director
         self._phase = Phase.ROUTED
         route = director.route_headers_only if headers_only else director.route
-        decision = route(request, self._subset)
+        with activated(self._trace):
+            decision = route(request, self._subset)
         if not decision.targets:
             raise EppError(ErrorCode.INTERNAL, "director returned a routing decision without endpoints")
         self._decision = decision
@@ -344,17 +368,19 @@ class Stream:
         body = raw if rewritten is None else rewritten
         destination = decision.destination
         answers: list[pb.ProcessingResponse]
+        scores = decision.endpoint_scores
         if self._request_mode == _BUFFERED:
-            answers = [routing_body_response(request.headers, destination, len(body), rewritten)]
+            answers = [routing_body_response(request.headers, destination, len(body), rewritten, scores=scores)]
         else:
-            answers = [routing_headers_response(request.headers, destination, len(body))]
+            answers = [routing_headers_response(request.headers, destination, len(body), scores=scores)]
             answers += body_chunks(body, self._p.options.chunk_size, request=True, end_of_stream=True)
         self._overhead = (t_last, t_parsed, t_scheduled, perf_counter())
-        model, target = self._labels()
-        self._p.observe.routed(model, target, request.priority, len(body))
-        self._running = (model, target)
+        labels = self._running = self._labels()
+        self._p.observe.routed(labels, len(body))
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("request routed", extra={"destination": destination, "model": model, "target_model": target})
+            log.debug(
+                "request routed", extra={"destination": destination, "model": labels[0], "target_model": labels[1]}
+            )
         return answers
 
     # -- response path -------------------------------------------------------------------------
@@ -386,19 +412,16 @@ class Stream:
         """Once the relay has seen the whole response: record it and tell the director (once)."""
         if relay.done and self._phase is Phase.RESPONDING:
             self._phase = Phase.DONE
-            model, target = self._labels()
+            labels = self._running or self._labels()
             duration = perf_counter() - self._t_start if self._t_start else 0.0
-            self._p.observe.response_complete(model, target, relay.size, duration, relay.usage)
+            self._p.observe.response_complete(labels, relay.size, duration, relay.usage)
             self._finish(completed=True)
         return answers
 
     # -- shared --------------------------------------------------------------------------------
 
-    def _labels(self) -> tuple[str, str]:
-        request = self._request
-        if request is None:
-            return "", ""
-        return request.model, request.target_model or request.model
+    def _labels(self) -> RequestLabels:
+        return self._p.observe.labels_of(self._request)
 
     def _finish(self, *, completed: bool) -> None:
         director, self._director = self._director, None

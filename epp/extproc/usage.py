@@ -2,9 +2,13 @@
 
 Streams are never buffered for this: :class:`SseUsageScanner` keeps only the unfinished last line
 of the previous chunk, and decodes only ``data:`` lines that mention ``"usage"`` with a value, so
-an ordinary token chunk costs a substring search. Field names follow the upstream parser: the
-Responses and Conversations APIs say ``input_tokens``/``output_tokens``, the completions APIs
-``prompt_tokens``/``completion_tokens``; anything else may use either.
+an ordinary token chunk costs a substring search. Like upstream's ``openai-parser`` it reads every
+``data:`` line on its own, wherever the chunk boundaries fall: several in one chunk, with or
+without a blank line between them, ``data:`` with or without the space, and a stream whose last
+line has no line end; lines may end in LF, CRLF or CR (the SSE spec allows all three). Field
+names follow the upstream parser: the Responses and Conversations APIs say
+``input_tokens``/``output_tokens``, the completions APIs ``prompt_tokens``/``completion_tokens``;
+anything else may use either.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ __all__ = ["SseUsageScanner", "Usage", "usage_from_json", "usage_from_object"]
 
 _USAGE_KEY = b'"usage"'
 _NULL_USAGE = (b'"usage":null', b'"usage": null')
-_COMPLETED = b"response.completed"
 _COMPLETIONS_OBJECTS = frozenset({"chat.completion", "chat.completion.chunk", "text_completion"})
 _CACHED_DETAILS = ("prompt_tokens_details", "prompt_token_details", "input_tokens_details")
 # A line longer than this without a newline is not an SSE event we can use; drop it, not memory.
@@ -102,7 +105,7 @@ class SseUsageScanner:
     def feed(self, chunk: bytes) -> None:
         """Scan the complete lines in ``chunk``; keep the unfinished last line for the next call."""
         data = self._tail + chunk if self._tail else chunk
-        cut = data.rfind(b"\n")
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
         if cut < 0:
             self._tail = data if len(data) <= _MAX_LINE else b""
             return
@@ -111,20 +114,21 @@ class SseUsageScanner:
             self._scan(data[:cut])
 
     def finish(self) -> None:
-        """Scan a final line that had no newline after it (the stream ended)."""
+        """Scan a final line that had no line end after it (the stream ended)."""
         tail, self._tail = self._tail, b""
         if _USAGE_KEY in tail:
             self._scan(tail)
 
     def _scan(self, lines: bytes) -> None:
-        for line in lines.split(b"\n"):
+        for line in lines.splitlines():
             if _USAGE_KEY not in line or not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 continue
-            if _COMPLETED not in payload and any(null in payload for null in _NULL_USAGE):
-                continue  # A token chunk announcing no usage: not worth decoding.
+            nulls = payload.count(_NULL_USAGE[0]) + payload.count(_NULL_USAGE[1])
+            if nulls and nulls == payload.count(_USAGE_KEY):
+                continue  # Every "usage" in it is null (a token chunk): not worth decoding.
             try:
                 usage = usage_from_object(json.loads(payload))
             except ValueError:

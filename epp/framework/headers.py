@@ -4,23 +4,41 @@ Upstream's names, verbatim (``pkg/epp/util/request/headers.go``, ``pkg/epp/metad
 gateway, its routes and its clients spell them this way, so they are defined once here and every
 layer (the ext_proc stream, the director, the pool dispatcher, plugins) imports them.
 Header names are lower case, as Envoy hands them over.
+
+The llm-d router renamed the control headers (``x-gateway-inference-objective`` became
+``x-llm-d-inference-objective``, ...) and still reads the old names as deprecated aliases. So do
+we: read a control header with :func:`read`, never ``headers.get``. One precedence rule, upstream's
+(``metadata.GetLowerCaseHeaderValue``): the llm-d spelling wins when a request carries both, even
+when its value is empty. Every spelling is system-owned, so none is echoed to the model server.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 __all__ = [
+    "ALIASES",
+    "CONFORMANCE_SERVED_ENDPOINT",
+    "DEFAULT_FAIRNESS_ID",
     "DESTINATION_ENDPOINT",
+    "DESTINATION_ENDPOINT_SCORES",
     "DESTINATION_ENDPOINT_SERVED",
     "DESTINATION_ENDPOINT_SUBSET",
     "FAIRNESS_ID",
     "INFERENCE_POOL",
     "LB_METADATA_NAMESPACE",
+    "LLM_D_FAIRNESS_ID",
+    "LLM_D_MODEL_NAME_REWRITE",
+    "LLM_D_OBJECTIVE",
     "MODEL_NAME_REWRITE",
     "OBJECTIVE",
     "REQUEST_ID",
     "SUBSET_HINT_NAMESPACE",
     "SYSTEM_OWNED",
+    "TEST_ENDPOINT_SELECTION",
     "WENT_INTO_RESP_HEADERS",
+    "read",
 ]
 
 REQUEST_ID = "x-request-id"
@@ -33,13 +51,32 @@ MODEL_NAME_REWRITE = "x-gateway-model-name-rewrite"
 """Set by a route: the model the server is sent, instead of the body's ``model``."""
 
 FAIRNESS_ID = "x-gateway-inference-fairness-id"
-"""The flow (tenant) a request belongs to, for flow control."""
+"""The flow (tenant) a request belongs to, for flow control and the ``fairness_id`` metric label."""
+
+DEFAULT_FAIRNESS_ID = "default-flow"
+"""The flow of a request that names none."""
+
+LLM_D_OBJECTIVE = "x-llm-d-inference-objective"
+LLM_D_MODEL_NAME_REWRITE = "x-llm-d-model-name-rewrite"
+LLM_D_FAIRNESS_ID = "x-llm-d-inference-fairness-id"
+
+ALIASES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        OBJECTIVE: (LLM_D_OBJECTIVE, OBJECTIVE),
+        MODEL_NAME_REWRITE: (LLM_D_MODEL_NAME_REWRITE, MODEL_NAME_REWRITE),
+        FAIRNESS_ID: (LLM_D_FAIRNESS_ID, FAIRNESS_ID),
+    }
+)
+"""Each control header the picker reads → its spellings, the one that wins first."""
 
 INFERENCE_POOL = "x-gateway-inference-pool"
 """Ours: names the pool (``name`` or ``namespace/name``) when one picker serves several."""
 
 DESTINATION_ENDPOINT = "x-gateway-destination-endpoint"
 """The picked ``ip:port`` (comma-separated fallbacks), as a header and as an ``envoy.lb`` metadata key."""
+
+DESTINATION_ENDPOINT_SCORES = "x-gateway-destination-endpoint-scores"
+"""``envoy.lb`` metadata key (``--emit-endpoint-scores``): a struct of ``ip:port`` → weighted score."""
 
 DESTINATION_ENDPOINT_SUBSET = "x-gateway-destination-endpoint-subset"
 """The metadata key, under :data:`SUBSET_HINT_NAMESPACE`, of the endpoints the gateway allows."""
@@ -50,6 +87,12 @@ DESTINATION_ENDPOINT_SERVED = "x-gateway-destination-endpoint-served"
 WENT_INTO_RESP_HEADERS = "x-went-into-resp-headers"
 """Upstream's marker on every response the picker processed."""
 
+TEST_ENDPOINT_SELECTION = "test-epp-endpoint-selection"
+"""Conformance suite, request (``--enable-conformance-test-hooks``): ``IP`` or ``IP:port`` list to pick from."""
+
+CONFORMANCE_SERVED_ENDPOINT = "x-conformance-test-served-endpoint"
+"""Conformance suite, response (``--enable-conformance-test-hooks``): :data:`DESTINATION_ENDPOINT_SERVED` echoed."""
+
 LB_METADATA_NAMESPACE = "envoy.lb"
 """The dynamic-metadata namespace Envoy's ORIGINAL_DST cluster reads the destination from."""
 
@@ -58,9 +101,7 @@ SUBSET_HINT_NAMESPACE = "envoy.lb.subset_hint"
 
 SYSTEM_OWNED = frozenset(
     {
-        FAIRNESS_ID,
-        OBJECTIVE,
-        MODEL_NAME_REWRITE,
+        *(spelling for spellings in ALIASES.values() for spelling in spellings),
         DESTINATION_ENDPOINT_SUBSET,
         DESTINATION_ENDPOINT,
         DESTINATION_ENDPOINT_SERVED,
@@ -68,3 +109,12 @@ SYSTEM_OWNED = frozenset(
     }
 )
 """Headers the picker never echoes back to Envoy (it owns them, or recomputes them)."""
+
+
+def read(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of control header ``name`` (one of :data:`ALIASES`) under whichever spelling wins; None if absent."""
+    for spelling in ALIASES[name]:
+        value = headers.get(spelling)
+        if value is not None:
+            return value
+    return None

@@ -72,15 +72,25 @@ PluginFactory = Callable[[str, Mapping[str, Any], PluginContext], Plugin]
 
 
 class PluginRegistry:
-    """Type name → factory; filled explicitly by ``epp.plugins.register_in_tree``."""
+    """Type name → factory; filled explicitly by ``epp.plugins.register_in_tree``.
+
+    A type registered ``experimental`` (upstream's Alpha stability) is one a configuration may
+    use only when the picker runs with ``--allow-experimental-plugins``; the loader checks it.
+    """
 
     def __init__(self) -> None:
         self._factories: dict[str, PluginFactory] = {}
+        self._experimental: set[str] = set()
 
-    def register(self, type_name: str, factory: PluginFactory) -> None:
+    def register(self, type_name: str, factory: PluginFactory, *, experimental: bool = False) -> None:
         if type_name in self._factories:
             raise ValueError(f"plugin type {type_name!r} registered twice")
         self._factories[type_name] = factory
+        if experimental:
+            self._experimental.add(type_name)
+
+    def is_experimental(self, type_name: str) -> bool:
+        return type_name in self._experimental
 
     def types(self) -> Iterable[str]:
         return sorted(self._factories)

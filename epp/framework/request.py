@@ -55,6 +55,8 @@ class RoutingDecision:
     targets: list[EndpointState]
     # Headers the picker adds to the response the client receives (e.g. a session token).
     response_headers: dict[str, str] = field(default_factory=dict)
+    # ``--emit-endpoint-scores``: every scored candidate's ``ip:port`` → weighted score (else None).
+    endpoint_scores: dict[str, float] | None = None
 
     @property
     def destination(self) -> str:

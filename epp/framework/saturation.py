@@ -2,17 +2,34 @@
 
 An endpoint is saturated when its waiting queue or KV-cache use reaches a threshold, or when its
 metrics are older than the staleness threshold (we cannot vouch for a pod we have not heard from).
+A detector turns the candidates of one request into a pool saturation; admission sheds sheddable
+work at >= 1.0 (upstream's ``SaturationDetector.Saturation``). How the per-endpoint scores are
+combined is the detector's :class:`Aggregation`.
+
+A filter that drops sheddable work by its own rule (the v0.3 tree) is a :class:`SelfAdmitting`
+plugin: a configuration whose every profile runs one has no separate admission step, as v0.3 had
+none, unless it names a saturation detector.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from epp.framework.endpoint import EndpointState
 
-__all__ = ["SaturationDetector", "Thresholds"]
+__all__ = ["Aggregation", "SaturationDetector", "SelfAdmitting", "Thresholds"]
+
+
+class Aggregation(enum.Enum):
+    """How per-endpoint utilisations become the pool's saturation (>= 1.0 sheds sheddable work)."""
+
+    AVERAGE = "average"
+    """Upstream's rule: the mean over the candidates, so hot endpoints can shed while one is idle."""
+    MINIMUM = "minimum"
+    """The least-loaded candidate's: shed only when every candidate is saturated."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +54,15 @@ class Thresholds:
 
 @runtime_checkable
 class SaturationDetector(Protocol):
-    """Decides whether endpoints (and so a pool) can take more sheddable work."""
+    """Decides whether a pool can take more sheddable work."""
 
-    def is_saturated(self, state: EndpointState, now: float) -> bool: ...
-
-    def utilization(self, state: EndpointState, now: float) -> float:
-        """``max(queue/queueThreshold, kv/kvThreshold)``; 1.0 for stale metrics."""
+    def saturation(self, candidates: Sequence[EndpointState], now: float) -> float:
+        """The pool's saturation over ``candidates``; 1.0 when there are none."""
         ...
 
-    def all_saturated(self, candidates: Sequence[EndpointState], now: float) -> bool:
-        """True when no candidate has room (and when there are no candidates)."""
-        ...
+
+@runtime_checkable
+class SelfAdmitting(Protocol):
+    """A Filter that sheds sheddable work itself (``legacy-filter-tree``'s hasCapacityForSheddable)."""
+
+    sheds_sheddable_work: bool

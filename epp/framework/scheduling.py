@@ -48,6 +48,8 @@ class ProfileResult:
     """The endpoints one profile chose, best first (more than one = fallback list)."""
 
     targets: list[EndpointState]
+    scored: Sequence[ScoredEndpoint] = ()
+    """Every candidate the profile scored, with its weighted score (set by the profile runner)."""
 
 
 @dataclass(slots=True)

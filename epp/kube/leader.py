@@ -9,6 +9,11 @@ takes the lease over only when ``renewTime + leaseDurationSeconds`` has passed; 
 carries the resourceVersion it read, so two candidates racing for an expired lease cannot both
 win (the loser gets 409). A holder that cannot renew within ``renew_deadline`` steps down, and
 on a clean stop it releases the lease so a follower takes over at once.
+
+The Lease is named as one upstream names it (``--ha-lease-name-style``): GIE's
+``epp-<ns>-<pool>.gateway-api-inference-extension.sigs.k8s.io`` (the default, and the only name
+earlier versions used, so a rolling update of our own pickers keeps one lease) or the llm-d
+router's ``epp-<ns>-<pool>.llm-d.ai``, to share the lease with llm-d pickers during a migration.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 from typing import Any
 
 from epp.clock import Clock, SystemClock
+from epp.config.options import LeaseNameStyle
 from epp.kube.client import Api, KubeApiError, KubeError, call_json
 from epp.tasks import cancel_and_wait, start_guarded
 
@@ -29,9 +35,15 @@ log = logging.getLogger(__name__)
 GROUP_VERSION = "coordination.k8s.io/v1"
 
 
-def lease_name(namespace: str, pool_name: str) -> str:
-    """Upstream's lock name, so a mixed fleet agrees on one lease."""
-    return f"epp-{namespace}-{pool_name}.gateway-api-inference-extension.sigs.k8s.io"
+_LEASE_SUFFIXES: dict[LeaseNameStyle, str] = {
+    "gie": "gateway-api-inference-extension.sigs.k8s.io",  # GIE pkg/epp/server/controller_manager.go
+    "llm-d": "llm-d.ai",  # llm-d router pkg/epp/server/controller_manager.go
+}
+
+
+def lease_name(namespace: str, pool_name: str, style: LeaseNameStyle = "gie") -> str:
+    """Upstream's lock name (GIE's or the llm-d router's), so a mixed fleet agrees on one lease."""
+    return f"epp-{namespace}-{pool_name}.{_LEASE_SUFFIXES[style]}"
 
 
 def _micro_time(epoch: float) -> str:
@@ -81,14 +93,23 @@ class LeaderElector:
             self._task = start_guarded(self._run(), name=f"leader-election:{self.name}")
 
     async def stop(self) -> None:
+        """Stop campaigning; a held lease is released so a follower takes over without waiting.
+
+        The release gets ``renew_deadline`` seconds (a graceful drain waits for it); if the API
+        server does not answer by then, the lease simply expires after ``lease_duration``.
+        """
         await cancel_and_wait(self._task)
         self._task = None
         if self.is_leader:
             self.is_leader = False
             try:
-                await self._release()
-            except KubeError as e:
-                log.warning("could not release the lease", extra={"lease": self.name, "error": str(e)})
+                async with asyncio.timeout(self.renew_deadline):
+                    released = await self._release()
+            except (KubeError, TimeoutError) as e:
+                log.warning("could not release the lease", extra={"lease": self.name, "error": str(e) or "timed out"})
+            else:
+                if released:
+                    log.info("released the lease", extra={"lease": self.name, "identity": self.identity})
 
     async def _run(self) -> None:
         while True:
@@ -157,13 +178,13 @@ class LeaderElector:
             raise
         return True
 
-    async def _release(self) -> None:
+    async def _release(self) -> bool:
         lease = await call_json(
             self._api, "GET", group_version=GROUP_VERSION, namespace=self.namespace, path=f"leases/{self.name}"
         )
         spec = lease.get("spec") or {}
         if spec.get("holderIdentity") != self.identity:
-            return
+            return False  # taken over meanwhile: nothing of ours to release
         spec["holderIdentity"] = ""  # an empty holder may be taken over at once
         lease["spec"] = spec
-        await self._write("PUT", f"leases/{self.name}", lease)
+        return await self._write("PUT", f"leases/{self.name}", lease)

@@ -6,6 +6,12 @@ away, discovery decides which optional kinds exist: InferenceObjective and
 InferenceModelRewrite, and for v1alpha2 pools InferenceModel. A cluster without those CRDs simply
 runs without them.
 
+InferenceObjective and InferenceModelRewrite are looked up in both groups that serve them,
+``llm-d.ai`` (the llm-d router's) and ``inference.networking.x-k8s.io`` (GIE's), and watched in
+each group that does. When both do, their objects are merged with one rule: an ``llm-d.ai``
+object wins over a legacy one of the same namespace and name, which is ignored with a warning and
+counted (``group_merge.py``). The llm-d router, in that case, ignores every legacy object.
+
 ``synced`` is set while the pool is known, the first pod list has arrived and every optional
 kind found by discovery has been listed once, and cleared when the pool is deleted. Upstream's
 ``PoolHasSynced`` waits for the pool and pods only; waiting for the rest too means a picker never
@@ -19,10 +25,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from typing import Any
 
-from epp.datastore.types import DatastoreWriter, PoolSpec
+from epp.datastore.types import DatastoreWriter, ObjectiveSpec, PoolSpec, RewriteSpec
 from epp.kube.client import Api, KubeError, served_kinds
+from epp.kube.group_merge import GroupMerge, Sink
 from epp.kube.informer import Informer, InformerHandler, InformerSettings, guarded_task
 from epp.kube.keyed import KeyedReconciler
 from epp.kube.objective_reconciler import model_reconciler, objective_reconciler
@@ -30,8 +38,7 @@ from epp.kube.pod_reconciler import PodReconciler
 from epp.kube.pool_reconciler import PoolReconciler
 from epp.kube.resources import (
     INFERENCE_MODEL,
-    INFERENCE_MODEL_REWRITE,
-    INFERENCE_OBJECTIVE,
+    OPTIONAL_KINDS,
     POD,
     V1ALPHA2_GROUP,
     ResourceKind,
@@ -39,6 +46,7 @@ from epp.kube.resources import (
 )
 from epp.kube.rewrite_reconciler import rewrite_reconciler
 from epp.kube.standalone import StandaloneReconciler
+from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["PoolReconcilers", "StandaloneReconciler"]
 
@@ -57,9 +65,11 @@ class PoolReconcilers:
         namespace: str,
         pool_group: str,
         settings: InformerSettings | None = None,
+        metrics: EppMetrics | None = None,
     ) -> None:
         self._api = api
         self._datastore = datastore
+        self._metrics = metrics
         self._pool_name = pool_name
         self._namespace = namespace
         self._pool_group = pool_group
@@ -86,8 +96,8 @@ class PoolReconcilers:
 
     @property
     def informers(self) -> dict[str, Informer]:
-        """Running informers by kind (tests read their counters)."""
-        return {inf.kind.kind: inf for inf in self._informers}
+        """Running informers by qualified kind (``Pod``, ``InferenceObjective.llm-d.ai``; tests read them)."""
+        return {inf.kind.qualified: inf for inf in self._informers}
 
     async def start(self) -> None:
         """Start the pod and pool informers, and discovery of the optional kinds."""
@@ -128,41 +138,65 @@ class PoolReconcilers:
 
     async def _discover(self) -> None:
         """Find which optional CRDs are served (retrying while the API server is away)."""
-        group_version = INFERENCE_OBJECTIVE.group_version
+        group_versions = sorted({k.group_version for kinds in OPTIONAL_KINDS.values() for k in kinds})
+        if self._pool_group == V1ALPHA2_GROUP:
+            group_versions.append(INFERENCE_MODEL.group_version)
         rng = random.Random()
         attempt = 0
         while True:
             try:
                 async with asyncio.timeout(self._settings.request_timeout):
-                    kinds = await served_kinds(self._api, group_version)
+                    served = {gv: await served_kinds(self._api, gv) for gv in dict.fromkeys(group_versions)}
                 break
             except (KubeError, TimeoutError) as e:
                 delay = self._settings.backoff.delay(attempt, rng)
                 attempt += 1
                 log.warning("discovery failed; retrying", extra={"error": str(e), "retry_in": round(delay, 3)})
                 await self._settings.clock.sleep(delay)
+        ds, pool = self._datastore, {"pool_name": self._pool_name, "pool_group": self._pool_group}
+        objective_kinds, rewrite_kinds = OPTIONAL_KINDS["InferenceObjective"], OPTIONAL_KINDS["InferenceModelRewrite"]
+        objectives = GroupMerge[ObjectiveSpec](
+            objective_kinds,
+            Sink(ds.set_objective, ds.remove_objective),
+            on_shadowed=self._shadow_gauge(objective_kinds),
+        )
+        rewrites = GroupMerge[RewriteSpec](
+            rewrite_kinds, Sink(ds.set_rewrite, ds.remove_rewrite), on_shadowed=self._shadow_gauge(rewrite_kinds)
+        )
+        winning_objective, legacy_objective = objective_kinds
+        winning_rewrite, legacy_rewrite = rewrite_kinds
         optional: list[tuple[ResourceKind, KeyedReconciler[Any]]] = [
-            (
-                INFERENCE_OBJECTIVE,
-                objective_reconciler(self._datastore, pool_name=self._pool_name, pool_group=self._pool_group),
-            ),
-            (
-                INFERENCE_MODEL_REWRITE,
-                rewrite_reconciler(self._datastore, pool_name=self._pool_name, pool_group=self._pool_group),
-            ),
+            (winning_objective, objective_reconciler(objectives.winning, winning_objective, **pool)),
+            (legacy_objective, objective_reconciler(objectives.legacy, legacy_objective, **pool)),
+            (winning_rewrite, rewrite_reconciler(rewrites.winning, winning_rewrite, **pool)),
+            (legacy_rewrite, rewrite_reconciler(rewrites.legacy, legacy_rewrite, **pool)),
         ]
         if self._pool_group == V1ALPHA2_GROUP:
             optional.append((INFERENCE_MODEL, model_reconciler(self._datastore, pool_name=self._pool_name)))
         started: list[Informer] = []
         for kind, reconciler in optional:
-            if kind.kind not in kinds:
-                log.info("kind not served; not watching it", extra={"kind": kind.kind, "group_version": group_version})
+            if kind.kind not in served[kind.group_version]:
+                log.info(
+                    "kind not served; not watching it", extra={"kind": kind.kind, "group_version": kind.group_version}
+                )
                 continue
             informer = self._informer(kind, reconciler)
             self._keyed.append(reconciler)
             self._informers.append(informer)
             started.append(informer)
             informer.start()
+        for name, kinds in OPTIONAL_KINDS.items():
+            if all(k.kind in served[k.group_version] for k in kinds):
+                log.info(
+                    "kind served in both API groups; watching both, the first group wins a name both hold",
+                    extra={"kind": name, "groups": [k.group for k in kinds]},
+                )
         await asyncio.gather(*(informer.synced.wait() for informer in started))
         self.discovered.set()
         self._update_synced()
+
+    def _shadow_gauge(self, kinds: tuple[ResourceKind, ResourceKind]) -> Callable[[int], None] | None:
+        """Sets ``epp_api_group_shadowed_objects`` for this pool and kind."""
+        if self._metrics is None:
+            return None
+        return self._metrics.shadowed_objects.labels(self._pool_name, kinds[0].kind).set

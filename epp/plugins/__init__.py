@@ -41,8 +41,13 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (markers.OPENAI_PARSER_TYPE, markers.factory(markers.OPENAI_PARSER_TYPE)),
 )
 
+# Types the llm-d router registers with Alpha stability (cmd/epp/runner/runner.go): a configuration
+# may use them only with --allow-experimental-plugins. Every other type above is Beta there (or,
+# legacy-filter-tree, GIE v0.3's, which had no stability levels).
+_EXPERIMENTAL = frozenset({session_affinity_scorer.TYPE})
+
 
 def register_in_tree(registry: PluginRegistry) -> None:
     """Register every in-tree plugin type on ``registry``."""
     for type_name, factory in _IN_TREE:
-        registry.register(type_name, factory)
+        registry.register(type_name, factory, experimental=type_name in _EXPERIMENTAL)

@@ -9,7 +9,7 @@ This is a helper, not a plugin: it imports nothing but the framework.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.durations import parse_duration
@@ -81,6 +81,15 @@ class Params:
             return default
         if not isinstance(value, str) or not value.strip():
             raise self._error(key, "must be a non-empty string", value)
+        return value
+
+    def choice(self, key: str, default: str, choices: Sequence[str]) -> str:
+        """One of ``choices``, spelt exactly."""
+        value = self._get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str) or value not in choices:
+            raise self._error(key, f"must be one of {', '.join(choices)}", value)
         return value
 
     def duration(self, key: str, default: float) -> float:

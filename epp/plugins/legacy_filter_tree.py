@@ -18,6 +18,12 @@ integer division for queues. v0.3 counted waiting adapters as active, and so doe
 
 v0.3 then picked uniformly at random among the survivors: pair this filter with
 ``random-picker`` and no scorers in a profile to get v0.3 routing (see docs/scheduling.md).
+
+v0.3 had no admission step in front of the tree: sheddable (non-critical) work was dropped only
+by the tree's own ``hasCapacityForSheddable`` branch (queue <= 5, so a pod at queue 5 still took
+it). The filter says so (``sheds_sheddable_work``), and a configuration whose every profile runs
+it gets no separate admission step unless it names a saturation detector; otherwise the
+default utilization-detector would shed at queue 5 where v0.3 routed.
 """
 
 from __future__ import annotations
@@ -88,6 +94,7 @@ class LegacyFilterTree(NamedPlugin):
     """The v0.3 tree as a Filter; its thresholds are parameters with the v0.3 defaults."""
 
     plugin_type = TYPE
+    sheds_sheddable_work = True  # framework.saturation.SelfAdmitting: no admission step in front of it
 
     __slots__ = ("_affinity", "_kv_threshold", "_lora_queue", "_queue_critical", "_rng", "_root")
 

@@ -1,10 +1,11 @@
 """utilization-detector: the saturation detector (admission) and a filter that sheds hot endpoints.
 
-An endpoint is saturated when its waiting queue reaches ``queueDepthThreshold``, its KV-cache
-use reaches ``kvCacheUtilThreshold``, or its metrics are older than ``metricsStalenessThreshold``
-(we cannot vouch for a pod we have not heard from). Admission sheds sheddable work only when
-*every* candidate is saturated (``all_saturated``); upstream instead averages a per-endpoint
-utilisation and sheds at >= 1.0, which can shed while one endpoint is idle.
+An endpoint's utilisation is ``max(queue / queueDepthThreshold, kv / kvCacheUtilThreshold)``, and
+1.0 when its metrics are older than ``metricsStalenessThreshold`` (we cannot vouch for a pod we
+have not heard from); at >= 1.0 it is saturated. The pool's saturation, on which admission sheds
+sheddable work at >= 1.0, combines the candidates' utilisations by ``aggregation``: ``average``
+(the default, upstream's rule) or ``minimum`` (our option: shed only when every candidate is
+saturated, so one idle endpoint keeps sheddable work flowing). No candidates count as 1.0.
 
 As a Filter (only when a profile references it) it keeps endpoints with fresh metrics and
 ``queue < queueDepthThreshold * (1 + headroom)`` and ``kv < kvCacheUtilThreshold * (1 + headroom)``;
@@ -21,7 +22,7 @@ from epp.clock import Clock
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
 from epp.framework.request import InferenceRequest
-from epp.framework.saturation import Thresholds
+from epp.framework.saturation import Aggregation, Thresholds
 from epp.framework.scheduling import CycleState
 from epp.plugins._params import Params
 
@@ -35,11 +36,19 @@ class UtilizationDetector(NamedPlugin):
 
     plugin_type = TYPE
 
-    __slots__ = ("_clock", "_kv", "_kv_limit", "_queue", "_queue_limit", "_stale", "thresholds")
+    __slots__ = ("_clock", "_kv", "_kv_limit", "_queue", "_queue_limit", "_stale", "aggregation", "thresholds")
 
-    def __init__(self, name: str = TYPE, *, thresholds: Thresholds | None = None, clock: Clock) -> None:
+    def __init__(
+        self,
+        name: str = TYPE,
+        *,
+        thresholds: Thresholds | None = None,
+        aggregation: Aggregation = Aggregation.AVERAGE,
+        clock: Clock,
+    ) -> None:
         super().__init__(name)
         self.thresholds = t = thresholds if thresholds is not None else Thresholds()
+        self.aggregation = aggregation
         self._clock = clock
         self._queue = t.queue_depth
         self._kv = t.kv_cache_util
@@ -47,19 +56,21 @@ class UtilizationDetector(NamedPlugin):
         self._queue_limit = t.queue_depth * (1.0 + t.headroom)
         self._kv_limit = t.kv_cache_util * (1.0 + t.headroom)
 
-    def is_saturated(self, state: EndpointState, now: float) -> bool:
-        m = state.metrics
-        return m.age(now) > self._stale or m.waiting_queue >= self._queue or m.kv_cache_usage >= self._kv
-
     def utilization(self, state: EndpointState, now: float) -> float:
+        """``max(queue/queueDepthThreshold, kv/kvCacheUtilThreshold)``; 1.0 for stale metrics (>= 1.0: saturated)."""
         m = state.metrics
         if m.age(now) > self._stale:
             return 1.0
         return max(m.waiting_queue / self._queue, m.kv_cache_usage / self._kv)
 
-    def all_saturated(self, candidates: Sequence[EndpointState], now: float) -> bool:
-        is_saturated = self.is_saturated
-        return all(is_saturated(c, now) for c in candidates)
+    def saturation(self, candidates: Sequence[EndpointState], now: float) -> float:
+        if not candidates:
+            return 1.0
+        utilization = self.utilization
+        scores = [utilization(c, now) for c in candidates]
+        if self.aggregation is Aggregation.MINIMUM:
+            return min(scores)
+        return sum(scores) / len(scores)
 
     def filter(
         self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
@@ -81,9 +92,10 @@ def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> 
     kv = params.number("kvCacheUtilThreshold", defaults.kv_cache_util, minimum=0.0, maximum=1.0, exclusive_minimum=True)
     stale = params.duration("metricsStalenessThreshold", defaults.staleness_seconds)
     headroom = params.number("headroom", defaults.headroom, minimum=0.0)
+    aggregation = params.choice("aggregation", Aggregation.AVERAGE.value, [a.value for a in Aggregation])
     params.done()
     try:
         thresholds = Thresholds(queue_depth=queue, kv_cache_util=kv, staleness_seconds=stale, headroom=headroom)
     except ValueError as exc:  # Thresholds re-checks; the getters above should already have caught it
         raise PluginConfigError(f"{TYPE}.parameters: {exc}") from exc
-    return UtilizationDetector(name, thresholds=thresholds, clock=context.clock)
+    return UtilizationDetector(name, thresholds=thresholds, aggregation=Aggregation(aggregation), clock=context.clock)

@@ -5,17 +5,21 @@ resolves what the request *means*: target model, objective and priority. ``route
 requests), in order (upstream ``requestcontrol/director.go``, plus v0.3's
 InferenceModel path for ``v1alpha2`` pools):
 
-1. target model: header ``x-gateway-model-name-rewrite``, else the client's model; then the
+1. target model: header ``x-llm-d-model-name-rewrite`` (or ``x-gateway-…``), else the client's model; then the
    InferenceModelRewrite for the client's model (oldest exact rule, else oldest generic rule);
    then, for a v1alpha2 pool, the InferenceModel whose ``modelName`` is that name (unknown →
    404; ``targetModels`` weighted split; criticality → priority Critical 1, Standard 0,
    Sheddable -1). v1 pools and standalone mode accept any model;
-2. priority: header ``x-gateway-inference-objective`` names an InferenceObjective whose
+2. priority: header ``x-llm-d-inference-objective`` (or ``x-gateway-…``) names an InferenceObjective whose
    priority (unset → 0) overrides the criticality;
-3. candidates: every endpoint, or those whose IP is in the Envoy subset hint;
-4. admission: sheddable (priority < 0) work is shed (429) when every candidate is saturated;
+3. candidates: every endpoint, or those whose IP is in the Envoy subset hint; with
+   ``--enable-conformance-test-hooks`` a ``test-epp-endpoint-selection`` header instead names
+   them, and they are taken in turn, without admission or scheduling (``conformance.py``);
+4. admission: sheddable (priority < 0) work is shed (429) when the saturation detector puts the
+   candidates' saturation at >= 1.0 (skipped when the config sheds by itself: the v0.3 tree);
 5. no candidates → 503;
-6. schedule (429 when nothing fits), run PreRequest plugins, return the targets.
+6. schedule (429 when nothing fits), run PreRequest plugins, return the targets (and, with
+   ``--emit-endpoint-scores``, the primary profile's weighted score of every candidate).
 
 Everything is synchronous and reads the datastore and the current config once per request, so a
 config reload or a datastore change lands between requests, never inside one.
@@ -38,15 +42,18 @@ from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.framework.scheduling import CycleState
 from epp.requestcontrol.admission import admit
+from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
 from epp.requestcontrol.rewrites import ModelRewriter, weighted_target
 from epp.scheduling.profile import Observe, plugin_observer
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.tracing import REQUEST_CONTROL_SCOPE, Span, span
 
 __all__ = ["CRITICALITY_PRIORITY", "PoolDirector"]
 
 log = logging.getLogger(__name__)
 
 CRITICALITY_PRIORITY = {"Critical": 1, "Standard": 0, "Sheddable": -1}
+_NO_CANDIDATES = "failed to find endpoint candidates for serving the request"
 
 
 class PoolDirector:
@@ -59,8 +66,13 @@ class PoolDirector:
         metrics: EppMetrics,
         clock: Clock,
         rng: random.Random,
+        *,
+        conformance_hooks: bool = False,
+        emit_endpoint_scores: bool = False,
     ) -> None:
         self._datastore = datastore
+        self._emit_scores = emit_endpoint_scores
+        self._round_robin = RoundRobin() if conformance_hooks else None
         self._config = config_provider
         self._metrics = metrics
         self._clock = clock
@@ -69,14 +81,30 @@ class PoolDirector:
         self._observers: dict[tuple[str, TypedName], Observe] = {}
 
     def route(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
-        """Resolve, admit and schedule a request with a body; raises :class:`EppError`."""
+        """Resolve, admit and schedule a request with a body; raises :class:`EppError`.
+
+        Traced requests get upstream's ``gateway.request_orchestration`` span around all of it.
+        """
+        with span("gateway.request_orchestration", REQUEST_CONTROL_SCOPE, server=True) as orchestration:
+            return self._route(request, subset, orchestration)
+
+    def _route(
+        self, request: InferenceRequest, subset: frozenset[str] | None, orchestration: Span | None
+    ) -> RoutingDecision:
         datastore = self._datastore
         self._resolve_model_and_priority(request, datastore)
+        if orchestration is not None:
+            orchestration.set_attribute("target_model", request.target_model)
+            orchestration.set_attribute("request_prio", request.priority)
+        chosen = self._test_selection(request)
+        if chosen is not None:
+            return chosen
         candidates = self._candidates(subset)
         config = self._config()
-        admit(request, candidates, config.saturation_detector, self._clock.now())
+        if config.admission:
+            admit(request, candidates, config.saturation_detector, self._clock.now())
         if not candidates:
-            raise EppError(ErrorCode.SERVICE_UNAVAILABLE, "failed to find endpoint candidates for serving the request")
+            raise EppError(ErrorCode.SERVICE_UNAVAILABLE, _NO_CANDIDATES)
         cycle = CycleState()
         result = config.scheduler.schedule(request, candidates, cycle=cycle)
         for plugin in config.pre_request:
@@ -87,13 +115,19 @@ class PoolDirector:
             except Exception:  # a plugin bug must not fail a request that already has a target
                 log.exception("PreRequest plugin failed", extra={"plugin": str(plugin.typed_name)})
             observe(time.perf_counter() - start)
-        decision = RoutingDecision(list(result.primary.targets))
+        primary = result.primary
+        decision = RoutingDecision(list(primary.targets))
+        if self._emit_scores and primary.scored:  # upstream: only when the primary profile scored any
+            decision.endpoint_scores = {s.state.endpoint.hostport: s.score for s in primary.scored}
         for contributor in config.response_headers:
             decision.response_headers.update(contributor.response_headers(request, result))
         return decision
 
     def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
         """A request without a body (e.g. GET /v1/models): any candidate, chosen at random."""
+        chosen = self._test_selection(request)
+        if chosen is not None:
+            return chosen
         candidates = self._candidates(subset)
         if not candidates:
             raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
@@ -116,7 +150,7 @@ class PoolDirector:
 
     def _resolve_model_and_priority(self, request: InferenceRequest, datastore: DatastoreReader) -> None:
         incoming = request.model
-        target = request.headers.get(headers.MODEL_NAME_REWRITE) or incoming
+        target = headers.read(request.headers, headers.MODEL_NAME_REWRITE) or incoming
         rewritten = self._rewriter.rewrite(incoming, datastore.rewrites())
         if rewritten is not None:
             target = rewritten
@@ -133,13 +167,26 @@ class PoolDirector:
             priority = CRITICALITY_PRIORITY.get(model.criticality or "", 0)
         request.target_model = target
 
-        objective_name = request.headers.get(headers.OBJECTIVE, "")
+        objective_name = headers.read(request.headers, headers.OBJECTIVE)
         if objective_name:
             request.objective = objective_name
             objective = datastore.objective(objective_name)
             if objective is not None:
                 priority = objective.priority or 0
         request.priority = priority
+
+    def _test_selection(self, request: InferenceRequest) -> RoutingDecision | None:
+        """The next endpoint ``test-epp-endpoint-selection`` names; None without it or without the hooks."""
+        round_robin = self._round_robin
+        if round_robin is None:
+            return None
+        value = request.headers.get(headers.TEST_ENDPOINT_SELECTION, "").strip()
+        if not value:
+            return None
+        selected = selected_endpoints(value, self._datastore.endpoints())
+        if not selected:
+            raise EppError(ErrorCode.SERVICE_UNAVAILABLE, _NO_CANDIDATES)
+        return RoutingDecision([round_robin.pick(selected)])
 
     def _candidates(self, subset: frozenset[str] | None) -> Sequence[EndpointState]:
         endpoints = self._datastore.endpoints()

@@ -7,6 +7,11 @@ is multiplied by the scorer's weight; a scorer returning the wrong number of sco
 returning nothing, fails the profile. Each plugin call is timed into
 ``inference_extension_plugin_duration_seconds{extension_point, plugin_type, plugin_name}``
 through a histogram child resolved once at build time, so timing costs one ``observe`` per call.
+
+When the request is traced, a run is a ``run_scheduler_profile`` span with one child per stage,
+named and annotated as upstream's (``filter_endpoints``, ``llm_d.epp.scoring`` with an
+``llm_d.epp.scorer.<type>`` child per scorer, ``pick_endpoints``); untraced, each would-be span
+costs one ContextVar read (:func:`epp.telemetry.tracing.span`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, Filter, Picker, ProfileResult, ScoredEndpoint, Scorer
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.tracing import SCHEDULING_SCOPE, Span, span
 
 __all__ = [
     "NO_ENDPOINTS",
@@ -31,6 +37,8 @@ __all__ = [
 ]
 
 NO_ENDPOINTS = "no endpoints available for the given request"
+
+_TRACED_TOP_ENDPOINTS = 5  # upstream's maxTracedEndpointScores: the pick span names the best few
 
 Observe = Callable[[float], None]
 """Records one duration in seconds."""
@@ -81,7 +89,13 @@ class SchedulerProfile:
         self.picker = picker
         self._filters = tuple((f, plugin_observer(metrics, "Filter", f.typed_name)) for f in self.filters)
         self._scorers = tuple(
-            (ws.scorer, ws.weight, plugin_observer(metrics, "Scorer", ws.scorer.typed_name)) for ws in self.scorers
+            (
+                ws.scorer,
+                ws.weight,
+                plugin_observer(metrics, "Scorer", ws.scorer.typed_name),
+                f"llm_d.epp.scorer.{ws.scorer.typed_name.type}",  # its span's name, made once
+            )
+            for ws in self.scorers
         )
         self._picker = (picker, plugin_observer(metrics, "Picker", picker.typed_name))
 
@@ -91,36 +105,73 @@ class SchedulerProfile:
 
     def run(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> ProfileResult:
         """Filter, score and pick; raises :class:`ProfileError` when no endpoint comes out."""
+        with span("run_scheduler_profile", SCHEDULING_SCOPE) as profile_span:
+            if profile_span is not None:
+                profile_span.set_attribute("llm_d.epp.scheduling.profile.name", self._name)
+            endpoints = self._filter(cycle, request, candidates)
+            totals = self._score(cycle, request, endpoints)
+            return self._pick(cycle, request, endpoints, totals)
+
+    def _filter(
+        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
+    ) -> Sequence[EndpointState]:
         clock = time.perf_counter
         endpoints = candidates
-        for plugin, observe in self._filters:
-            start = clock()
-            endpoints = plugin.filter(cycle, request, endpoints)
-            observe(clock() - start)
-            if not endpoints:
-                raise ProfileError(NO_ENDPOINTS)
+        with span("filter_endpoints", SCHEDULING_SCOPE) as stage:
+            if stage is not None:
+                stage.set_attribute("llm_d.epp.filter.candidate_endpoints", len(candidates))
+                _request_attributes(stage, request)
+            for plugin, observe in self._filters:
+                start = clock()
+                endpoints = plugin.filter(cycle, request, endpoints)
+                observe(clock() - start)
+                if not endpoints:
+                    break
+            if stage is not None:
+                stage.set_attribute("llm_d.epp.filter.filtered_endpoints", len(endpoints))
         if not endpoints:
             raise ProfileError(NO_ENDPOINTS)
+        return endpoints
 
+    def _score(self, cycle: CycleState, request: InferenceRequest, endpoints: Sequence[EndpointState]) -> list[float]:
+        clock = time.perf_counter
         count = len(endpoints)
         totals = [0.0] * count
-        for scorer, weight, observe in self._scorers:
-            start = clock()
-            scores = scorer.score(cycle, request, endpoints)
-            observe(clock() - start)
-            if len(scores) != count:
-                raise ProfileError(f"scorer {scorer.typed_name} returned {len(scores)} scores for {count} endpoints")
-            for i, score in enumerate(scores):
-                if score > 0.0:  # negatives and NaN add nothing
-                    totals[i] += weight if score >= 1.0 else score * weight
+        with span("llm_d.epp.scoring", SCHEDULING_SCOPE) as stage:
+            if stage is not None:
+                stage.set_attribute("llm_d.epp.scorer.count", len(self._scorers))
+                stage.set_attribute("llm_d.epp.scoring.candidate_endpoints", count)
+                _request_attributes(stage, request)
+            for scorer, weight, observe, span_name in self._scorers:
+                with span(span_name, SCHEDULING_SCOPE) as scorer_span:
+                    start = clock()
+                    scores = scorer.score(cycle, request, endpoints)
+                    observe(clock() - start)
+                    if scorer_span is not None:
+                        _scorer_attributes(scorer_span, scorer.typed_name, weight, count, scores)
+                if len(scores) != count:
+                    raise ProfileError(
+                        f"scorer {scorer.typed_name} returned {len(scores)} scores for {count} endpoints"
+                    )
+                for i, score in enumerate(scores):
+                    if score > 0.0:  # negatives and NaN add nothing
+                        totals[i] += weight if score >= 1.0 else score * weight
+        return totals
 
+    def _pick(
+        self, cycle: CycleState, request: InferenceRequest, endpoints: Sequence[EndpointState], totals: list[float]
+    ) -> ProfileResult:
         picker, observe = self._picker
         scored = [ScoredEndpoint(e, s) for e, s in zip(endpoints, totals, strict=True)]
-        start = clock()
-        result = picker.pick(cycle, request, scored)
-        observe(clock() - start)
+        with span("pick_endpoints", SCHEDULING_SCOPE) as stage:
+            if stage is not None:  # before the pick: pickers may reorder ``scored``
+                _picker_attributes(stage, request, scored)
+            start = time.perf_counter()
+            result = picker.pick(cycle, request, scored)
+            observe(time.perf_counter() - start)
         if not result.targets:
             raise ProfileError(f"picker {picker.typed_name} returned no endpoints")
+        result.scored = scored  # every candidate, though pickers may have reordered it (one reference)
         return result
 
     def __repr__(self) -> str:
@@ -128,3 +179,32 @@ class SchedulerProfile:
         filters = ", ".join(str(f.typed_name) for f in self.filters)
         picker = self.picker.typed_name
         return f"SchedulerProfile({self._name!r}, filters=[{filters}], scorers=[{scorers}], picker={picker})"
+
+
+def _request_attributes(stage: Span, request: InferenceRequest) -> None:
+    if request.target_model:
+        stage.set_attribute("gen_ai.request.model", request.target_model)
+    if request.request_id:
+        stage.set_attribute("gen_ai.request.id", request.request_id)
+
+
+def _scorer_attributes(stage: Span, typed_name: TypedName, weight: float, count: int, scores: Sequence[float]) -> None:
+    """Who scored and a summary of the raw scores; no per-endpoint keys, so span size stays bounded."""
+    stage.set_attribute("llm_d.epp.scorer.type", typed_name.type)
+    stage.set_attribute("llm_d.epp.scorer.name", typed_name.name)
+    stage.set_attribute("llm_d.epp.scorer.weight", float(weight))
+    stage.set_attribute("llm_d.epp.scorer.candidate_endpoints", count)
+    if scores:
+        stage.set_attribute("llm_d.epp.scorer.score.max", float(max(scores)))
+        stage.set_attribute("llm_d.epp.scorer.score.avg", float(sum(scores)) / len(scores))
+        stage.set_attribute("llm_d.epp.scorer.endpoints_scored", len(scores))
+
+
+def _picker_attributes(stage: Span, request: InferenceRequest, scored: Sequence[ScoredEndpoint]) -> None:
+    """The candidates' count and the best few (``namespace/name``, weighted score), best first."""
+    stage.set_attribute("llm_d.epp.picker.candidate_endpoints", len(scored))
+    best = sorted(scored, key=lambda s: (-s.score, s.state.endpoint.key))[:_TRACED_TOP_ENDPOINTS]
+    if best:
+        stage.set_attribute("llm_d.epp.picker.top_endpoints", [s.state.endpoint.key for s in best])
+        stage.set_attribute("llm_d.epp.picker.top_scores", [s.score for s in best])
+    _request_attributes(stage, request)

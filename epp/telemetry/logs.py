@@ -6,7 +6,12 @@ The ext_proc stream sets :data:`request_id_var` when it learns ``x-request-id``;
 :class:`RequestIdFilter` on our handler copies it onto every record logged in that context.
 
 Verbosity follows upstream's ``-v`` (``pkg/common/observability/logging``): 2 (default) → INFO,
-3 → VERBOSE, 4 → DEBUG, 5+ → TRACE; 0–1 → WARNING.
+3 → VERBOSE, 4 → DEBUG, 5+ → TRACE; 0–1 → WARNING. ``--zap-log-level`` overrides it.
+
+With ``--zap-encoder json`` every line the process writes to stderr is one JSON object: records of
+libraries go through the same root handler, Python warnings are routed into logging, and an
+exception's traceback is a string field (``exc``) of its record, never extra lines. (gRPC's C
+core prints past Python logging; ``epp serve`` silences it in JSON mode.)
 """
 
 from __future__ import annotations
@@ -87,7 +92,7 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
         fields["request_id"] = request_id
     for key, value in record.__dict__.items():
         if key not in _RESERVED and not key.startswith("_"):
-            fields[key] = value
+            fields.setdefault(key, value)  # ``extra={"level": ...}`` must not clobber the record's own keys
     return fields
 
 
@@ -155,6 +160,7 @@ def setup_logging(options: LoggingOptions | None = None, *, stream: TextIO | Non
     setattr(handler, _INSTALLED, True)
     root.addHandler(handler)
     root.setLevel(level)
+    logging.captureWarnings(True)  # else ``warnings.warn`` writes raw lines to stderr
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.NOTSET if level <= logging.DEBUG else logging.WARNING)
     return handler

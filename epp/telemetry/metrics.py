@@ -2,13 +2,26 @@
 
 Series live on a registry the caller owns (one per process, or per test), never the global one,
 so tests can run side by side and compare exact values.
+
+Upstream's series come under GIE's names (``inference_objective_*``, ``inference_pool_*``,
+``inference_extension_*``), the llm-d router's (``llm_d_epp_*``, with ``fairness_id`` and
+``priority`` on the request series), or both, as ``--metrics-naming`` says; each is a
+:class:`~epp.telemetry.families.Family` written through one call. The default, ``both``, is what
+the llm-d router emits and what the upstream dashboards read: GIE's
+``tools/dashboards/inference_gateway.json`` queries ``inference_*``, the llm-d dashboards
+(llm-d ``guides/recipes/observability/grafana``) query ``llm_d_epp_*``. Our own series
+(``epp_*``) have one name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from epp import __version__
+from epp.config.options import MetricsNaming
+from epp.telemetry.families import Families, Names
 
 __all__ = ["EppMetrics"]
 
@@ -31,173 +44,257 @@ _OVERHEAD_BUCKETS = (
 _SCRAPE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 _OBJECTIVE = ("model_name", "target_model_name")
+_REQUEST = (*_OBJECTIVE, "fairness_id", "priority")
+"""The llm-d request labels; values are always given in this order (GIE's series take a subset)."""
+_PLUGIN = ("plugin_name", "plugin_type")
 
 
-def _alpha(text: str) -> str:
-    return f"[ALPHA] {text}"
+def _request(gie: str, llm_d: str, gie_help: str, llm_d_help: str, *, gie_labels: tuple[str, ...]) -> Names:
+    return Names(gie, llm_d, gie_help, llm_d_help, labels=_REQUEST, gie_labels=gie_labels)
+
+
+def _pool(gie: str, llm_d: str, gie_help: str, llm_d_help: str = "") -> Names:
+    return Names(gie, llm_d, gie_help, llm_d_help, labels=("name",))
 
 
 class EppMetrics:
     """Every series the picker exports; components receive this object, not the registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, naming: MetricsNaming = "both") -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
-        # Requests (inference_objective_*, plus the legacy inference_model_* request counter).
-        self.request_total = Counter(
-            "inference_objective_request_total",
-            _alpha("Counter of inference objective requests broken out for each model and target model."),
-            (*_OBJECTIVE, "priority"),
-            registry=r,
+        f = Families(r, naming)
+        # Requests: values in _REQUEST order (model, target model, fairness id, priority).
+        self.request_total = f.counter(
+            _request(
+                "inference_objective_request_total",
+                "llm_d_epp_request_total",
+                "Counter of inference objective requests broken out for each model and target model.",
+                "Total number of processed requests.",
+                gie_labels=(*_OBJECTIVE, "priority"),
+            )
         )
-        self.legacy_request_total = Counter(
-            "inference_model_request_total",
-            _alpha("Counter of inference model requests broken out for each model and target model."),
-            _OBJECTIVE,
-            registry=r,
+        self.legacy_request_total = f.counter(  # v0.3's counter; the llm-d router has no such series
+            Names(
+                "inference_model_request_total",
+                None,
+                "Counter of inference model requests broken out for each model and target model.",
+                labels=_REQUEST,
+                gie_labels=_OBJECTIVE,
+            )
         )
-        self.request_error_total = Counter(
-            "inference_objective_request_error_total",
-            _alpha("Counter of inference objective requests errors broken out for each model and target model."),
-            (*_OBJECTIVE, "error_code"),
-            registry=r,
+        self.request_error_total = f.counter(  # values: _REQUEST, then the error code
+            Names(
+                "inference_objective_request_error_total",
+                "llm_d_epp_request_error_total",
+                "Counter of inference objective requests errors broken out for each model and target model.",
+                "Total number of request errors.",
+                labels=(*_REQUEST, "error_code"),
+                gie_labels=(*_OBJECTIVE, "error_code"),
+            )
         )
-        self.request_duration = Histogram(
-            "inference_objective_request_duration_seconds",
-            _alpha("Inference objective response latency distribution in seconds for each model and target model."),
-            _OBJECTIVE,
-            buckets=_DURATION_BUCKETS,
-            registry=r,
+        self.request_duration = f.histogram(
+            _request(
+                "inference_objective_request_duration_seconds",
+                "llm_d_epp_request_duration_seconds",
+                "Inference objective response latency distribution in seconds for each model and target model.",
+                "End-to-end request latency distribution in seconds.",
+                gie_labels=_OBJECTIVE,
+            ),
+            _DURATION_BUCKETS,
         )
-        self.request_sizes = Histogram(
-            "inference_objective_request_sizes",
-            _alpha("Inference objective requests size distribution in bytes for each model and target model."),
-            _OBJECTIVE,
-            buckets=_REQUEST_SIZE_BUCKETS,
-            registry=r,
+        self.request_sizes = f.histogram(
+            _request(
+                "inference_objective_request_sizes",
+                "llm_d_epp_request_size_bytes",
+                "Inference objective requests size distribution in bytes for each model and target model.",
+                "Incoming request body size distribution in bytes.",
+                gie_labels=_OBJECTIVE,
+            ),
+            _REQUEST_SIZE_BUCKETS,
         )
-        self.response_sizes = Histogram(
-            "inference_objective_response_sizes",
-            _alpha("Inference objective responses size distribution in bytes for each model and target model."),
-            _OBJECTIVE,
-            buckets=_RESPONSE_SIZE_BUCKETS,
-            registry=r,
+        self.response_sizes = f.histogram(
+            _request(
+                "inference_objective_response_sizes",
+                "llm_d_epp_response_size_bytes",
+                "Inference objective responses size distribution in bytes for each model and target model.",
+                "Outgoing response body size distribution in bytes.",
+                gie_labels=_OBJECTIVE,
+            ),
+            _RESPONSE_SIZE_BUCKETS,
         )
-        self.input_tokens = Histogram(
-            "inference_objective_input_tokens",
-            _alpha("Inference objective input token count distribution for requests in each model."),
-            _OBJECTIVE,
-            buckets=_INPUT_TOKEN_BUCKETS,
-            registry=r,
+        self.input_tokens = f.histogram(
+            _request(
+                "inference_objective_input_tokens",
+                "llm_d_epp_request_input_tokens",
+                "Inference objective input token count distribution for requests in each model.",
+                "Input token count distribution per request.",
+                gie_labels=_OBJECTIVE,
+            ),
+            _INPUT_TOKEN_BUCKETS,
         )
-        self.output_tokens = Histogram(
-            "inference_objective_output_tokens",
-            _alpha("Inference objective output token count distribution for requests in each model."),
-            _OBJECTIVE,
-            buckets=_OUTPUT_TOKEN_BUCKETS,
-            registry=r,
+        self.output_tokens = f.histogram(
+            _request(
+                "inference_objective_output_tokens",
+                "llm_d_epp_request_output_tokens",
+                "Inference objective output token count distribution for requests in each model.",
+                "Output token count distribution per request.",
+                gie_labels=_OBJECTIVE,
+            ),
+            _OUTPUT_TOKEN_BUCKETS,
         )
-        self.prompt_cached_tokens = Histogram(
-            "inference_objective_prompt_cached_tokens",
-            _alpha("Inference objective prompt cached token count distribution for requests in each model."),
-            _OBJECTIVE,
-            buckets=_INPUT_TOKEN_BUCKETS,
-            registry=r,
+        self.prompt_cached_tokens = f.histogram(
+            _request(
+                "inference_objective_prompt_cached_tokens",
+                "llm_d_epp_request_cached_tokens",
+                "Inference objective prompt cached token count distribution for requests in each model.",
+                "Distribution of prompt tokens read from cache per request, as reported by the model server "
+                "in the response.",
+                gie_labels=_OBJECTIVE,
+            ),
+            _INPUT_TOKEN_BUCKETS,
         )
-        self.running_requests = Gauge(
-            "inference_objective_running_requests",
-            _alpha("Inference objective number of running requests in each model."),
-            ("model_name",),
-            registry=r,
+        self.running_requests = f.gauge(
+            _request(
+                "inference_objective_running_requests",
+                "llm_d_epp_request_running",
+                "Inference objective number of running requests in each model.",
+                "Current number of active running requests.",
+                gie_labels=("model_name",),
+            )
         )
-        self.normalized_tpot = Histogram(
-            "inference_objective_normalized_time_per_output_token_seconds",
-            _alpha("Inference objective latency divided by number of output tokens in seconds for each model."),
-            _OBJECTIVE,
-            buckets=_TPOT_BUCKETS,
-            registry=r,
+        self.normalized_tpot = f.histogram(
+            _request(
+                "inference_objective_normalized_time_per_output_token_seconds",
+                "llm_d_epp_request_ntpot_seconds",
+                "Inference objective latency divided by number of output tokens in seconds for each model.",
+                "Normalized time per output token in seconds (end-to-end latency divided by output token count).",
+                gie_labels=_OBJECTIVE,
+            ),
+            _TPOT_BUCKETS,
         )
         # Pool gauges (label ``name`` = pool name).
-        self.pool_avg_kv = Gauge(
-            "inference_pool_average_kv_cache_utilization",
-            _alpha("The average kv cache utilization for an inference server pool."),
-            ("name",),
-            registry=r,
+        self.pool_avg_kv = f.gauge(
+            _pool(
+                "inference_pool_average_kv_cache_utilization",
+                "llm_d_epp_average_kv_cache_utilization",
+                "The average kv cache utilization for an inference server pool.",
+            )
         )
-        self.pool_avg_queue = Gauge(
-            "inference_pool_average_queue_size",
-            _alpha("The average number of requests pending in the model server queue."),
-            ("name",),
-            registry=r,
+        self.pool_avg_queue = f.gauge(
+            _pool(
+                "inference_pool_average_queue_size",
+                "llm_d_epp_average_queue_size",
+                "The average number of requests pending in the model server queue.",
+            )
         )
-        self.pool_avg_running = Gauge(
-            "inference_pool_average_running_requests",
-            _alpha("The average number of running requests across all pods in the inference pool."),
-            ("name",),
-            registry=r,
+        self.pool_avg_running = f.gauge(
+            _pool(
+                "inference_pool_average_running_requests",
+                "llm_d_epp_average_running_requests",
+                "The average number of running requests across all pods in the inference pool.",
+                "The average number of running requests across model servers in the pool.",
+            )
         )
-        self.pool_ready_pods = Gauge(
-            "inference_pool_ready_pods",
-            _alpha("The number of ready pods in the inference server pool."),
-            ("name",),
-            registry=r,
+        self.pool_ready_pods = f.gauge(
+            _pool(
+                "inference_pool_ready_pods",
+                "llm_d_epp_ready_endpoints",
+                "The number of ready pods in the inference server pool.",
+                "The number of ready endpoints in the inference server pool.",
+            )
         )
-        self.pool_per_pod_queue = Gauge(
-            "inference_pool_per_pod_queue_size",
-            _alpha("The total number of requests pending in the model server queue for each underlying pod."),
-            ("name", "model_server_pod"),
-            registry=r,
+        self.pool_per_pod_queue = f.gauge(
+            Names(
+                "inference_pool_per_pod_queue_size",
+                "llm_d_epp_per_endpoint_queue_size",
+                "The total number of requests pending in the model server queue for each underlying pod.",
+                "The total number of requests pending in the model server queue for each underlying endpoint.",
+                labels=("name", "model_server_endpoint"),
+                gie_labels=("name", "model_server_pod"),
+                renamed={"model_server_pod": "model_server_endpoint"},
+            )
         )
         # Scheduler and plugins.
-        self.scheduler_e2e = Histogram(
-            "inference_extension_scheduler_e2e_duration_seconds",
-            _alpha("Scheduling latency distribution in seconds."),
-            buckets=_SCHEDULER_BUCKETS,
-            registry=r,
+        self.scheduler_e2e = f.histogram(
+            Names(
+                "inference_extension_scheduler_e2e_duration_seconds",
+                "llm_d_epp_scheduler_e2e_duration_seconds",
+                "Scheduling latency distribution in seconds.",
+                "End-to-end scheduling latency distribution in seconds.",
+            ),
+            _SCHEDULER_BUCKETS,
         )
-        self.scheduler_attempts = Counter(
-            "inference_extension_scheduler_attempts_total",
-            _alpha("Total number of scheduling attempts."),
-            ("status", "target_model_name", "pod_name", "namespace", "port"),
-            registry=r,
+        self.scheduler_attempts = f.counter(
+            Names(
+                "inference_extension_scheduler_attempts_total",
+                "llm_d_epp_scheduler_attempts_total",
+                "Total number of scheduling attempts.",
+                labels=("status", "target_model_name", "endpoint_name", "namespace", "port"),
+                gie_labels=("status", "target_model_name", "pod_name", "namespace", "port"),
+                renamed={"pod_name": "endpoint_name"},
+            )
         )
-        self.plugin_duration = Histogram(
-            "inference_extension_plugin_duration_seconds",
-            _alpha("Plugin processing latency distribution in seconds for each extension point, plugin type and name."),
-            ("extension_point", "plugin_type", "plugin_name"),
-            buckets=_SCHEDULER_BUCKETS,
-            registry=r,
+        self.plugin_duration = f.histogram(
+            Names(
+                "inference_extension_plugin_duration_seconds",
+                "llm_d_epp_plugin_duration_seconds",
+                "Plugin processing latency distribution in seconds for each extension point, plugin type and name.",
+                "Plugin processing latency distribution in seconds for each extension point, plugin type and "
+                "plugin name.",
+                labels=("extension_point", "plugin_type", "plugin_name"),
+            ),
+            _SCHEDULER_BUCKETS,
         )
-        self.prefix_indexer_size = Gauge(
-            "inference_extension_prefix_indexer_size",
-            _alpha("Size of the prefix indexer."),
-            registry=r,
+        self.prefix_indexer_size = f.gauge(  # GIE: the sum over the prefix scorers; llm-d: one series each
+            Names(
+                "inference_extension_prefix_indexer_size",
+                None,
+                "Size of the prefix indexer.",
+                successor="llm_d_epp_prefix_indexer_size",
+            )
         )
-        self.prefix_indexer_hit_ratio = Histogram(
-            "inference_extension_prefix_indexer_hit_ratio",
-            _alpha("Ratio of prefix length matched to total prefix length in the cache lookup."),
-            buckets=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-            registry=r,
+        self.prefix_indexer_size_by_plugin = f.gauge(  # values: plugin name, plugin type
+            Names(None, "llm_d_epp_prefix_indexer_size", "Size of the prefix indexer.", labels=_PLUGIN)
         )
-        self.prefix_indexer_hit_bytes = Histogram(
-            "inference_extension_prefix_indexer_hit_bytes",
-            _alpha("Length of the prefix match in number of bytes in the cache lookup."),
-            buckets=(0, 1024, 2048, 4096, 8192, 16384, 32768, 65536),
-            registry=r,
+        self.prefix_indexer_hit_ratio = f.histogram(  # values: plugin name, plugin type
+            Names(
+                "inference_extension_prefix_indexer_hit_ratio",
+                "llm_d_epp_prefix_indexer_hit_ratio",
+                "Ratio of prefix length matched to total prefix length in the cache lookup.",
+                labels=_PLUGIN,
+                gie_labels=(),
+            ),
+            (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
         )
-        self.model_rewrite_decisions = Counter(
-            "inference_extension_model_rewrite_decisions_total",
-            _alpha("Total number of model rewrite decisions."),
-            ("model_rewrite_name", "model_name", "target_model"),
-            registry=r,
+        self.prefix_indexer_hit_bytes = f.histogram(  # values: plugin name, plugin type
+            Names(
+                "inference_extension_prefix_indexer_hit_bytes",
+                "llm_d_epp_prefix_indexer_hit_bytes",
+                "Length of the prefix match in number of bytes in the cache lookup.",
+                labels=_PLUGIN,
+                gie_labels=(),
+            ),
+            (0, 1024, 2048, 4096, 8192, 16384, 32768, 65536),
         )
-        self.info = Gauge(
-            "inference_extension_info",
-            _alpha("General information of the current build of Inference Extension."),
-            ("commit", "build_ref"),
-            registry=r,
+        self.model_rewrite_decisions = f.counter(
+            Names(
+                "inference_extension_model_rewrite_decisions_total",
+                "llm_d_epp_model_rewrite_decisions_total",
+                "Total number of model rewrite decisions.",
+                "Total number of inference model rewrite decisions.",
+                labels=("model_rewrite_name", "model_name", "target_model"),
+            )
         )
-        self.info.labels(commit="", build_ref=f"epp-{__version__}").set(1)
+        self.info = f.gauge(
+            Names(
+                "inference_extension_info",
+                "llm_d_epp_info",
+                "General information of the current build of Inference Extension.",
+                labels=("commit", "build_ref"),
+            )
+        )
+        self.info.labels("", f"epp-{__version__}").set(1)
         # Ours (upstream has no equivalent).
         self.picker_overhead = Histogram(
             "epp_picker_overhead_seconds",
@@ -232,3 +329,28 @@ class EppMetrics:
             "1 if the last configuration load succeeded, 0 if the last good configuration is kept.",
             registry=r,
         )
+        self.config_ignored_settings = Gauge(
+            "epp_config_ignored_settings",
+            "1 for each setting of the loaded EndpointPickerConfig that this picker does not implement and "
+            "runs without (the log says why); 0 once a configuration no longer has it.",
+            ("setting",),
+            registry=r,
+        )
+        self.shadowed_objects = Gauge(
+            "epp_api_group_shadowed_objects",
+            "Objects of inference.networking.x-k8s.io ignored because an object of the same kind, namespace "
+            "and name exists in llm-d.ai, which wins (both groups are watched and merged).",
+            ("pool", "kind"),
+            registry=r,
+        )
+        self._prefix_plugins: set[tuple[str, str]] = set()
+
+    def set_prefix_indexer_sizes(self, sizes: Mapping[tuple[str, str], int]) -> None:
+        """Each prefix scorer's index size by (plugin name, plugin type); GIE's gauge gets their sum."""
+        self.prefix_indexer_size.set(sum(sizes.values()))
+        family = self.prefix_indexer_size_by_plugin
+        for gone in self._prefix_plugins - sizes.keys():
+            family.remove(*gone)
+        for (name, type_name), size in sizes.items():
+            family.labels(name, type_name).set(size)
+        self._prefix_plugins = set(sizes)

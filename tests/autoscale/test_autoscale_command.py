@@ -45,9 +45,11 @@ async def test_once_against_the_fake_api_server(tmp_path: Path, capsys: pytest.C
     async with running_apiserver(kubeconfig_path=tmp_path / "kubeconfig") as api:
         store = api.server.store
         store.create("customresourcedefinitions", yaml.safe_load(CRD.read_text()))
-        store.create("namespaces", {"metadata": {"name": "llm-production"}})
-        for doc in yaml.safe_load_all(SAMPLES.read_text()):
-            store.create("variantautoscalings.llmd.ai", doc, namespace="llm-production")
+        for doc in yaml.safe_load_all(SAMPLES.read_text()):  # the workload namespace, then its variants
+            if doc["kind"] == "Namespace":
+                store.create("namespaces", doc)
+            else:
+                store.create("variantautoscalings.llmd.ai", doc, namespace="llm-production")
         code = await run(parse("--kubeconfig", str(api.kubeconfig), "--once"))
     out = capsys.readouterr().out
     assert code == 0

@@ -80,8 +80,8 @@ def test_upstream_default_config_loads(registry: PluginRegistry, context: Plugin
     # The injected defaults are part of the effective config.
     types = [p.type for p in loaded.config.plugins]
     assert types[-3:] == ["single-profile-handler", "max-score-picker", "utilization-detector"]
-    assert loaded.config.saturation_detector is not None
-    assert loaded.config.saturation_detector.plugin_ref == "utilization-detector"
+    assert loaded.config.flow_control is not None and loaded.config.flow_control.saturation_detector is not None
+    assert loaded.config.flow_control.saturation_detector.plugin_ref == "utilization-detector"
 
 
 def test_default_config_as_code(registry: PluginRegistry, context: PluginContext) -> None:
@@ -216,7 +216,11 @@ def test_strict_decoding_names_the_path(
 
 
 def test_api_version_and_kind_are_checked(registry: PluginRegistry, context: PluginContext) -> None:
-    with pytest.raises(ConfigError, match=r"apiVersion: must be 'inference.networking.x-k8s.io/v1alpha1' \(got 'v1'\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"apiVersion: must be 'llm-d.ai/v1alpha1' \(or the deprecated 'inference.networking.x-k8s.io/v1alpha1'\) "
+        r"\(got 'v1'\)",
+    ):
         load_config("apiVersion: v1\nkind: EndpointPickerConfig\n", registry, context)
     with pytest.raises(ConfigError, match=r"kind: required field missing"):
         load_config("apiVersion: inference.networking.x-k8s.io/v1alpha1\n", registry, context)

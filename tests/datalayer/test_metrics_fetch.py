@@ -1,20 +1,25 @@
-"""The scraper's keep-alive HTTP/1.1 GET against scripted servers: framing, reuse, errors."""
+"""The scraper's keep-alive HTTP/1.1 GET against scripted servers: framing, reuse, errors, HTTPS."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
+from model_server_tls import server_tls as model_server_tls
 
-from epp.datalayer.metrics_fetch import FetchError, MetricsConnection
+from epp.datalayer.metrics_fetch import FetchError, MetricsConnection, tls_context
 
 Answer = Callable[[int], bytes]  # request number on this connection → raw response bytes
 
 
 @asynccontextmanager
-async def scripted(answer: Answer, *, close_after: int | None = None) -> AsyncIterator[tuple[int, list[int]]]:
+async def scripted(
+    answer: Answer, *, close_after: int | None = None, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[tuple[int, list[int]]]:
     """A server on 127.0.0.2 answering each GET with ``answer(n)``; yields its port and per-connection counts."""
     connections: list[int] = []
 
@@ -34,7 +39,7 @@ async def scripted(answer: Answer, *, close_after: int | None = None) -> AsyncIt
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.2", 0)
+    server = await asyncio.start_server(handle, "127.0.0.2", 0, ssl=tls)
     try:
         yield server.sockets[0].getsockname()[1], connections
     finally:
@@ -104,3 +109,37 @@ async def test_errors_name_the_problem_and_drop_the_connection() -> None:
     with pytest.raises(FetchError, match="ConnectionRefusedError") as e:
         await c.get()
     assert e.value.reason == "connect"
+
+
+async def test_a_body_without_framing_is_read_until_the_server_closes() -> None:
+    body = bytes(range(256)) * 16384  # 4 MiB: far more than one socket read returns
+    async with scripted(lambda n: b"HTTP/1.0 200 OK\r\n\r\n" + body, close_after=1) as (port, _):
+        c = conn(port, max_body=len(body))
+        assert await c.get() == body
+    async with scripted(lambda n: b"HTTP/1.0 200 OK\r\n\r\n" + body, close_after=1) as (port, _):
+        with pytest.raises(FetchError, match="exceeds"):
+            await conn(port, max_body=len(body) - 1).get()
+
+
+async def test_https_keeps_one_tls_connection_alive_and_skips_verification_by_default(tmp_path: Path) -> None:
+    server_tls, _ = model_server_tls(tmp_path, "127.0.0.2")
+    async with scripted(fixed(b"vllm:num_requests_waiting 1\n"), tls=server_tls) as (port, connections):
+        c = MetricsConnection("127.0.0.2", port, "/metrics", tls=tls_context(verify=False), max_body=1 << 20)
+        assert c.where == f"https://127.0.0.2:{port}/metrics"
+        for _ in range(3):
+            assert await c.get() == b"vllm:num_requests_waiting 1\n"
+        c.close()
+    assert connections == [3]
+
+
+async def test_https_verification_uses_the_system_cas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server_tls, cert_file = model_server_tls(tmp_path, "127.0.0.2")
+    async with scripted(fixed(b"ok"), tls=server_tls) as (port, connections):
+        strict = MetricsConnection("127.0.0.2", port, "/metrics", tls=tls_context(verify=True), max_body=100)
+        with pytest.raises(FetchError, match="CERTIFICATE_VERIFY_FAILED") as e:
+            await strict.get()
+        assert e.value.reason == "connect" and connections == []
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # now the system trusts it
+        trusted = MetricsConnection("127.0.0.2", port, "/metrics", tls=tls_context(verify=True), max_body=100)
+        assert await trusted.get() == b"ok"
+        trusted.close()

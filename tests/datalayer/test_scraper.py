@@ -276,9 +276,7 @@ async def test_ipv6_endpoint_url_is_bracketed() -> None:
             await wait_until(lambda: state(store, "v6").metrics.updated_at == clock.now())
 
 
-@pytest.mark.parametrize(
-    "kw", [{"interval": 0}, {"timeout": -1}, {"interval": 1.0, "max_backoff": 0.5}, {"path": "metrics"}]
-)
+@pytest.mark.parametrize("kw", [{"interval": 0}, {"timeout": -1}, {"interval": 1.0, "max_backoff": 0.5}])
 async def test_invalid_settings_are_rejected(kw: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="scrape"):
         ScraperManager(Datastore(), ManualClock(), EppMetrics(), **kw)  # type: ignore[arg-type]

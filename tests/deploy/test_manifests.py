@@ -19,6 +19,8 @@ from epp.config.picker_config import decode_config
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 POOL = "vllm-llama3-8b-instruct"
 PICKER = "vllm-llama3-8b-instruct-epp"
+AUTH = f"{PICKER}-metrics-auth"
+READER = "epp-metrics-reader"
 NAMESPACE = "default"
 KUSTOMIZATION = "kustomization.yaml"
 # manifests/autoscaler/ is the autoscaler's: deployed on its own, cluster-wide by design, in its
@@ -159,7 +161,7 @@ def _walk_schema(node: Obj, path: str) -> Iterator[tuple[str, Obj]]:
         yield from _walk_schema(node["additionalProperties"], f"{path}{{}}")
 
 
-def test_the_five_crds_with_their_versions() -> None:
+def test_the_seven_crds_with_their_versions() -> None:
     crds = _crds()
     versions = {
         name: [(v["name"], v["served"], v["storage"]) for v in c["spec"]["versions"]] for name, c in crds.items()
@@ -170,6 +172,8 @@ def test_the_five_crds_with_their_versions() -> None:
         "inferencemodels.inference.networking.x-k8s.io": [("v1alpha2", True, True)],
         "inferenceobjectives.inference.networking.x-k8s.io": [("v1alpha2", True, True)],
         "inferencemodelrewrites.inference.networking.x-k8s.io": [("v1alpha2", True, True)],
+        "inferenceobjectives.llm-d.ai": [("v1alpha2", True, True)],
+        "inferencemodelrewrites.llm-d.ai": [("v1alpha2", True, True)],
     }
     for name, crd in crds.items():
         spec = crd["spec"]
@@ -177,6 +181,14 @@ def test_the_five_crds_with_their_versions() -> None:
         assert spec["scope"] == "Namespaced"
         for version in spec["versions"]:
             assert version["subresources"] == {"status": {}}, name
+
+
+def test_llm_d_group_crds_are_the_legacy_ones_in_another_group() -> None:
+    crds = _crds()
+    for plural in ("inferenceobjectives", "inferencemodelrewrites"):
+        new, legacy = crds[f"{plural}.llm-d.ai"]["spec"], crds[f"{plural}.inference.networking.x-k8s.io"]["spec"]
+        assert (new["group"], legacy["group"]) == ("llm-d.ai", "inference.networking.x-k8s.io")
+        assert {k: v for k, v in new.items() if k != "group"} == {k: v for k, v in legacy.items() if k != "group"}
 
 
 def test_crd_schemas_are_structural() -> None:
@@ -275,16 +287,20 @@ def test_the_validator_catches_what_it_claims_to() -> None:
 # --- the picker ---------------------------------------------------------------------------------
 
 
-def test_rbac_is_namespaced_read_only_and_without_wildcards() -> None:
+def test_rbac_is_least_privilege_and_without_wildcards() -> None:
     roles = [(p, o) for p, o in _objects() if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
     assert roles
+    cluster_wide = {(o["kind"], o["metadata"]["name"]) for _, o in roles if o["kind"].startswith("Cluster")}
+    assert cluster_wide == {
+        (kind, name) for kind in ("ClusterRole", "ClusterRoleBinding") for name in (AUTH, READER)
+    }, "only the metrics auth reviews and the /metrics reader are cluster-wide"
     for path, obj in roles:
-        assert obj["kind"] in ("Role", "RoleBinding"), f"{path}: cluster-wide {obj['kind']}"
-        assert obj["metadata"]["namespace"] == NAMESPACE
+        if obj["kind"] in ("Role", "RoleBinding"):
+            assert obj["metadata"]["namespace"] == NAMESPACE
         for rule in obj.get("rules", []):
-            for field in ("verbs", "resources", "apiGroups"):
-                assert "*" not in rule[field], f"{path}: wildcard {field}"
-            if "overlays/leader-election" not in str(path):
+            for field in ("verbs", "resources", "apiGroups", "nonResourceURLs"):
+                assert "*" not in rule.get(field, []), f"{path}: wildcard {field}"
+            if obj["kind"] == "Role" and "overlays/leader-election" not in str(path):
                 assert set(rule["verbs"]) <= {"get", "list", "watch"}, f"{path}: writes {rule}"
                 assert "leases" not in rule["resources"]
     lease_rules = [r for p, o in roles if "leader-election" in str(p) for r in o.get("rules", [])]
@@ -299,10 +315,32 @@ def test_rbac_is_namespaced_read_only_and_without_wildcards() -> None:
         ("inference.networking.x-k8s.io", "inferencemodels"),
         ("inference.networking.x-k8s.io", "inferenceobjectives"),
         ("inference.networking.x-k8s.io", "inferencemodelrewrites"),
+        ("llm-d.ai", "inferenceobjectives"),
+        ("llm-d.ai", "inferencemodelrewrites"),
     }
     binding = _find("RoleBinding", PICKER)
     assert binding["roleRef"]["name"] == PICKER
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": PICKER, "namespace": NAMESPACE}]
+
+
+def test_the_picker_may_review_tokens_and_prometheus_may_read_metrics() -> None:
+    assert _find("ClusterRole", AUTH)["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
+    assert _find("ClusterRoleBinding", AUTH)["subjects"] == [
+        {"kind": "ServiceAccount", "name": PICKER, "namespace": NAMESPACE}
+    ]
+    assert _find("ClusterRole", READER)["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert _find("ClusterRoleBinding", READER)["subjects"] == [
+        {"kind": "ServiceAccount", "name": READER, "namespace": NAMESPACE}
+    ]
+    _find("ServiceAccount", READER)
+    secret = _find("Secret", f"{READER}-token")
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": READER}
+    args = _find("Deployment", PICKER)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--metrics-endpoint-auth") for a in args)  # upstream's default: on
 
 
 def test_picker_deployment_service_and_config_agree() -> None:
@@ -365,7 +403,7 @@ def test_sample_pool_points_at_the_picker_and_selects_the_model_servers() -> Non
 
 
 def test_namespaced_objects_are_in_the_sample_namespace() -> None:
-    cluster_scoped = {"CustomResourceDefinition", "GatewayClass"}
+    cluster_scoped = {"CustomResourceDefinition", "GatewayClass", "ClusterRole", "ClusterRoleBinding"}
     for path, obj in _objects():
         if obj["kind"] not in cluster_scoped:
             assert obj["metadata"].get("namespace") == NAMESPACE, f"{path}: {obj['kind']} {obj['metadata']['name']}"
@@ -401,8 +439,12 @@ def test_istio_envoyfilter_matches_our_bootstrap() -> None:
     envoy_filter = _find("EnvoyFilter", PICKER)
     patches = {p["applyTo"]: p["patch"]["value"] for p in envoy_filter["spec"]["configPatches"]}
     theirs = patches["HTTP_FILTER"]["typed_config"]
-    for key in ("processing_mode", "metadata_options", "message_timeout", "failure_mode_allow"):
+    for key in ("processing_mode", "message_timeout", "failure_mode_allow"):
         assert theirs[key] == our_filter[key], key
+    # The picker's routing metadata is accepted the same way. Reporting the served endpoint back
+    # (our bootstrap's forwarding_namespaces) is the gateway's part; this EnvoyFilter leaves it out.
+    receiving = our_filter["metadata_options"]["receiving_namespaces"]
+    assert theirs["metadata_options"] == {"receiving_namespaces": receiving}
     assert patches["CLUSTER"]["original_dst_lb_config"] == our_cluster["original_dst_lb_config"]
     assert patches["HTTP_ROUTE"]["route"]["cluster"] == our_cluster["name"]
     assert PICKER in theirs["grpc_service"]["envoy_grpc"]["cluster_name"]

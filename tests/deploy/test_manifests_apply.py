@@ -96,7 +96,6 @@ async def test_every_manifest_applies_reapplies_unchanged_and_is_listed(tmp_path
     async with running_apiserver(kubeconfig_path=tmp_path / "kubeconfig") as api:
         store = api.server.store
         kubectl = _Kubectl(api, tmp_path)
-        store.create("Namespace", {"metadata": {"name": "llm-production"}})  # sample-va.yaml's workload namespace
         rendered = await asyncio.gather(*(kubectl.rendered(flag, path) for flag, path in STEPS))
 
         every_file = await asyncio.to_thread(_file_refs, [MANIFESTS])
@@ -124,7 +123,7 @@ async def test_every_manifest_applies_reapplies_unchanged_and_is_listed(tmp_path
         pool = store.get("InferencePool.inference.networking.k8s.io", "vllm-llama3-8b-instruct", namespace="default")
         assert pool["spec"]["appProtocol"] == "http"  # schema default
         assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailClose"
-        objective = store.get("InferenceObjective", "sheddable", namespace="default")
+        objective = store.get("InferenceObjective.inference.networking.x-k8s.io", "sheddable", namespace="default")
         assert objective["spec"]["priority"] == -1 and objective["spec"]["poolRef"]["kind"] == "InferencePool"
         model = store.get("InferenceModel", "food-review", namespace="default")
         assert [t["weight"] for t in model["spec"]["targetModels"]] == [50, 50]
@@ -136,3 +135,16 @@ async def test_every_manifest_applies_reapplies_unchanged_and_is_listed(tmp_path
         assert va["spec"]["variantCost"] == "50.0" and "minReplicas" not in va["spec"]
         route = store.get("HTTPRoute", "llm-route", namespace="default")  # istio's, applied after envoy-gateway's
         assert route["spec"]["rules"][0]["backendRefs"][0]["kind"] == "Service"
+
+
+async def test_sample_variants_apply_on_a_fresh_cluster(tmp_path: Path) -> None:
+    """Only the VariantAutoscaling CRD installed: the sample brings its own workload namespace."""
+    async with running_apiserver(kubeconfig_path=tmp_path / "kubeconfig") as api:
+        kubectl = _Kubectl(api, tmp_path)
+        await kubectl.run("apply", "-f", str(MANIFESTS / "autoscaler" / "crd.yaml"))
+        applied = _applied(await kubectl.run("apply", "-f", str(SAMPLE_VA)))
+        assert applied == {
+            "namespace/llm-production": "created",
+            "variantautoscaling.llmd.ai/llama-8b-a100": "created",
+            "variantautoscaling.llmd.ai/llama-8b-h100": "created",
+        }

@@ -8,7 +8,7 @@ import grpc
 import pytest
 from extproc_harness import RecordingDirector, Running, Start
 
-from epp.extproc.server import ExtProcServer
+from epp.extproc.server import ExtProcOptions, ExtProcServer
 from epp.extproc.stream import Directors, StreamOptions
 from epp.extproc.tls import TlsConfig
 from epp.telemetry.metrics import EppMetrics
@@ -25,11 +25,12 @@ async def start_server() -> AsyncIterator[Start]:
         tls: TlsConfig | None = None,
         ready: bool = True,
         directors: Directors | None = None,
+        ext_proc: ExtProcOptions | None = None,
     ) -> Running:
         """A server whose streams get ``director`` (a fresh recording one by default), or ``directors``."""
         director = director or RecordingDirector()
         metrics = EppMetrics()
-        server = ExtProcServer(directors or director, metrics, options=options or StreamOptions())
+        server = ExtProcServer(directors or director, metrics, options=options or StreamOptions(), ext_proc=ext_proc)
         grpc_port, health_port = await server.start("127.0.0.1", 0, 0, tls)
         server.set_ready(ready)
         if tls is None:

@@ -14,7 +14,7 @@ from extproc_harness import RECV_TIMEOUT, Running, Start, post_headers, request_
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from epp.extproc import pb
-from epp.extproc.server import ExtProcServer
+from epp.extproc.server import ExtProcOptions, ExtProcServer
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import TlsConfig, TlsError
 from epp_sim.waits import wait_until
@@ -34,7 +34,7 @@ async def _statuses(channel: object) -> dict[str, int]:
 
 
 async def test_health_follows_readiness_and_liveness_is_always_serving(start_server: Start) -> None:
-    running = await start_server(ready=False)
+    running = await start_server(ready=False, ext_proc=ExtProcOptions(health_checking=True))
     for channel in (running.health_channel, running.channel):
         assert await _statuses(channel) == {
             "": NOT_SERVING,
@@ -67,7 +67,8 @@ async def test_watch_sees_each_change_and_ends_at_shutdown(start_server: Start) 
     assert (await _statuses(running.health_channel))["liveness"] == SERVING
 
 
-async def test_reflection_lists_the_services(running: Running) -> None:
+async def test_reflection_lists_the_services(start_server: Start) -> None:
+    running = await start_server(ext_proc=ExtProcOptions(health_checking=True))
     stub = reflection_pb2_grpc.ServerReflectionStub(running.channel)
     call = stub.ServerReflectionInfo()
     await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))

@@ -235,7 +235,11 @@ async def test_v1alpha2_pool_and_models(cluster: Cluster, api: Api, store: Datas
         found = store.model("llama")
         assert found is not None and found.criticality == "Critical"
         assert store.model("gpt") is None
-        assert sorted(manager.informers) == ["InferenceModel", "InferencePool", "Pod"]
+        assert sorted(manager.informers) == [
+            "InferenceModel.inference.networking.x-k8s.io",
+            "InferencePool.inference.networking.x-k8s.io",
+            "Pod",
+        ]
     finally:
         await manager.stop()
 
@@ -248,7 +252,7 @@ async def test_cluster_without_optional_crds(cluster: Cluster, api: Api, store: 
     await manager.start()
     try:
         await wait_until(lambda: manager.synced.is_set() and manager.discovered.is_set())
-        assert sorted(manager.informers) == ["InferencePool", "Pod"]
+        assert sorted(manager.informers) == ["InferencePool.inference.networking.k8s.io", "Pod"]
         await converge(store, ["a-rank-0"])
     finally:
         await manager.stop()
@@ -258,7 +262,10 @@ async def test_dropped_watch_reconnects(cluster: Cluster, v1: PoolReconcilers, s
     cluster.create(INFERENCE_POOL_V1, pool_v1())
     cluster.add_pod("a", ip="10.0.0.1")
     await converge(store, ["a-rank-0"])
-    await wait_until(lambda: all(i.watching for i in v1.informers.values()), message="all watches open")
+    await wait_until(
+        lambda: v1.discovered.is_set() and len(v1.informers) == 4 and all(i.watching for i in v1.informers.values()),
+        message="all four watches open (pod, pool, and the two kinds discovery found)",
+    )
     pods = v1.informers["Pod"]
     watches = pods.watches
     assert cluster.server.drop_watches() == 4

@@ -6,9 +6,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from epp.cli import build_parser
 from epp.clock import ManualClock
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
+from epp.serve_command import options_from_args
 from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
 
 
@@ -53,3 +55,23 @@ async def test_one_holder_takeover_after_expiry_and_release(api: tuple[Api, Runn
 def test_timing_parameters_are_validated() -> None:
     with pytest.raises(ValueError, match="retry_period"):
         LeaderElector(None, namespace="d", name="n", identity="i", retry_period=5, renew_deadline=4)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        ((), "epp-ns-pool.gateway-api-inference-extension.sigs.k8s.io"),  # GIE's, and ours so far
+        (("--ha-lease-name-style", "gie"), "epp-ns-pool.gateway-api-inference-extension.sigs.k8s.io"),
+        (("--ha-lease-name-style=llm-d",), "epp-ns-pool.llm-d.ai"),  # the llm-d router's
+    ],
+)
+def test_the_lease_is_named_as_the_chosen_upstream_names_it(argv: tuple[str, ...], name: str) -> None:
+    args = build_parser().parse_args(["serve", "--pool-name", "pool", "--pool-namespace", "ns", *argv])
+    options = options_from_args(args)
+    assert lease_name(options.pool_namespace, options.pool_names[0], options.lease_name_style) == name
+
+
+def test_an_unknown_lease_name_style_is_a_flag_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--pool-name", "p", "--ha-lease-name-style", "llmd"])
+    assert "--ha-lease-name-style: invalid choice: 'llmd' (choose from" in capsys.readouterr().err

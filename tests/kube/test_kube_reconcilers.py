@@ -6,11 +6,14 @@ from kube_objects import model, objective, pod, pool_v1, rewrite, rule
 
 from epp.datastore.store import Datastore
 from epp.datastore.types import ObjectiveSpec
+from epp.kube.group_merge import Sink
 from epp.kube.objective_reconciler import model_reconciler, objective_reconciler
 from epp.kube.pod_reconciler import PodReconciler
 from epp.kube.pool_reconciler import PoolReconciler
-from epp.kube.resources import V1_GROUP
+from epp.kube.resources import INFERENCE_MODEL_REWRITE, INFERENCE_OBJECTIVE, V1_GROUP
 from epp.kube.rewrite_reconciler import rewrite_reconciler
+
+POOL = {"pool_name": "pool", "pool_group": V1_GROUP}
 
 
 def names(store: Datastore) -> list[str]:
@@ -132,7 +135,7 @@ def test_unreadable_pod_on_relist_keeps_last_known() -> None:
 
 def test_objectives_set_filtered_removed_and_replayed() -> None:
     store = Datastore()
-    rec = objective_reconciler(store, pool_name="pool", pool_group=V1_GROUP)
+    rec = objective_reconciler(Sink(store.set_objective, store.remove_objective), INFERENCE_OBJECTIVE, **POOL)
     rec.resync([objective("hi", priority=10), objective("other", pool="x", priority=1)])
     assert store.objective("hi") == ObjectiveSpec("hi", "default", 10)
     assert store.objective("other") is None
@@ -151,7 +154,7 @@ def test_objectives_set_filtered_removed_and_replayed() -> None:
 
 def test_unreadable_objective_keeps_last_good() -> None:
     store = Datastore()
-    rec = objective_reconciler(store, pool_name="pool", pool_group=V1_GROUP)
+    rec = objective_reconciler(Sink(store.set_objective, store.remove_objective), INFERENCE_OBJECTIVE, **POOL)
     rec.apply("ADDED", objective("o", priority=3))
     bad = objective("o")
     bad["spec"]["priority"] = "x"
@@ -164,7 +167,7 @@ def test_unreadable_objective_keeps_last_good() -> None:
 
 def test_rewrites_flow_and_are_replaced_on_update() -> None:
     store = Datastore()
-    rec = rewrite_reconciler(store, pool_name="pool", pool_group=V1_GROUP)
+    rec = rewrite_reconciler(Sink(store.set_rewrite, store.remove_rewrite), INFERENCE_MODEL_REWRITE, **POOL)
     rec.apply("ADDED", rewrite("old", rules=[rule(["a"], [("a2", None)])], created="2026-01-01T00:00:00Z"))
     rec.apply("ADDED", rewrite("new", rules=[rule([], [("b", 1)])], created="2026-02-01T00:00:00Z"))
     assert [r.name for r in store.rewrites()] == ["old", "new"]

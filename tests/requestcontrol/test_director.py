@@ -192,12 +192,12 @@ def saturated_harness() -> Harness:
     return Harness(store)
 
 
-def test_sheddable_shed_only_when_all_candidates_saturated() -> None:
+def test_sheddable_shed_when_the_average_saturation_reaches_one() -> None:
     h = saturated_harness()
     set_metrics(
         h.store,
-        pod_0=MetricsSnapshot(waiting_queue=5, updated_at=NOW),
-        pod_1=MetricsSnapshot(kv_cache_usage=0.5, updated_at=NOW),
+        pod_0=MetricsSnapshot(waiting_queue=5, updated_at=NOW),  # 1.0
+        pod_1=MetricsSnapshot(kv_cache_usage=0.5, updated_at=NOW),  # 0.625
     )
     assert names(h.director.route(_req("batch"), None).targets) == ["pod-1"]
     set_metrics(h.store, pod_1=MetricsSnapshot(kv_cache_usage=0.85, updated_at=NOW))
@@ -242,12 +242,36 @@ def test_empty_pool_is_503() -> None:
     assert err.value.code is ErrorCode.SERVICE_UNAVAILABLE
 
 
-def test_scheduling_failure_is_429() -> None:
-    legacy = """apiVersion: inference.networking.x-k8s.io/v1alpha1
+V03 = """apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins: [{type: legacy-filter-tree}, {type: random-picker}]
 """
-    h = Harness(make_store(2), config_text=legacy)
+
+
+def test_v03_tree_has_no_admission_step_unless_a_detector_is_named() -> None:
+    store = make_store(2)
+    store.set_objective(ObjectiveSpec(name="batch", namespace="default", priority=-1))
+    busy = MetricsSnapshot(waiting_queue=5, kv_cache_usage=0.5, updated_at=NOW)  # utilization 1.0
+    set_metrics(store, pod_0=busy, pod_1=busy)
+    assert Harness(store).config.admission  # the default profile: upstream's admission
+    with pytest.raises(EppError, match="system saturated, sheddable request dropped"):
+        Harness(store).director.route(_req("batch"), None)
+
+    v03 = Harness(store, config_text=V03)
+    assert not v03.config.admission
+    assert v03.director.route(_req("batch"), None).targets  # v0.3 routed: queue <= 5 has capacity
+
+    named = V03.replace(
+        "plugins: [", "saturationDetector: {pluginRef: u}\nplugins: [{name: u, type: utilization-detector}, "
+    )
+    with_detector = Harness(store, config_text=named)
+    assert with_detector.config.admission
+    with pytest.raises(EppError, match="system saturated, sheddable request dropped"):
+        with_detector.director.route(_req("batch"), None)
+
+
+def test_scheduling_failure_is_429() -> None:
+    h = Harness(make_store(2), config_text=V03)
     set_metrics(
         h.store,
         pod_0=MetricsSnapshot(waiting_queue=9, updated_at=NOW),

@@ -8,11 +8,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import warnings
 
 import pytest
 
-from epp.config.options import LoggingOptions
-from epp.telemetry.logs import TRACE, VERBOSE, level_for_verbosity, request_id_var, setup_logging
+from epp.config.options import LoggingOptions, OptionsError
+from epp.telemetry.logs import TRACE, VERBOSE, level_for, level_for_verbosity, request_id_var, setup_logging
 
 
 @pytest.mark.parametrize(
@@ -71,3 +72,39 @@ def test_setup_replaces_its_own_handler_and_quiets_http_client_logs(restore_root
     logging.getLogger("epp").info("kept")
     assert first.getvalue() == ""
     assert "kept" in second.getvalue() and "HTTP Request" not in second.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("v", "zap_log_level", "level"),
+    [
+        (2, "", logging.INFO),
+        (4, "", logging.DEBUG),
+        (4, "info", logging.INFO),  # --zap-log-level wins over -v
+        (2, "debug", logging.DEBUG),
+        (2, "error", logging.ERROR),
+        (2, "panic", logging.CRITICAL),
+        (2, "3", VERBOSE),  # an integer n is -v n
+        (2, "5", TRACE),
+        (-1, "", logging.INFO),  # a negative -v is upstream's default, 2
+    ],
+)
+def test_zap_log_level_overrides_v(v: int, zap_log_level: str, level: int) -> None:
+    assert level_for(LoggingOptions(verbosity=v, zap_log_level=zap_log_level)) == level
+
+
+@pytest.mark.parametrize("bad", ["warn", "0", "-1", "trace"])
+def test_zap_log_level_rejects_what_upstream_rejects(bad: str) -> None:
+    with pytest.raises(OptionsError, match="--zap-log-level"):
+        LoggingOptions(zap_log_level=bad)
+
+
+def test_json_mode_turns_warnings_and_odd_extras_into_json_lines(restore_root_logger: None) -> None:
+    out = io.StringIO()
+    setup_logging(LoggingOptions(zap_encoder="json"), stream=out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("a library complains", DeprecationWarning, stacklevel=1)
+    logging.getLogger("some.library").info("x", extra={"level": 3, "obj": object(), "text": 'a "b"\nc'})
+    warned, odd = (json.loads(line) for line in out.getvalue().splitlines())
+    assert warned["logger"] == "py.warnings" and "a library complains" in warned["msg"]
+    assert odd["level"] == "info" and odd["obj"].startswith("<object") and odd["text"] == 'a "b"\nc'

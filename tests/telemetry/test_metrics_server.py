@@ -50,7 +50,11 @@ async def test_serves_our_registry_refreshed_before_each_scrape() -> None:
     assert 'inference_pool_ready_pods{name="my-pool"} 1.0' in second
     assert 'inference_pool_per_pod_queue_size{model_server_pod="p-rank-0",name="my-pool"} 7.0' in second
     assert 'epp_scrape_errors_total{reason="timeout"} 3.0' in second
-    assert "# HELP inference_pool_ready_pods [ALPHA] The number of ready pods in the inference server pool." in second
+    assert (  # the default naming (both) says which twin replaces each GIE series, as the llm-d router does
+        "# HELP inference_pool_ready_pods [ALPHA] [Deprecated: Use llm_d_epp_ready_endpoints] "
+        "The number of ready pods in the inference server pool."
+    ) in second
+    assert 'llm_d_epp_per_endpoint_queue_size{model_server_endpoint="p-rank-0",name="my-pool"} 7.0' in second
     assert "_created" not in second  # like upstream (Go), no *_created series
     names = {f.name for f in text_string_to_metric_families(second)}
     assert {"inference_objective_request", "inference_extension_info", "epp_scrape_duration_seconds"} <= names

@@ -1,10 +1,11 @@
 """The built-in resources: names, scope, subresources, table columns and kind-specific rules.
 
-``builtin_types()`` returns fresh ``ResourceType``s for namespaces, pods, configmaps, services,
-service accounts, deployments, replicasets, leases, RBAC roles and bindings, and CRDs. Each
-``_prepare_*`` (and ``epp_sim.apiserver.rbac``) does what the real registry strategy does on write
-(defaults the schema cannot express, cross-field validation, immutable fields); each ``_row_*``
-computes the cells ``kubectl get`` prints.
+``builtin_types()`` returns fresh ``ResourceType``s for namespaces, pods, configmaps, secrets,
+services, service accounts, deployments, replicasets, leases, RBAC roles and bindings, the token
+and access reviews, and CRDs. Each ``_prepare_*`` (and ``epp_sim.apiserver.rbac``,
+``epp_sim.apiserver.secret_writes``) does what the real registry strategy does on write (defaults
+the schema cannot express, cross-field validation, immutable fields); each ``_row_*`` computes the
+cells ``kubectl get`` prints.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from epp_sim.apiserver.rbac import (
     prepare_role,
     prepare_role_binding,
 )
+from epp_sim.apiserver.reviews import review_types
+from epp_sim.apiserver.secret_writes import prepare_secret
 from epp_sim.apiserver.timefmt import human_age, parse_time
 
 __all__ = ["builtin_types"]
@@ -122,6 +125,10 @@ def _row_service(o: Obj, now: float) -> list[Any]:
 
 def _row_configmap(o: Obj, now: float) -> list[Any]:
     return [len(o.get("data") or {}) + len(o.get("binaryData") or {}), _age(o, now)]
+
+
+def _row_secret(o: Obj, now: float) -> list[Any]:
+    return [o.get("type", "Opaque"), len(o.get("data") or {}), _age(o, now)]
 
 
 def _row_namespace(o: Obj, now: float) -> list[Any]:
@@ -388,6 +395,21 @@ def builtin_types() -> list[ResourceType]:
             row=_row_service_account,
             tracks_generation=False,
             openapi_name="io.k8s.api.core.v1.ServiceAccount",
+            token_request=True,
+        ),
+        ResourceType(
+            "",
+            ("v1",),
+            "Secret",
+            "secrets",
+            "secret",
+            True,
+            {"v1": SCHEMAS["Secret"]},
+            columns=_cols(("Type", "string", 0), ("Data", "string", 0), ("Age", "", 0)),
+            row=_row_secret,
+            tracks_generation=False,
+            prepare=prepare_secret,
+            openapi_name="io.k8s.api.core.v1.Secret",
         ),
         ResourceType(
             "apps",
@@ -441,6 +463,7 @@ def builtin_types() -> list[ResourceType]:
             openapi_name="io.k8s.api.coordination.v1.Lease",
         ),
         *_rbac_types(),
+        *review_types(),
         ResourceType(
             "apiextensions.k8s.io",
             ("v1",),

@@ -454,6 +454,7 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "Pod": wrap(pod_spec(), _pod_status(), spec_needed=True),
     "ConfigMap": wrap(None, None, data=string_map(), binaryData=string_map(), immutable=boolean()),
+    "Secret": wrap(None, None, data=string_map(), stringData=string_map(), type=string(), immutable=boolean()),
     "Service": wrap(_service_spec(), obj({"loadBalancer": any_object(), "conditions": _conditions()})),
     "Deployment": wrap(_deployment_spec(), _workload_status(), spec_needed=True),
     "ReplicaSet": wrap(_replicaset_spec(), _workload_status(), spec_needed=True),

@@ -1,8 +1,8 @@
 """Legacy discovery documents: ``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<g>/<v>``.
 
 kubectl, kr8s and the kubernetes client find resources, verbs, scope, short names and
-subresources (``pods/status``, ``deployments/scale``) here. Aggregated discovery is not served:
-clients that ask for it accept the legacy ``application/json`` answer.
+subresources (``pods/status``, ``deployments/scale``, ``serviceaccounts/token``) here. Aggregated
+discovery is not served: clients that ask for it accept the legacy ``application/json`` answer.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _entries(rt: ResourceType) -> list[Obj]:
         "singularName": rt.singular,
         "namespaced": rt.namespaced,
         "kind": rt.kind,
-        "verbs": _VERBS,
+        "verbs": ["create"] if rt.review else _VERBS,
     }
     if rt.short_names:
         main["shortNames"] = list(rt.short_names)
@@ -93,6 +93,18 @@ def _entries(rt: ResourceType) -> list[Obj]:
                 "version": "v1",
                 "kind": "Scale",
                 "verbs": _SUB_VERBS,
+            }
+        )
+    if rt.token_request:
+        out.append(
+            {
+                "name": f"{rt.plural}/token",
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "group": "authentication.k8s.io",
+                "version": "v1",
+                "kind": "TokenRequest",
+                "verbs": ["create"],
             }
         )
     return out

@@ -72,6 +72,10 @@ class ResourceType:
     openapi_name: str = ""
     path_segment_names: bool = False
     """Names need only be valid URL path segments (RBAC: ``system:auth-delegator``), not DNS subdomains."""
+    review: bool = False
+    """A review (TokenReview, SubjectAccessReview): only ``create``, answered from the request, never stored."""
+    token_request: bool = False
+    """Has the ``token`` subresource (ServiceAccounts): ``create`` mints a token (TokenRequest)."""
 
     @property
     def storage_version(self) -> str:

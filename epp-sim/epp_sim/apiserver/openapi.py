@@ -25,6 +25,8 @@ _PATCH_TYPES = (
     "application/apply-patch+yaml",
 )
 
+_WRITE_QUERY = ("dryRun", "fieldManager", "fieldValidation", "pretty")
+
 
 def _gv_path(group: str, version: str) -> str:
     return f"apis/{group}/{version}" if group else f"api/{version}"
@@ -104,6 +106,11 @@ class OpenApi:
         schema = dict(rt.schemas[version])
         schema["x-kubernetes-group-version-kind"] = _gvk(rt, version)
         schemas[name] = schema
+        if rt.review:  # create-only (cluster-scoped): one POST, no list kind
+            ref = f"#/components/schemas/{name}"
+            post = _operation(rt, version, "post", ref, query=_WRITE_QUERY, body=("application/json",))
+            doc["paths"][f"/{_gv_path(rt.group, version)}/{rt.plural}"] = {"post": post}
+            return
         schemas[f"{name}List"] = {
             "type": "object",
             "required": ["items"],
@@ -117,7 +124,7 @@ class OpenApi:
         }
         ref, list_ref = f"#/components/schemas/{name}", f"#/components/schemas/{name}List"
         prefix = "/" + _gv_path(rt.group, version) + ("/namespaces/{namespace}" if rt.namespaced else "")
-        write_q = ("dryRun", "fieldManager", "fieldValidation", "pretty")
+        write_q = _WRITE_QUERY
         patch_q = (*write_q, "force")
         list_q = (
             "labelSelector",

@@ -25,6 +25,7 @@ from epp_sim.apiserver.errors import ApiError, not_found
 from epp_sim.apiserver.kinds import Obj, ResourceType
 from epp_sim.apiserver.openapi import OpenApi
 from epp_sim.apiserver.queries import decode_continue, encode_continue
+from epp_sim.apiserver.reviews import Reviews
 from epp_sim.apiserver.store import Store
 from epp_sim.apiserver.tables import table, wants_table
 from epp_sim.apiserver.watch import Watch, bookmark
@@ -74,6 +75,7 @@ class RestApi:
     def __init__(self, store: Store, *, bookmark_interval: float) -> None:
         self.store = store
         self.openapi = OpenApi(store.kinds)
+        self.reviews = Reviews(store)
         self.bookmark_interval = bookmark_interval
 
     def routes(self) -> list[web.RouteDef]:
@@ -174,6 +176,8 @@ class RestApi:
             if body is None or request.method != "GET":
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return json_response(body)
+        if t.rt.review or (t.sub == "token" and t.rt.token_request):
+            return await self._review(request, t)
         if t.sub is not None and t.sub not in ("status", "scale"):
             raise not_found(f"{t.rt.plural}/{t.sub}", t.rt.group, t.name or "")
         q = request.query
@@ -198,6 +202,19 @@ class RestApi:
             "MethodNotAllowed",
             f"the server does not allow this method on the requested resource ({request.method} {request.path})",
         )
+
+    async def _review(self, request: web.Request, t: Target) -> web.Response:
+        """POST a TokenReview, a SubjectAccessReview or a TokenRequest: answered, never stored."""
+        if request.method != "POST" or (t.rt.review and t.name is not None):
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                f"the server does not allow this method on the requested resource ({request.method} {request.path})",
+            )
+        raw = await request.read()
+        if t.name is not None:
+            return json_response(self.reviews.token_request(t.namespace or "", t.name, raw, request.content_type), 201)
+        return json_response(self.reviews.answer(t.rt, raw), 201)
 
     def _out(self, t: Target, o: Obj) -> Obj:
         api_version = t.rt.api_version(t.version)

@@ -8,6 +8,12 @@ whose ``envoy.filters.http.ext_proc`` filter calls the picker on every request, 
 ``envoy.lb`` as a receiving namespace; FULL_DUPLEX_STREAMED needs every body chunk answered;
 BUFFERED bodies over 1 MiB get 413; a processor that is down gives the client 500 when the filter
 fails closed. Pure: builds dictionaries, starts nothing (:mod:`epp_sim.stack.envoy` runs them).
+
+As the EPP protocol asks of a data plane, it reports to the picker, with each response, the
+endpoint that served it (``envoy.lb`` / ``x-gateway-destination-endpoint-served``): the route
+adds that response header from ``%UPSTREAM_HOST%``, a ``header_to_metadata`` filter between the
+processor and the router moves it into the ``envoy.lb`` metadata (the client never sees it), and
+the ext_proc filter forwards that namespace, which Envoy sends only when it is listed.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from epp.framework.headers import DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE
+from epp.framework.headers import DESTINATION_ENDPOINT, DESTINATION_ENDPOINT_SERVED, LB_METADATA_NAMESPACE
 
 __all__ = [
     "EXT_PROC_CLUSTER",
@@ -126,6 +132,7 @@ def envoy_bootstrap(
 
     http_filters: list[dict[str, Any]] = []
     clusters: list[dict[str, Any]] = [_original_dst_cluster(route_by)]
+    response_headers: list[dict[str, Any]] = []
     if ext_proc is not None:
         http_filters.append(
             _ext_proc_filter(
@@ -136,10 +143,14 @@ def envoy_bootstrap(
                 grpc_timeout_s=grpc_timeout_s,
             )
         )
+        http_filters.append(_served_endpoint_to_metadata_filter())
+        response_headers.append(_SERVED_ENDPOINT_HEADER)
         clusters.append(_ext_proc_cluster(ext_proc, tls=tls_to_processor, health_check_service=health_check_service))
     http_filters.append(_router_filter())
     return _bootstrap(
-        listener=_listener(listen_host, listen_port, http_filters, _ORIGINAL_DST_CLUSTER),
+        listener=_listener(
+            listen_host, listen_port, http_filters, _ORIGINAL_DST_CLUSTER, response_headers=response_headers
+        ),
         clusters=clusters,
         admin_port=admin_port,
         max_downstream_connections=max_downstream_connections,
@@ -198,7 +209,18 @@ def _bootstrap(
     }
 
 
-def _listener(host: str, port: int, http_filters: list[dict[str, Any]], cluster: str) -> dict[str, Any]:
+def _listener(
+    host: str,
+    port: int,
+    http_filters: list[dict[str, Any]],
+    cluster: str,
+    *,
+    response_headers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    # timeout 0: no overall deadline, a long generation streams as long as it needs.
+    route: dict[str, Any] = {"match": {"prefix": "/"}, "route": {"cluster": cluster, "timeout": "0s"}}
+    if response_headers:
+        route["response_headers_to_add"] = response_headers
     hcm = {
         "@type": "type.googleapis.com/"
         "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
@@ -210,8 +232,7 @@ def _listener(host: str, port: int, http_filters: list[dict[str, Any]], cluster:
                 {
                     "name": LISTENER,
                     "domains": ["*"],
-                    # timeout 0: no overall deadline, a long generation streams as long as it needs.
-                    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": cluster, "timeout": "0s"}}],
+                    "routes": [route],
                 }
             ],
         },
@@ -249,8 +270,41 @@ def _ext_proc_filter(
                 "request_trailer_mode": "SEND",
                 "response_trailer_mode": "SEND",
             },
-            # Without this Envoy silently drops the picker's envoy.lb routing metadata.
-            "metadata_options": {"receiving_namespaces": {"untyped": [LB_METADATA_NAMESPACE]}},
+            # Without receiving, Envoy silently drops the picker's envoy.lb routing metadata; without
+            # forwarding, the picker never hears which endpoint served the response.
+            "metadata_options": {
+                "receiving_namespaces": {"untyped": [LB_METADATA_NAMESPACE]},
+                "forwarding_namespaces": {"untyped": [LB_METADATA_NAMESPACE]},
+            },
+        },
+    }
+
+
+# The router sets it on every response (the upstream host is known by then); it is set before the
+# filters above the router see the response.
+_SERVED_ENDPOINT_HEADER: dict[str, Any] = {
+    "header": {"key": DESTINATION_ENDPOINT_SERVED, "value": "%UPSTREAM_HOST%"},
+    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+}
+
+
+def _served_endpoint_to_metadata_filter() -> dict[str, Any]:
+    """Response header ``x-gateway-destination-endpoint-served`` → ``envoy.lb`` metadata, header removed."""
+    return {
+        "name": "envoy.filters.http.header_to_metadata",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+            "response_rules": [
+                {
+                    "header": DESTINATION_ENDPOINT_SERVED,
+                    "on_header_present": {
+                        "metadata_namespace": LB_METADATA_NAMESPACE,
+                        "key": DESTINATION_ENDPOINT_SERVED,
+                        "type": "STRING",
+                    },
+                    "remove": True,
+                }
+            ],
         },
     }
 

@@ -2,8 +2,8 @@
 
 Both forms take the arguments a user would type after ``epp serve`` (a platform team's own
 ``--pool-name``, ``--config-file`` and so on), parsed by the real ``epp serve`` parser, plus the
-loopback defaults a hermetic run needs (plaintext, 127.0.0.1, the fake cluster's kubeconfig).
-Explicit arguments win over the defaults.
+loopback defaults a hermetic run needs (plaintext, no drain window, 127.0.0.1, the fake cluster's kubeconfig,
+``/metrics`` without a token). Explicit arguments win over the defaults.
 
 - :class:`InProcessPicker` runs :class:`epp.runtime.Runtime` on this event loop: fast to start,
   and tests can look inside (``.runtime``: datastore, metrics registry, ports).
@@ -11,7 +11,8 @@ Explicit arguments win over the defaults.
   the exact process an image would run, observed only from outside (health, ``/metrics``).
 
 Either is ready for traffic once :meth:`wait_routing` has seen the pool's pods counted by the
-picker's ``inference_pool_ready_pods`` gauge (synced, and every pod scraped).
+picker's ``inference_pool_ready_pods`` gauge, or its twin ``llm_d_epp_ready_endpoints`` under
+``--metrics-naming llm-d`` (synced, and every pod scraped).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from epp_sim.waits import wait_until
 
 __all__ = ["InProcessPicker", "Picker", "PickerProcess", "serve_arguments"]
 
-_READY_PODS = "inference_pool_ready_pods"
+_READY_PODS = ("inference_pool_ready_pods", "llm_d_epp_ready_endpoints")
 _TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 Probe = Callable[[], Awaitable[bool]]
 
@@ -51,11 +52,17 @@ def serve_arguments(
     given = _flag_names(args)
     defaults = {
         "--secure-serving": "false",
+        # The stack's Envoy health-checks the ext_proc cluster over gRPC (envoy_config.py).
+        "--health-checking": "true",
+        # A stopped child goes away at once (open streams still finish); a drain test sets its own.
+        "--drain-timeout": "0s",
         "--bind-address": "127.0.0.1",
         "--kubeconfig": str(kubeconfig),
         "--grpc-port": str(grpc_port),
         "--grpc-health-port": str(health_port),
         "--metrics-port": str(metrics_port),
+        # The stack reads the picker's /metrics without a token; a test of the auth sets it true.
+        "--metrics-endpoint-auth": "false",
     }
     return [*args, *(f"{flag}={value}" for flag, value in defaults.items() if flag not in given)]
 
@@ -63,12 +70,18 @@ def serve_arguments(
 async def _ready_pods(session: aiohttp.ClientSession, metrics_url: str, pool: str, count: int) -> bool:
     try:
         async with session.get(metrics_url) as resp:
+            if resp.status in (401, 403):
+                raise PermissionError(
+                    f"the picker's {metrics_url} wants a token (HTTP {resp.status}): the stack reads it "
+                    "without one, so keep --metrics-endpoint-auth=false"
+                )
             if resp.status != 200:
                 return False
             body = await resp.read()
     except (aiohttp.ClientError, TimeoutError):
         return False
-    samples = promtext.parse(body, [_READY_PODS]).samples.get(_READY_PODS, [])
+    found = promtext.parse(body, _READY_PODS).samples  # whichever names --metrics-naming serves
+    samples = [s for name in _READY_PODS for s in found.get(name, [])]
     return any(s.labels.get("name") == pool and s.value >= count for s in samples)
 
 

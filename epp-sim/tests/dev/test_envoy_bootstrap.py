@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from epp.framework.headers import DESTINATION_ENDPOINT
+from epp.framework.headers import DESTINATION_ENDPOINT, DESTINATION_ENDPOINT_SERVED
 from epp_sim.stack.envoy import validate_bootstrap
 from epp_sim.stack.envoy_config import (
     EXT_PROC_SERVICE,
@@ -87,7 +87,10 @@ def test_gie_processing_mode_and_metadata_namespace() -> None:
         "request_trailer_mode": "SEND",
         "response_trailer_mode": "SEND",
     }
-    assert ext_proc["metadata_options"] == {"receiving_namespaces": {"untyped": ["envoy.lb"]}}
+    assert ext_proc["metadata_options"] == {
+        "receiving_namespaces": {"untyped": ["envoy.lb"]},
+        "forwarding_namespaces": {"untyped": ["envoy.lb"]},
+    }
     assert ext_proc["failure_mode_allow"] is False
     assert ext_proc["message_timeout"] == "1000s"
     assert ext_proc["grpc_service"]["timeout"] == "10s"
@@ -104,6 +107,26 @@ def test_routing_is_original_dst_on_metadata_by_default_and_header_on_request() 
     assert by_header["original_dst_lb_config"] == {"use_http_header": True, "http_header_name": DESTINATION_ENDPOINT}
     route = _hcm(VARIANTS["gie-default"])["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
     assert route == {"cluster": "original_destination", "timeout": "0s"}
+
+
+def test_the_served_endpoint_reaches_the_picker_as_envoy_lb_metadata() -> None:
+    hcm = _hcm(VARIANTS["gie-default"])
+    names = [f["name"] for f in hcm["http_filters"]]
+    # On the response path filters run bottom up: the metadata is set before ext_proc sees the headers.
+    assert names == [
+        "envoy.filters.http.ext_proc",
+        "envoy.filters.http.header_to_metadata",
+        "envoy.filters.http.router",
+    ]
+    (rule,) = hcm["http_filters"][1]["typed_config"]["response_rules"]
+    assert rule["header"] == DESTINATION_ENDPOINT_SERVED and rule["remove"] is True
+    assert rule["on_header_present"] == {
+        "metadata_namespace": "envoy.lb",
+        "key": DESTINATION_ENDPOINT_SERVED,
+        "type": "STRING",
+    }
+    (added,) = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["response_headers_to_add"]
+    assert added["header"] == {"key": DESTINATION_ENDPOINT_SERVED, "value": "%UPSTREAM_HOST%"}
 
 
 def test_ext_proc_cluster_is_http2_health_checked_and_optionally_tls() -> None:

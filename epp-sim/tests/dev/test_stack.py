@@ -186,7 +186,7 @@ def test_samples_come_from_the_manifests() -> None:
     assert samples.rewritten_models == ("food-review",)
     assert samples.objective_names == ("critical", "sheddable")
     assert samples.pod_labels["app"] == "vllm-llama3-8b-instruct"
-    assert len(samples.crds) == 5
+    assert len(samples.crds) == 7  # objectives and rewrites in both llm-d.ai and inference.networking.x-k8s.io
 
 
 def test_stack_config_is_validated() -> None:

@@ -121,6 +121,9 @@ async def start_stack(options: OverheadOptions, work: Path) -> AsyncIterator[Sta
             f"--grpc-port={grpc}",
             f"--grpc-health-port={health}",
             f"--metrics-port={metrics}",
+            "--metrics-endpoint-auth=false",  # the bench reads the picker's /metrics without a token
+            "--health-checking=true",  # Envoy health-checks the ext_proc cluster over gRPC
+            "--drain-timeout=0s",  # stopped after the runs: no drain window to wait out
             "--v=1",
             env=_CHILD_ENV,
         )

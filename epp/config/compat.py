@@ -1,0 +1,182 @@
+"""One EndpointPickerConfig from two upstreams: renamed keys, feature gates, and what we run without.
+
+The llm-d router reads GIE's files too (``inference.networking.x-k8s.io/v1alpha1``, deprecated)
+and renamed some keys; both spellings must load, and mean the same. This module reduces a decoded
+config to the llm-d spelling (:func:`normalized`), resolves ``featureGates`` (:func:`feature_gates`:
+``name``, ``name=true`` or ``name=false``, each gate with its upstream default) and lists the
+settings a config may carry that this picker does not implement (:func:`ignored_settings`). None
+of those changes routing silently: each is a :class:`ConfigNotice` the runtime logs once per load,
+and the loader sets ``epp_config_ignored_settings{setting}`` to 1 while a loaded config has it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from epp.config.picker_config import (
+    API_VERSION,
+    LEGACY_API_VERSION,
+    ConfigError,
+    EndpointPickerConfig,
+    FlowControlConfig,
+    RequestHandlerConfig,
+)
+
+__all__ = [
+    "FEATURE_GATES",
+    "IGNORABLE_SETTINGS",
+    "ConfigNotice",
+    "feature_gates",
+    "ignored_settings",
+    "log_notices",
+    "normalized",
+]
+
+log = logging.getLogger(__name__)
+
+FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
+    {
+        # llm-d router and GIE: queue requests by fairness id and priority. Not implemented here.
+        "flowControl": False,
+        # llm-d router: followers keep their datastore populated. Ours always do.
+        "haPopulateNonLeaderDatastore": True,
+        # GIE: poll metrics the legacy way instead of through the data layer. Both read the same
+        # model-server metrics, and this picker has one scraper: no difference to make.
+        "enableLegacyMetrics": False,
+        # GIE: the data layer's old opt-in, a deprecated no-op upstream.
+        "dataLayer": False,
+    }
+)
+"""Known ``featureGates`` and whether each is on when the config does not name it."""
+
+_METRICS_DATA_SOURCE = "metrics-data-source"
+
+IGNORABLE_SETTINGS = (
+    "featureGates.flowControl",
+    "flowControl",
+    "featureGates.haPopulateNonLeaderDatastore",
+    "dataLayer",
+)
+"""Settings :func:`ignored_settings` may report (the gauge has a series for each)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigNotice:
+    """Something the operator should know about a config that loaded."""
+
+    setting: str
+    """Where in the file, as a path (``featureGates.flowControl``)."""
+    detail: str
+    deprecated: bool = False
+    """True: an old spelling, honoured; False: a setting this picker runs without."""
+
+
+def _parse_bool(text: str) -> bool | None:
+    """Go's strconv.ParseBool, as upstream reads ``gate=value``; None when it is not a boolean."""
+    value = text.strip().lower()
+    if value in ("1", "t", "true"):
+        return True
+    if value in ("0", "f", "false"):
+        return False
+    return None
+
+
+def feature_gates(config: EndpointPickerConfig) -> dict[str, bool]:
+    """Every known gate → on or off, after the config's ``featureGates``; raises :class:`ConfigError`."""
+    gates = dict(FEATURE_GATES)
+    for i, entry in enumerate(config.feature_gates):
+        name, sep, value = entry.partition("=")
+        if name not in FEATURE_GATES:
+            raise ConfigError(f"featureGates[{i}]: unknown feature gate {name!r} (known: {sorted(FEATURE_GATES)})")
+        enabled = _parse_bool(value) if sep else True
+        if enabled is None:
+            raise ConfigError(f"featureGates[{i}]: {value!r} is not a valid value for the feature gate {name!r}")
+        gates[name] = enabled
+    return gates
+
+
+def normalized(config: EndpointPickerConfig) -> tuple[EndpointPickerConfig, list[ConfigNotice]]:
+    """The config with each deprecated key copied to its llm-d place (unless that is set), and the notices."""
+    notices: list[ConfigNotice] = []
+    if config.api_version == LEGACY_API_VERSION:
+        notices.append(
+            ConfigNotice("apiVersion", f"{LEGACY_API_VERSION} is deprecated, use {API_VERSION}", deprecated=True)
+        )
+    update: dict[str, object] = {}
+    if config.saturation_detector is not None:
+        notices.append(
+            ConfigNotice(
+                "saturationDetector",
+                "use flowControl.saturationDetector (which wins when both are set)",
+                deprecated=True,
+            )
+        )
+        flow_control = config.flow_control or FlowControlConfig()
+        if flow_control.saturation_detector is None:
+            update["flow_control"] = flow_control.model_copy(update={"saturation_detector": config.saturation_detector})
+    if config.parser is not None:
+        notices.append(
+            ConfigNotice("parser", "use requestHandler.parsers (which win when both are set)", deprecated=True)
+        )
+        handler = config.request_handler or RequestHandlerConfig()
+        if not handler.parsers:
+            update["request_handler"] = handler.model_copy(update={"parsers": (config.parser,)})
+    return (config.model_copy(update=update) if update else config), notices
+
+
+def ignored_settings(
+    config: EndpointPickerConfig, gates: Mapping[str, bool], plugin_types: Mapping[str, str]
+) -> list[ConfigNotice]:
+    """Settings of ``config`` (normalized) that would change behaviour and that this picker does not implement.
+
+    ``plugin_types`` maps each plugin name to its type.
+    """
+    notices: list[ConfigNotice] = []
+    if gates["flowControl"]:
+        notices.append(
+            ConfigNotice(
+                "featureGates.flowControl",
+                "flow control (queueing by fairness id and priority) is not implemented: requests are admitted "
+                "or shed at once, as without the gate",
+            )
+        )
+    if config.flow_control is not None and config.flow_control.queueing_configured:
+        notices.append(
+            ConfigNotice(
+                "flowControl",
+                "only flowControl.saturationDetector takes effect: the other settings configure the flow-control "
+                "layer, which this picker does not have",
+            )
+        )
+    if not gates["haPopulateNonLeaderDatastore"]:
+        notices.append(
+            ConfigNotice(
+                "featureGates.haPopulateNonLeaderDatastore",
+                "followers always keep their datastore populated here, so a failover needs no resync",
+            )
+        )
+    data_layer = config.data_layer
+    if data_layer is not None and not any(
+        plugin_types.get(s.plugin_ref) == _METRICS_DATA_SOURCE for s in data_layer.sources
+    ):
+        no_defaults = data_layer.inject_defaults is False  # the llm-d router injects the source unless told not to
+        gie_empty = config.api_version == LEGACY_API_VERSION and data_layer.inject_defaults is None  # GIE: none
+        if no_defaults or gie_empty:
+            notices.append(
+                ConfigNotice(
+                    "dataLayer",
+                    "the config asks for no model-server metrics, but this picker always scrapes them "
+                    "(the scorers and the saturation detector read them)",
+                )
+            )
+    return notices
+
+
+def log_notices(notices: Iterable[ConfigNotice]) -> None:
+    """Log each distinct notice once (several pools load the same file)."""
+    for notice in dict.fromkeys(notices):
+        message = "deprecated configuration setting" if notice.deprecated else "configuration setting has no effect"
+        log.warning(message, extra={"setting": notice.setting, "detail": notice.detail})
