@@ -11,6 +11,7 @@ from pool_modes import CRD_MODES, POOL, served
 from epp_sim.kube_objects import PoolMode, inference_objective, model_rewrite
 from epp_sim.modelserver.config import SimConfig
 from epp_sim.pytest_plugin import PoolFactory
+from epp_sim.stack.envoy import ext_proc_problems
 from epp_sim.stack.hermetic import HermeticPool
 
 # Slow decode so a streamed answer takes visibly longer than its first chunk.
@@ -67,6 +68,8 @@ async def test_through_envoy_rewrite_sse_shed_and_picker_down(epp_pool: PoolFact
             assert (
                 await resp.text() == "inference error: ResourceExhausted - system saturated, sheddable request dropped"
             )
+
+        assert ext_proc_problems(await env.envoy.counters()) == {}  # Envoy saw a clean exchange, shed included
 
         await env.runtime.server.stop(0)  # the picker goes away; Envoy fails closed
         async with http.post(url, json=chat) as resp:

@@ -30,7 +30,7 @@ from epp.extproc.responses import (
     response_trailers_response,
 )
 from epp.extproc.usage import SseUsageScanner, Usage, usage_from_json
-from epp.framework.headers import SYSTEM_OWNED
+from epp.framework.headers import SYSTEM_OWNED, mutable_by_processor
 
 __all__ = ["ResponseRelay"]
 
@@ -100,12 +100,12 @@ class ResponseRelay:
             key = header.key
             raw = header.raw_value or header.value.encode()
             lower = key.lower()
-            if lower in SYSTEM_OWNED:
-                continue
-            echo.append((key, raw))
             if lower == ":status" or lower == "status":
                 self.upstream_error = raw.strip() != b"200"
-            elif lower == "content-type" and b"text/event-stream" in raw:
+            if lower in SYSTEM_OWNED or not mutable_by_processor(lower):
+                continue
+            echo.append((key, raw))
+            if lower == "content-type" and b"text/event-stream" in raw:
                 self._pass_sse()
         extra = self._extra_headers
         if added:

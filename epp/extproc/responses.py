@@ -19,6 +19,7 @@ from epp.framework.headers import (
     LB_METADATA_NAMESPACE,
     SYSTEM_OWNED,
     WENT_INTO_RESP_HEADERS,
+    mutable_by_processor,
 )
 
 __all__ = [
@@ -51,7 +52,8 @@ def _fill_routing(common: Any, headers: Mapping[str, str], destination: str, bod
     if body_length > 0:
         _set_header(set_headers, "Content-Length", str(body_length).encode())
     for key, value in headers.items():
-        if key.lower() not in SYSTEM_OWNED:
+        # Keys arrive lower-cased; upstream echoes even the ones Envoy refuses to mutate.
+        if key not in SYSTEM_OWNED and mutable_by_processor(key):
             _set_header(set_headers, key, value.encode("utf-8", "surrogateescape"))
 
 

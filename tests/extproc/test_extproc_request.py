@@ -52,9 +52,6 @@ async def test_full_duplex_routes_with_exact_headers_metadata_and_untouched_body
     assert set_headers(common.header_mutation) == {
         "x-gateway-destination-endpoint": b"10.0.0.1:8000",
         "Content-Length": str(len(BODY)).encode(),
-        ":method": b"POST",
-        ":path": b"/v1/completions",
-        ":authority": b"gw",
         "content-type": b"application/json",
         "x-request-id": b"rid-1",
         "x-custom": b"kept",
@@ -176,7 +173,7 @@ async def test_buffered_mode_acks_headers_and_routes_on_the_body_answer(start_se
 
     # BUFFERED response: one message, answered with the model name restored.
     await call.send(response_headers({":status": "200", "content-type": "application/json"}))
-    assert set(set_headers((await call.recv_one()).response_headers.response.header_mutation)) >= {":status"}
+    assert set(set_headers((await call.recv_one()).response_headers.response.header_mutation)) >= {"content-type"}
     await call.send(response_body(b'{"model":"m-v2","usage":{"completion_tokens":4}}', eos=True))
     restored = await call.recv_one()
     assert restored.response_body.response.body_mutation.body == b'{"model":"m","usage":{"completion_tokens":4}}'

@@ -25,7 +25,25 @@ from epp.tasks import Service
 from epp_sim.stack.envoy_config import EXT_PROC_CLUSTER, LISTENER, EnvoyConfigError
 from epp_sim.stack.processes import ChildProcess, ChildProcessError
 
-__all__ = ["EnvoyProcess", "envoy_binary", "validate_bootstrap"]
+__all__ = ["EXT_PROC_PROBLEM_COUNTERS", "EnvoyProcess", "envoy_binary", "ext_proc_problems", "validate_bootstrap"]
+
+EXT_PROC_PROBLEM_COUNTERS = (
+    f"http.{LISTENER}.ext_proc.streams_failed",
+    f"http.{LISTENER}.ext_proc.message_timeouts",
+    f"http.{LISTENER}.ext_proc.failure_mode_allowed",
+    f"http.{LISTENER}.ext_proc.rejected_header_mutations",
+    f"http.{LISTENER}.ext_proc.spurious_msgs_received",
+    f"cluster.{EXT_PROC_CLUSTER}.upstream_rq_rx_reset",
+    f"cluster.{EXT_PROC_CLUSTER}.upstream_rq_timeout",
+    f"cluster.{EXT_PROC_CLUSTER}.upstream_cx_destroy_remote_with_active_rq",
+)
+"""Envoy's counters that say the exchange with the picker went wrong: each must stay 0."""
+
+
+def ext_proc_problems(counters: Mapping[str, int]) -> dict[str, int]:
+    """The problem counters (:data:`EXT_PROC_PROBLEM_COUNTERS`) that are not 0."""
+    return {name: counters[name] for name in EXT_PROC_PROBLEM_COUNTERS if counters.get(name, 0)}
+
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +149,21 @@ class EnvoyProcess(Service):
     def admin_url(self) -> str:
         """``http://127.0.0.1:<admin_port>`` (stats, clusters, ready, runtime_modify)."""
         return f"http://127.0.0.1:{self.admin_port}"
+
+    async def counters(self) -> dict[str, int]:
+        """Envoy's counters of the listener (the ext_proc filter's among them) and of the ext_proc cluster."""
+        pattern = rf"^(http\.{LISTENER}\.|cluster\.{EXT_PROC_CLUSTER}\.)"
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http,
+            http.get(f"{self.admin_url}/stats", params={"filter": pattern}) as resp,
+        ):
+            text = await resp.text()
+        counters = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(": ")
+            if value.strip().isdigit():
+                counters[name] = int(value)
+        return counters
 
     @property
     def log_path(self) -> Path:
