@@ -3,7 +3,8 @@
 Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges, its own
 plugin instances (so per-endpoint plugin state never crosses pools) and a director. Shared: the
 metrics registry, the kr8s API, the ext_proc/health servers, the
-metrics server and the configuration watcher.
+metrics server and the configuration watcher. A reloaded configuration is swapped in whole, and
+in the same step each pool's scrapers take its data layer (``ScraperManager.apply``).
 
 Start order: logging → metrics → API client → datastores and reconcilers → scrapers → config →
 directors → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
@@ -18,6 +19,7 @@ then the stop above, whose gRPC step stops taking streams and lets open ones fin
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -32,6 +34,7 @@ from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
 from epp.datalayer.pool_gauges import PoolGauges
+from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.datalayer.scraper import ScraperManager
 from epp.datastore.store import Datastore
 from epp.extproc.cert_reload import CertReloader
@@ -145,6 +148,7 @@ class Runtime(Service):
 
     def _load_configs(self, text: str, keys: Sequence[PoolKey]) -> Configs:
         """One set of plugin instances per pool, all from the same configuration text."""
+        build_scrape = functools.partial(build_scrape_spec, flags=self.options.model_server_metrics)
         configs: Configs = {}
         for key in keys:
             context = PluginContext(clock=self.clock, pool_name=key[1])
@@ -155,9 +159,12 @@ class Runtime(Service):
                     context,
                     metrics=self.metrics,
                     allow_experimental_plugins=self.options.allow_experimental_plugins,
+                    build_scrape=build_scrape,
                 )
             else:
-                configs[key] = load_default_config(self.registry, context, metrics=self.metrics)
+                configs[key] = load_default_config(
+                    self.registry, context, metrics=self.metrics, build_scrape=build_scrape
+                )
         log_notices(notice for config in configs.values() for notice in config.notices)
         return configs
 
@@ -223,6 +230,7 @@ class Runtime(Service):
                 lambda t: self._load_configs(t, keys),
                 clock=self.clock,
                 metrics=self.metrics,
+                on_swap=self._apply_scrape_specs,
             )
             await self._watcher.start(text)
         self._readiness = start_guarded(self._follow_readiness(), name="epp-readiness")
@@ -273,7 +281,7 @@ class Runtime(Service):
                 metrics=self.metrics,
             )
         scrapers = ScraperManager(
-            datastore, self.clock, self.metrics, interval=o.refresh_metrics_interval, source=o.model_server_metrics
+            datastore, self.clock, self.metrics, interval=o.refresh_metrics_interval, spec=holder.current[key].scrape
         )
         gauges = PoolGauges(
             datastore,
@@ -299,6 +307,11 @@ class Runtime(Service):
 
         pool.unsubscribe = datastore.subscribe(on_endpoints)
         return pool
+
+    def _apply_scrape_specs(self, old: Configs, new: Configs) -> None:
+        """A reloaded configuration: each pool's scrapers take its data layer (in the same loop step as the swap)."""
+        for pool in self.pools:
+            pool.scrapers.apply(new[pool.key].scrape)
 
     def _forget_endpoints(self, key: PoolKey, keys: Collection[str]) -> None:
         """Endpoints left the pool: plugins drop their per-endpoint state (the prefix index)."""

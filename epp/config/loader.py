@@ -14,13 +14,16 @@ Stages (upstream ``pkg/epp/config/loader``):
    every profile without one; weight 1.0 for scorers without a weight; ``utilization-detector``
    as the saturation detector when none is named (for admission unless every profile sheds by
    itself, as the v0.3 tree does: such a configuration has no admission step, as v0.3 had none,
-   until it names a saturation detector);
+   until it names a saturation detector); the default metrics source and extractor in
+   ``dataLayer`` unless the section opts out or lists a source (``data_layer.default_sources``);
 5. graph checks: exactly one profile handler (``single-profile-handler`` ⇒ exactly one
    profile), every profile entry a filter, scorer or picker, exactly one picker per profile, the
    saturation detector, parser and data-layer references defined and of the right kind;
-6. build the :class:`~epp.scheduling.scheduler.Scheduler` and collect PreRequest/PostResponse
-   plugins into an immutable :class:`LoadedConfig`, with the config's notices (deprecated
-   spellings, settings this picker runs without: ``compat.ignored_settings``, also counted in
+6. build the :class:`~epp.scheduling.scheduler.Scheduler`, the scrape spec (the wired metrics
+   source and extractor over GIE's ``--model-server-metrics-*`` flags: ``data_layer.data_layer_scrape``)
+   and collect PreRequest/PostResponse plugins into an immutable :class:`LoadedConfig`, with the
+   config's notices (deprecated spellings, settings this picker runs without:
+   ``compat.ignored_settings``, data-layer settings without effect; counted in
    ``epp_config_ignored_settings``).
 
 Every failure is a :class:`ConfigError` naming the field path and the value.
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from epp.config.compat import IGNORABLE_SETTINGS, ConfigNotice, feature_gates, ignored_settings, normalized
+from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources
 from epp.config.defaults import (
     DEFAULT_PICKER_TYPE,
     DEFAULT_PROFILE_HANDLER_TYPE,
@@ -52,6 +56,7 @@ from epp.config.picker_config import (
     SchedulingProfile,
     decode_config,
 )
+from epp.framework.datalayer import ScrapeSpec
 from epp.framework.plugin import Plugin, PluginContext, PluginRegistry
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
@@ -101,6 +106,9 @@ class LoadedConfig:
     """The gates that are on, named or by their upstream default."""
     notices: tuple[ConfigNotice, ...] = ()
     """What the operator should know: deprecated spellings, settings without effect here (the runtime logs them)."""
+    scrape: ScrapeSpec | None = None
+    """What the scrapers fetch and how they read it (the data layer, over GIE's scraping flags);
+    None when the caller gave no scrape builder (it runs no scrapers)."""
 
 
 def load_config(
@@ -110,6 +118,7 @@ def load_config(
     *,
     metrics: EppMetrics | None = None,
     allow_experimental_plugins: bool = False,
+    build_scrape: ScrapeBuilder | None = None,
 ) -> LoadedConfig:
     """Decode ``text`` (YAML or JSON) and build it; raises :class:`ConfigError`."""
     return build_config(
@@ -118,14 +127,19 @@ def load_config(
         context,
         metrics=metrics,
         allow_experimental_plugins=allow_experimental_plugins,
+        build_scrape=build_scrape,
     )
 
 
 def load_default_config(
-    registry: PluginRegistry, context: PluginContext, *, metrics: EppMetrics | None = None
+    registry: PluginRegistry,
+    context: PluginContext,
+    *,
+    metrics: EppMetrics | None = None,
+    build_scrape: ScrapeBuilder | None = None,
 ) -> LoadedConfig:
     """The default profile (``config/defaults.py``), built."""
-    return build_config(default_config(), registry, context, metrics=metrics)
+    return build_config(default_config(), registry, context, metrics=metrics, build_scrape=build_scrape)
 
 
 def build_config(
@@ -135,8 +149,13 @@ def build_config(
     *,
     metrics: EppMetrics | None = None,
     allow_experimental_plugins: bool = False,
+    build_scrape: ScrapeBuilder | None = None,
 ) -> LoadedConfig:
-    """Default, validate and instantiate an already decoded config; raises :class:`ConfigError`."""
+    """Default, validate and instantiate an already decoded config; raises :class:`ConfigError`.
+
+    ``build_scrape`` makes :attr:`LoadedConfig.scrape` from the wired data layer (the runtime's
+    puts GIE's scraping flags under it); without it the data layer is only checked.
+    """
     config, notices = normalized(config)
     config = config.model_copy(update={"plugins": tuple(_named(p) for p in config.plugins)})
     gates = feature_gates(config)
@@ -145,8 +164,9 @@ def build_config(
         _check_stability(config, registry)
     builder = _Builder(config, registry, context)
     builder.apply_system_defaults()
-    loaded = builder.build(metrics)
+    loaded = builder.build(metrics, build_scrape)
     notices += ignored_settings(config, gates, {p.name: p.type for p in config.plugins})
+    notices += loaded.notices
     if metrics is not None:
         ignored = {n.setting for n in notices if not n.deprecated}
         for setting in IGNORABLE_SETTINGS:
@@ -273,6 +293,9 @@ class _Builder:
             detector = SaturationDetectorRef(plugin_ref=name)
             update["flow_control"] = flow_control.model_copy(update={"saturation_detector": detector})
         self.config = self.config.model_copy(update=update)
+        data_layer = default_sources(self.config, plugins, self._add_default_plugin)
+        if data_layer is not None:
+            self.config = self.config.model_copy(update={"data_layer": data_layer})
 
     def _ref(self, where: str, ref: str) -> Plugin:
         plugin = self.plugins.get(ref)
@@ -280,7 +303,7 @@ class _Builder:
             raise ConfigError(f"{where}: references undefined plugin {ref!r}")
         return plugin
 
-    def build(self, metrics: EppMetrics | None) -> LoadedConfig:
+    def build(self, metrics: EppMetrics | None, build_scrape: ScrapeBuilder | None) -> LoadedConfig:
         config, plugins = self.config, self.plugins
         handlers = [p for p in plugins.values() if isinstance(p, ProfileHandler)]
         if len(handlers) > 1:
@@ -311,6 +334,7 @@ class _Builder:
             )
         self._check_parsers()
         self._check_data_layer()
+        scrape, data_layer_notices = data_layer_scrape(config, plugins, self._ref, build_scrape)
 
         self_admitting = all(
             any(isinstance(f, SelfAdmitting) and f.sheds_sheddable_work for f in profile.filters)
@@ -326,6 +350,8 @@ class _Builder:
             response_headers=tuple(p for p in plugins.values() if isinstance(p, ResponseHeaderContributor)),
             endpoint_observers=tuple(p for p in plugins.values() if isinstance(p, EndpointsObserver)),
             admission=self._detector_named or not self_admitting,
+            notices=tuple(data_layer_notices),
+            scrape=scrape,
         )
 
     def _check_parsers(self) -> None:

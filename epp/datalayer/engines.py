@@ -1,17 +1,18 @@
-"""Which metrics each model-server engine exposes, and samples → :class:`MetricsSnapshot`.
+"""Samples → :class:`MetricsSnapshot` with an engine's map, and GIE's metric-name flags on that map.
 
-The engine comes from the pod label ``inference.networking.k8s.io/engine-type`` (unknown or
-missing → ``vllm``), as upstream's ``core-metrics-extractor``; the names are the built-in table of
-spec §3.2 (``docs/proposals/003-model-server-protocol``). vLLM also falls back to the older
-``vllm:gpu_cache_usage_perc`` when ``vllm:kv_cache_usage_perc`` is absent.
+The maps themselves (built-in engines, the table ``core-metrics-extractor`` configures) are
+:mod:`epp.framework.engine_metrics`'s; :func:`engine_spec` looks up a built-in one by name.
 
 Partial results are applied: each field that parsed replaces the previous value, the others keep
-it, and the problems are returned so the scraper can count and log them.
+it, and the problems are returned so the scraper can count and log them. An engine's custom
+metrics (``customMetrics`` in ``engineConfigs``) land in ``MetricsSnapshot.custom`` by their
+attribute key, each keeping its last value when a page lacks it.
 
 GIE's metric-name flags (``--total-queued-requests-metric`` and friends, which its chart sets for
-SGLang, Triton and trtllm-serve) override a field for every endpoint whatever its engine label
-(:func:`with_overrides`): ``name`` or ``name{label=value,...}`` replaces the engine's metric, an
-empty value turns the field off (it is then neither read nor reported missing), as GIE does.
+SGLang, Triton and trtllm-serve) override a field of an engine's map (:func:`with_overrides`):
+``name`` or ``name{label=value,...}`` replaces the engine's metric, an empty value turns the field
+off (it is then neither read nor reported missing), as GIE does. Which engines they apply to is
+the scrape spec's business (``epp.datalayer.scrape_spec``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from epp.datalayer.promtext import MetricSelector, ParseResult, Sample, parse, parse_selector, select
 from epp.framework.endpoint import MetricsSnapshot
+from epp.framework.engine_metrics import DEFAULT_ENGINE, ENGINES, CacheInfoSpec, EngineSpec
 
 __all__ = [
     "DEFAULT_ENGINE",
@@ -39,95 +40,10 @@ __all__ = [
     "with_overrides",
 ]
 
-DEFAULT_ENGINE = "vllm"
-
 # vllm:lora_requests_info labels (its value is the time the adapter set was last seen).
 _LORA_RUNNING = "running_lora_adapters"
 _LORA_WAITING = "waiting_lora_adapters"
 _LORA_MAX = "max_lora"
-
-
-def _selectors(*specs: str) -> tuple[MetricSelector, ...]:
-    return tuple(parse_selector(s) for s in specs)
-
-
-@dataclass(frozen=True, slots=True)
-class CacheInfoSpec:
-    """An info gauge whose labels carry the KV block size and block count."""
-
-    selector: MetricSelector
-    block_size_label: str
-    num_blocks_label: str
-
-
-@dataclass(frozen=True, slots=True)
-class EngineSpec:
-    """Metric selectors for one engine; each field lists alternatives, the first present wins."""
-
-    name: str
-    queued: tuple[MetricSelector, ...]
-    running: tuple[MetricSelector, ...]
-    kv_usage: tuple[MetricSelector, ...]
-    lora: MetricSelector | None = None
-    cache_info: CacheInfoSpec | None = None
-    block_size: tuple[MetricSelector, ...] = ()
-    num_blocks: tuple[MetricSelector, ...] = ()
-    names: frozenset[str] = field(init=False)
-    """The sample names to ask the parser for first (each field's first choice)."""
-    fallbacks: tuple[tuple[str, tuple[str, ...]], ...] = field(init=False)
-    """(first choice, later choices): parsed only when the first choice is absent."""
-
-    def __post_init__(self) -> None:
-        fields = (self.queued, self.running, self.kv_usage, self.block_size, self.num_blocks)
-        names = {choices[0].name for choices in fields if choices}
-        if self.lora is not None:
-            names.add(self.lora.name)
-        if self.cache_info is not None:
-            names.add(self.cache_info.selector.name)
-        fallbacks = tuple(
-            (choices[0].name, later)
-            for choices in fields
-            if (later := tuple(s.name for s in choices[1:] if s.name not in names))
-        )
-        object.__setattr__(self, "names", frozenset(names))
-        object.__setattr__(self, "fallbacks", fallbacks)
-
-
-ENGINES: Mapping[str, EngineSpec] = MappingProxyType(
-    {
-        "vllm": EngineSpec(
-            name="vllm",
-            queued=_selectors("vllm:num_requests_waiting"),
-            running=_selectors("vllm:num_requests_running"),
-            kv_usage=_selectors("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-            lora=parse_selector("vllm:lora_requests_info"),
-            cache_info=CacheInfoSpec(parse_selector("vllm:cache_config_info"), "block_size", "num_gpu_blocks"),
-        ),
-        "sglang": EngineSpec(
-            name="sglang",
-            queued=_selectors("sglang:num_queue_reqs"),
-            running=_selectors("sglang:num_running_reqs"),
-            kv_usage=_selectors("sglang:token_usage"),
-            cache_info=CacheInfoSpec(parse_selector("sglang:cache_config_info"), "page_size", "num_pages"),
-        ),
-        "trtllm-serve": EngineSpec(
-            name="trtllm-serve",
-            queued=_selectors("trtllm_num_requests_waiting"),
-            running=_selectors("trtllm_num_requests_running"),
-            kv_usage=_selectors("trtllm_kv_cache_utilization"),
-            block_size=_selectors("trtllm_kv_cache_tokens_per_block"),
-            num_blocks=_selectors("trtllm_kv_cache_max_blocks"),
-        ),
-        "triton-tensorrt-llm": EngineSpec(
-            name="triton-tensorrt-llm",
-            queued=_selectors("nv_trt_llm_request_metrics{request_type=waiting}"),
-            running=_selectors("nv_trt_llm_request_metrics{request_type=scheduled}"),
-            kv_usage=_selectors("nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=fraction}"),
-            block_size=_selectors("nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=tokens_per}"),
-            num_blocks=_selectors("nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max}"),
-        ),
-    }
-)
 
 
 def engine_spec(engine: str) -> EngineSpec:
@@ -150,7 +66,7 @@ class MetricNameFlags(Protocol):
     def cache_info_metric(self) -> str | None: ...
 
 
-# GIE reads these labels of any cache-info metric; a metric an engine above declares keeps its own.
+# GIE reads these labels of any cache-info metric; a metric a built-in engine declares keeps its own.
 _GIE_CACHE_LABELS = ("block_size", "num_gpu_blocks")
 
 
@@ -296,6 +212,19 @@ def extract(
     for attr, selectors in (("cache_block_size", engine.block_size), ("cache_num_blocks", engine.num_blocks)):
         if selectors and (sample := _value(result, selectors)) and (v := _finite(sample, errors)) is not None:
             fields[attr] = int(v)
+
+    if engine.custom:
+        custom = dict(base.custom)
+        read_any = False
+        for metric in engine.custom:
+            sample = select(result.samples.get(metric.selector.name), metric.selector)
+            if sample is None:
+                errors.append(f"custom metric {metric.attribute_key!r}: {metric.selector} not found")
+            elif (v := _finite(sample, errors)) is not None:
+                custom[metric.attribute_key] = v
+                read_any = True
+        if read_any:
+            fields["custom"] = MappingProxyType(custom)
 
     if not fields:
         return Extraction(base, False, tuple(errors))

@@ -9,9 +9,11 @@ headers, and a body framed by ``Content-Length``, chunked encoding, or the conne
 Anything else is a :class:`FetchError` naming the endpoint; the connection is dropped after any
 error (its state is unknown) and the next poll reconnects.
 
-HTTPS (``--model-server-metrics-scheme https``) is the same exchange over one TLS session per
-connection, kept alive like the plaintext one, so the handshake is paid once per endpoint, not per
-poll. One :func:`tls_context` serves every connection of the scraper.
+HTTPS (``scheme: https`` of ``metrics-data-source``, or ``--model-server-metrics-scheme https``) is
+the same exchange over one TLS session per connection, kept alive like the plaintext one, so the
+handshake is paid once per endpoint, not per poll. One :func:`tls_context` (server check against
+a CA bundle or the system CAs, or none; a client certificate for mTLS) serves every connection
+of a scrape spec.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import ssl
 
 from epp.framework.endpoint import join_host_port
 
-__all__ = ["FetchError", "MetricsConnection", "tls_context"]
+__all__ = ["FetchError", "MetricsConnection", "TlsFileError", "tls_context"]
 
 _MAX_HEAD = 64 * 1024
 
@@ -34,17 +36,35 @@ class FetchError(Exception):
         self.reason = reason
 
 
-def tls_context(*, verify: bool) -> ssl.SSLContext:
-    """The client context for HTTPS model servers.
+class TlsFileError(ValueError):
+    """A CA bundle or client certificate that cannot be loaded; the message names the parameter."""
 
-    ``verify``: the server's certificate must chain to the system CAs (``SSL_CERT_FILE`` and
-    ``SSL_CERT_DIR`` say where those are) and name the address dialled (a pod's IP); else nothing
-    is checked, upstream's default (``--model-server-metrics-https-insecure-skip-verify=true``).
+
+def tls_context(*, verify: bool, ca_file: str = "", cert_file: str = "", key_file: str = "") -> ssl.SSLContext:
+    """The client context for HTTPS model servers; reads the files given (raises :class:`TlsFileError`).
+
+    ``verify``: the server's certificate must chain to ``ca_file`` (``caCertPath``) if given, else
+    to the system CAs (``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` say where those are), and name the
+    address dialled (a pod's IP); else nothing is checked, upstream's default
+    (``insecureSkipVerify``, ``--model-server-metrics-https-insecure-skip-verify``, both true).
+    ``cert_file`` and ``key_file`` (``clientCertPath``, ``clientKeyPath``): the certificate this
+    scraper presents, for model servers that require mTLS.
     """
-    context = ssl.create_default_context()
+    try:
+        context = ssl.create_default_context(cafile=ca_file if verify and ca_file else None)
+    except (OSError, ssl.SSLError) as e:
+        raise TlsFileError(f"caCertPath: cannot load a CA bundle from {ca_file!r}: {e}") from e
     if not verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    if cert_file:
+        try:
+            context.load_cert_chain(cert_file, key_file)
+        except (OSError, ssl.SSLError) as e:
+            raise TlsFileError(
+                f"clientCertPath/clientKeyPath: cannot load a certificate and key from "
+                f"{cert_file!r} and {key_file!r}: {e}"
+            ) from e
     return context
 
 

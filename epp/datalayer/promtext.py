@@ -8,9 +8,8 @@ The search for a name stops at the end of its metric group (the next ``# HELP``/
 line): the format requires a metric's lines to form one group, and every exporter we scrape
 (prometheus_client, prometheus-cpp, client_golang) writes them so.
 
-Also here: :func:`parse_selector` for the engine specs' ``name{label=value,...}`` strings
-(upstream parses them as PromQL vector selectors, auto-quoting bare values and keeping only ``=``
-matchers) and :func:`select`, which picks the series a selector means.
+Also here: :func:`select`, which picks the series a :class:`MetricSelector` means (the selector
+syntax itself, ``name{label=value,...}``, is :mod:`epp.framework.metric_spec`'s, re-exported here).
 
 Bad input never raises out of :func:`parse`: a line that does not parse becomes an error for its
 metric name, and the samples of that name that did parse are still returned.
@@ -23,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
+
+from epp.framework.metric_spec import MetricSelector, SelectorError, parse_selector, unescape_label_value
 
 __all__ = ["MetricSelector", "ParseResult", "Sample", "SelectorError", "parse", "parse_selector", "select"]
 
@@ -54,15 +55,9 @@ _PLAIN_SET_RE = re.compile(rf"[ \t]*(?:{_PLAIN_PAIR}[ \t]*(?:,[ \t]*{_PLAIN_PAIR
 _PLAIN_PAIRS_RE = re.compile(rf'({_NAME})[ \t]*=[ \t]*"([^"]*)"')
 # With escapes (\\, \", \n), one pair at a time.
 _ESCAPED_PAIR_RE = re.compile(rf'[ \t]*({_NAME})[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,?)[ \t]*')
-_UNESCAPE_RE = re.compile(r"\\(.)")
-_UNESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
 _EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 _NAME_ENDS = (b"{", b" ", b"\t", b"\r", b"\n", b"")
 _METADATA = (b"\n# HELP ", b"\n# TYPE ")
-
-
-def _unescape(value: str) -> str:
-    return _UNESCAPE_RE.sub(lambda m: _UNESCAPES.get(m.group(1), "\\" + m.group(1)), value)
 
 
 def _parse_labels(section: str) -> dict[str, str]:
@@ -77,7 +72,7 @@ def _parse_labels(section: str) -> dict[str, str]:
         m = _ESCAPED_PAIR_RE.match(section, pos)
         if m is None or (not m.group(3) and m.end() != len(section)):
             raise _LineError(f"bad label set {{{section}}}")
-        labels[m.group(1)] = _unescape(m.group(2))
+        labels[m.group(1)] = unescape_label_value(m.group(2))
         pos = m.end()
     return labels
 
@@ -167,68 +162,6 @@ def parse(data: bytes | str, names: Iterable[str]) -> ParseResult:
     for name in names:
         _find_samples(raw, name, result)
     return result
-
-
-class SelectorError(ValueError):
-    """An engine metric spec that is not ``name`` or ``name{label=value,...}``."""
-
-
-@dataclass(frozen=True, slots=True)
-class MetricSelector:
-    """A sample name plus equality label matchers."""
-
-    name: str
-    labels: tuple[tuple[str, str], ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(k) == v for k, v in self.labels)
-
-    def __str__(self) -> str:
-        if not self.labels:
-            return self.name
-        return self.name + "{" + ",".join(f'{k}="{v}"' for k, v in self.labels) + "}"
-
-
-_SELECTOR_RE = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{(.*)\})?\s*$", re.S)
-_MATCHER_RE = re.compile(
-    r'^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|([^"=,{}!~\s]*))\s*$', re.S
-)
-
-
-def _split_matchers(body: str) -> list[str]:
-    parts: list[str] = []
-    start = 0
-    quoted = False
-    escaped = False
-    for i, ch in enumerate(body):
-        if escaped:
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif ch == '"':
-            quoted = not quoted
-        elif ch == "," and not quoted:
-            parts.append(body[start:i])
-            start = i + 1
-    parts.append(body[start:])
-    return [p for p in parts if p.strip()]
-
-
-def parse_selector(text: str) -> MetricSelector:
-    """Parse ``name`` or ``name{a=b,c="d"}``; keeps only ``=`` matchers, as upstream does."""
-    m = _SELECTOR_RE.match(text)
-    if m is None:
-        raise SelectorError(f"cannot parse metric spec {text!r}: want name or name{{label=value,...}}")
-    name, body = m.group(1), m.group(2)
-    labels: list[tuple[str, str]] = []
-    for term in _split_matchers(body or ""):
-        mm = _MATCHER_RE.match(term)
-        if mm is None:
-            raise SelectorError(f"cannot parse label matcher {term.strip()!r} in metric spec {text!r}")
-        key, op, quoted, bare = mm.groups()
-        if op == "=":
-            labels.append((key, _unescape(quoted) if quoted is not None else bare))
-    return MetricSelector(name, tuple(labels))
 
 
 def select(samples: Sequence[Sample] | None, selector: MetricSelector) -> Sample | None:

@@ -6,9 +6,14 @@ deadline and each endpoint its own task, so a dead or hanging server only delays
 keep the last metrics (their age grows, which staleness checks see), are counted in
 ``epp_scrape_errors_total{reason}`` and back off exponentially up to ``max_backoff``.
 
-Where and how to scrape is GIE's flags (``ModelServerMetricsOptions``): scheme (one TLS context
-for all endpoints), path, certificate check, and metric names that override each engine's map.
-The endpoint's metrics port (``--model-server-metrics-port``) is the datastore's business.
+What to scrape is a :class:`~epp.framework.datalayer.ScrapeSpec` (the configuration's
+``metrics-data-source`` and ``core-metrics-extractor`` over GIE's flags): scheme and TLS (one
+context for all endpoints), path, port, interval, and the engine maps, each endpoint read with
+its engine label's. :meth:`ScraperManager.apply` swaps it when the configuration reloads: if the
+transport changed, every task is replaced, so each endpoint gets a new connection of the new
+kind; otherwise the running tasks pick up the new maps at once and the new interval after their
+current wait. The endpoint's metrics port (``--model-server-metrics-port``) is the datastore's
+business, unless the source's ``port`` overrides it.
 
 The request path never waits on a scrape: a poll ends with one reference assignment,
 ``state.metrics = snapshot``, which a scheduling cycle reads whole or not at all. Intervals are
@@ -25,11 +30,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from epp.clock import Clock
-from epp.config.options import ModelServerMetricsOptions
-from epp.datalayer.engines import DEFAULT_ENGINE, EngineSpec, engine_spec, read, with_overrides
-from epp.datalayer.metrics_fetch import FetchError, MetricsConnection, tls_context
+from epp.datalayer.engines import read
+from epp.datalayer.metrics_fetch import FetchError, MetricsConnection
+from epp.datalayer.scrape_spec import effective_interval
 from epp.datastore.types import EndpointListener
-from epp.framework.endpoint import ENGINE_TYPE_LABEL, EndpointState
+from epp.framework.datalayer import ScrapeSpec
+from epp.framework.endpoint import EndpointState
+from epp.framework.engine_metrics import EngineSpec
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["EndpointSource", "ScraperManager"]
@@ -78,30 +85,27 @@ class ScraperManager:
         interval: float = 0.05,
         timeout: float = 1.0,
         max_backoff: float = 2.0,
-        source: ModelServerMetricsOptions | None = None,
+        spec: ScrapeSpec | None = None,
         max_body_bytes: int = 16 * 1024 * 1024,
     ) -> None:
-        """``source``: scheme, path, certificate check and metric names (GIE's flags); default plain vLLM."""
+        """``interval``: the base tick (``--refresh-metrics-interval``) the spec's interval is rounded to;
+        ``spec``: what to scrape (default: plain HTTP ``/metrics``, the built-in engines)."""
         if interval <= 0 or timeout <= 0 or max_backoff < interval:
             raise ValueError(
                 f"scrape interval ({interval}) and timeout ({timeout}) must be > 0 "
                 f"and max_backoff ({max_backoff}) >= interval"
             )
-        source = source or ModelServerMetricsOptions()
         self._datastore = datastore
         self._clock = clock
         self._metrics = metrics
-        self._interval = interval
+        self._base_interval = interval
         self._timeout = timeout
         self._max_backoff = max_backoff
-        self._source = source
-        self._tls = tls_context(verify=not source.https_insecure_skip_verify) if source.scheme == "https" else None
-        # Engine label → its spec with the flags' overrides; built for the default engine now, so a
-        # metric spec that does not parse (SelectorError) fails here, at start, not in a scrape.
-        self._engines = {DEFAULT_ENGINE: with_overrides(engine_spec(DEFAULT_ENGINE), source)}
+        self._spec = spec or ScrapeSpec()
+        self._interval = self._effective_interval()
         self._max_body = max_body_bytes
         self._errors = {reason: metrics.scrape_errors.labels(reason=reason) for reason in _REASONS}
-        self._tasks: dict[str, tuple[EndpointState, asyncio.Task[None]]] = {}
+        self._tasks: dict[str, tuple[_Target, asyncio.Task[None]]] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         self._unsubscribe: Callable[[], None] | None = None
 
@@ -116,6 +120,32 @@ class ScraperManager:
             return
         self._unsubscribe = self._datastore.subscribe(self._on_change)
         self._on_change(self._datastore.endpoints(), ())
+
+    def apply(self, spec: ScrapeSpec | None) -> None:
+        """Scrape by ``spec`` (None: the default) from now on (a configuration reload); on the event loop.
+
+        A changed transport replaces every task and with it every connection; otherwise the
+        running tasks read each endpoint with its engine's new map from their next poll.
+        """
+        old, self._spec = self._spec, spec or ScrapeSpec()
+        if self._spec == old:
+            return
+        self._interval = self._effective_interval()
+        if self._spec.transport != old.transport:
+            self._on_change([target.state for target, _ in self._tasks.values()], ())
+            return
+        for target, _ in self._tasks.values():
+            target.engine = self._engine(target.state)
+
+    def _effective_interval(self) -> float:
+        requested = self._spec.interval
+        interval = effective_interval(requested, self._base_interval)
+        if requested and interval != requested:
+            _log.info(
+                "Scrape interval rounded to the nearest multiple of the base tick",
+                extra={"requested": requested, "effective": interval, "base": self._base_interval},
+            )
+        return interval
 
     async def stop(self) -> None:
         """Stop following the datastore; cancel every scrape task and wait for them to end."""
@@ -132,7 +162,7 @@ class ScraperManager:
         # Removals first: a replaced endpoint arrives in both lists under the same key.
         for state in removed:
             entry = self._tasks.get(state.endpoint.key)
-            if entry is not None and entry[0] is state:
+            if entry is not None and entry[0].state is state:
                 del self._tasks[state.endpoint.key]
                 self._retire(entry[1])
         for state in added:
@@ -140,23 +170,31 @@ class ScraperManager:
             previous = self._tasks.pop(key, None)
             if previous is not None:
                 self._retire(previous[1])
-            task = asyncio.get_running_loop().create_task(self._poll(self._target(state)), name=f"epp-scrape:{key}")
+            target = self._target(state)
+            task = asyncio.get_running_loop().create_task(self._poll(target), name=f"epp-scrape:{key}")
             task.add_done_callback(self._task_ended)
-            self._tasks[key] = (state, task)
+            self._tasks[key] = (target, task)
 
-    def _target(self, state: EndpointState) -> _Target:
-        ep = state.endpoint
-        engine = self._engines.get(ep.engine)
-        if engine is None:
-            engine = self._engines[ep.engine] = with_overrides(engine_spec(ep.engine), self._source)
-        if engine.name != ep.engine:
+    def _engine(self, state: EndpointState) -> EngineSpec:
+        """The map ``state``'s endpoint is read with; an engine label the table lacks is logged."""
+        table = self._spec.engines
+        labels = state.endpoint.labels
+        engine = table.lookup(labels)
+        named = table.label_value(labels)
+        if named and named != engine.name:
             _log.warning(
                 "Unknown engine type; scraping as %s",
                 engine.name,
-                extra={"endpoint": ep.key, "label": ENGINE_TYPE_LABEL, "engine": ep.engine},
+                extra={"endpoint": state.endpoint.key, "label": table.label_key, "engine": named},
             )
-        conn = MetricsConnection(ep.address, ep.metrics_port, self._source.path, tls=self._tls, max_body=self._max_body)
-        return _Target(state, engine, conn)
+        return engine
+
+    def _target(self, state: EndpointState) -> _Target:
+        ep = state.endpoint
+        transport = self._spec.transport
+        port = transport.port or ep.metrics_port
+        conn = MetricsConnection(ep.address, port, transport.path, tls=self._spec.tls, max_body=self._max_body)
+        return _Target(state, self._engine(state), conn)
 
     def _retire(self, task: asyncio.Task[None]) -> None:
         task.cancel()
@@ -172,7 +210,7 @@ class ScraperManager:
         _log.error("Scrape task ended unexpectedly", extra={"task": task.get_name()}, exc_info=exc)
 
     async def _poll(self, target: _Target) -> None:
-        duration = self._metrics.scrape_duration.labels(engine=target.engine.name)
+        duration = self._metrics.scrape_duration
         key = target.state.endpoint.key
         try:
             while True:
@@ -188,13 +226,13 @@ class ScraperManager:
                     self._errors["http"].inc()
                     target.failures += 1
                 else:
-                    duration.observe(time.perf_counter() - started)
+                    duration.labels(engine=target.engine.name).observe(time.perf_counter() - started)
                     if target.failures:
                         _log.info("Scrape recovered", extra={"endpoint": key, "failures": target.failures})
                     target.failures = 0
                 delay = self._interval
-                if target.failures:
-                    delay = min(self._max_backoff, self._interval * 2.0**target.failures)
+                if target.failures:  # a configured interval above max_backoff is never shortened
+                    delay = min(max(self._max_backoff, delay), delay * 2.0**target.failures)
                 await self._clock.sleep(delay)
         finally:
             target.conn.close()

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 __all__ = ["ENGINE_TYPE_LABEL", "Endpoint", "EndpointState", "MetricsSnapshot", "join_host_port"]
 
 ENGINE_TYPE_LABEL = "inference.networking.k8s.io/engine-type"
+_NO_CUSTOM: Mapping[str, float] = MappingProxyType({})
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -67,6 +69,9 @@ class MetricsSnapshot:
     cache_block_size: int = 0
     cache_num_blocks: int = 0
     updated_at: float = 0.0
+    custom: Mapping[str, float] = field(default_factory=lambda: _NO_CUSTOM)
+    """Engine-specific scalars by attribute key (``customMetrics`` of ``core-metrics-extractor``'s
+    ``engineConfigs``), for plugins that want them; no in-tree plugin reads them yet."""
 
     def age(self, now: float) -> float:
         """Seconds since the last successful scrape (infinite if never scraped)."""

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from epp.framework.plugin import PluginFactory, PluginRegistry
 from epp.plugins import (
+    core_metrics_extractor,
     kv_cache_scorer,
     legacy_filter_tree,
     lora_affinity_scorer,
     markers,
+    metrics_data_source,
     pickers,
     prefix_cache_scorer,
     queue_scorer,
@@ -35,9 +37,10 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (single_profile.TYPE, single_profile.create),
     (utilization_detector.TYPE, utilization_detector.create),
     (legacy_filter_tree.TYPE, legacy_filter_tree.create),
-    # Accepted so upstream configs load; the runtime builds the scraper and parser itself.
-    (markers.METRICS_DATA_SOURCE_TYPE, markers.factory(markers.METRICS_DATA_SOURCE_TYPE)),
-    (markers.CORE_METRICS_EXTRACTOR_TYPE, markers.factory(markers.CORE_METRICS_EXTRACTOR_TYPE)),
+    # The data layer: what the scraper runs (wired by the loader as dataLayer.sources says).
+    (metrics_data_source.TYPE, metrics_data_source.create),
+    (core_metrics_extractor.TYPE, core_metrics_extractor.create),
+    # Accepted so upstream configs load; the runtime builds the request parser itself.
     (markers.OPENAI_PARSER_TYPE, markers.factory(markers.OPENAI_PARSER_TYPE)),
 )
 

@@ -21,15 +21,16 @@ __all__ = ["Params", "parse_duration"]
 class Params:
     """Typed access to one plugin's parameters; call :meth:`done` last to reject unknown keys."""
 
-    def __init__(self, plugin_type: str, raw: Mapping[str, Any] | None) -> None:
-        self._type = plugin_type
+    def __init__(self, plugin_type: str, raw: Mapping[str, Any] | None, *, where: str = "") -> None:
+        """``where``: the path errors name (default ``<plugin_type>.parameters``), for nested mappings."""
+        self._where = where or f"{plugin_type}.parameters"
         self._raw: Mapping[str, Any] = raw if raw is not None else {}
         if not isinstance(self._raw, Mapping):
-            raise PluginConfigError(f"{plugin_type}.parameters: must be a mapping, got {raw!r}")
+            raise PluginConfigError(f"{self._where}: must be a mapping, got {raw!r}")
         self._seen: set[str] = set()
 
     def _error(self, key: str, what: str, value: Any) -> PluginConfigError:
-        return PluginConfigError(f"{self._type}.parameters.{key}: {what}, got {value!r}")
+        return PluginConfigError(f"{self._where}.{key}: {what}, got {value!r}")
 
     def _get(self, key: str) -> Any:
         self._seen.add(key)
@@ -67,10 +68,13 @@ class Params:
         return number
 
     def boolean(self, key: str, default: bool) -> bool:
+        value = self.optional_boolean(key)
+        return default if value is None else value
+
+    def optional_boolean(self, key: str) -> bool | None:
+        """A boolean, or None when absent (for settings something else defaults)."""
         value = self._get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
+        if value is not None and not isinstance(value, bool):
             raise self._error(key, "must be a boolean", value)
         return value
 
@@ -82,6 +86,22 @@ class Params:
         if not isinstance(value, str) or not value.strip():
             raise self._error(key, "must be a non-empty string", value)
         return value
+
+    def text(self, key: str) -> str | None:
+        """Any string, empty included (upstream reads "" as unset for some keys); None when absent."""
+        value = self._get(key)
+        if value is not None and not isinstance(value, str):
+            raise self._error(key, "must be a string", value)
+        return value
+
+    def mappings(self, key: str) -> list[Params]:
+        """A list of mappings (empty when absent), each as its own :class:`Params` named ``key[i]``."""
+        value = self._get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self._error(key, "must be a list", value)
+        return [Params(key, item, where=f"{self._where}.{key}[{i}]") for i, item in enumerate(value)]
 
     def choice(self, key: str, default: str, choices: Sequence[str]) -> str:
         """One of ``choices``, spelt exactly."""
@@ -114,4 +134,4 @@ class Params:
         """Reject keys no getter asked for."""
         unknown = sorted(set(self._raw) - self._seen)
         if unknown:
-            raise PluginConfigError(f"{self._type}.parameters: unknown field(s) {unknown}")
+            raise PluginConfigError(f"{self._where}: unknown field(s) {unknown}")

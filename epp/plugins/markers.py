@@ -1,11 +1,10 @@
-"""Inert placeholders for upstream plugin types whose work lives outside the scheduler.
+"""Inert placeholder for the upstream ``openai-parser``, whose work lives outside the scheduler.
 
-Upstream's default EndpointPickerConfig names ``metrics-data-source``, ``core-metrics-extractor``
-(the data layer) and the ``openai-parser``. In this picker the scraper (``epp.datalayer``) and the
-body parser (``epp.extproc.request_body``) are built by the runtime, not from the config, so these
-types only have to be *accepted*: each instance records its parameters for whoever wants to read
-them and serves no extension point. Replace an entry in ``register_in_tree`` when a real plugin
-of that type exists.
+Upstream's default EndpointPickerConfig names ``openai-parser`` as the request parser. In this
+picker the body parser (``epp.extproc.request_body``) is built by the runtime, not from the
+config, so the type only has to be *accepted*: each instance records its parameters for whoever
+wants to read them and serves no extension point. Replace the entry in ``register_in_tree``
+when a real parser plugin exists.
 """
 
 from __future__ import annotations
@@ -16,10 +15,8 @@ from typing import Any
 
 from epp.framework.plugin import PluginContext, TypedName
 
-__all__ = ["CORE_METRICS_EXTRACTOR_TYPE", "METRICS_DATA_SOURCE_TYPE", "OPENAI_PARSER_TYPE", "MarkerPlugin", "factory"]
+__all__ = ["OPENAI_PARSER_TYPE", "MarkerPlugin", "factory"]
 
-METRICS_DATA_SOURCE_TYPE = "metrics-data-source"
-CORE_METRICS_EXTRACTOR_TYPE = "core-metrics-extractor"
 OPENAI_PARSER_TYPE = "openai-parser"
 
 

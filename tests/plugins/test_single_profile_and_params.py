@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from scheduling_builders import request, state
 
+from epp.framework.datalayer import MetricsSource
 from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistry
 from epp.framework.scheduling import CycleState, ProfileHandler, ProfileResult
 from epp.plugins import register_in_tree, single_profile
@@ -55,11 +56,11 @@ def test_each_upstream_type_name_builds_a_plugin_of_that_type(plugin_type: str) 
     assert plugin.typed_name.name == f"my-{plugin_type}"
 
 
-def test_a_data_source_keeps_its_parameters() -> None:
+def test_a_data_source_reads_its_parameters() -> None:
     registry = PluginRegistry()
     register_in_tree(registry)
-    marker = registry.create("metrics-data-source", "src", {"path": "/metrics"}, PluginContext())
-    assert dict(marker.parameters) == {"path": "/metrics"}  # type: ignore[attr-defined]
+    source = registry.create("metrics-data-source", "src", {"path": "/metrics"}, PluginContext())
+    assert isinstance(source, MetricsSource) and source.source.path == "/metrics"
 
 
 @pytest.mark.parametrize(

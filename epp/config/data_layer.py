@@ -1,0 +1,145 @@
+"""The ``dataLayer`` section → the metrics source and extractor the scraper runs, wired as upstream wires them.
+
+Default wiring (the llm-d router's ``ensureDataLayer``; :func:`default_sources`): unless
+``dataLayer.injectDefaults`` is false or ``dataLayer.sources`` already lists a metrics source,
+the plugins *named* ``metrics-data-source`` and ``core-metrics-extractor`` become the source
+and its extractor: the configuration's own when it declares them under those names (as the
+charts do, with their parameters; a name defaults to the type), else new ones with default
+parameters. A GIE file (``inference.networking.x-k8s.io/v1alpha1``) that has a ``dataLayer``
+section gets nothing injected, as GIE did.
+
+Then (:func:`data_layer_scrape`) the one source and its extractor, with GIE's flags under them,
+make the scrape spec, through the :data:`ScrapeBuilder` the caller hands in (the runtime's is
+``epp.datalayer.scrape_spec.build_scrape_spec`` with the flags; the configuration layer must
+not import the data layer, which reads files and sockets). Beyond upstream, and loudly: this picker
+runs one metrics source per endpoint, so a ``dataLayer.sources`` of more than one source, or a
+source without exactly one extractor, is rejected; with no source at all (``injectDefaults:
+false``) it still scrapes, with the flags and defaults (``compat.ignored_settings`` reports
+that). A data-layer plugin the wiring leaves out has no effect, as upstream; the loader reports
+each one (``dataLayer`` in ``epp_config_ignored_settings``), as it does settings without effect
+(a CA bundle while the certificate is not checked, TLS files over plain HTTP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from epp.config.compat import ConfigNotice
+from epp.config.picker_config import (
+    LEGACY_API_VERSION,
+    ConfigError,
+    DataLayerConfig,
+    DataLayerSource,
+    EndpointPickerConfig,
+    PluginRef,
+)
+from epp.framework.datalayer import MetricsExtractor, MetricsSource, MetricsSourceSpec, ScrapeSpec
+from epp.framework.engine_metrics import EngineTable
+from epp.framework.plugin import Plugin
+from epp.plugins import core_metrics_extractor, metrics_data_source
+
+__all__ = ["NOTICE_SETTING", "ScrapeBuilder", "data_layer_scrape", "default_sources"]
+
+ScrapeBuilder = Callable[[MetricsSourceSpec | None, EngineTable | None], ScrapeSpec]
+"""(source, engine table; None: not configured) → the scrape; raises ValueError naming the parameter."""
+
+NOTICE_SETTING = "dataLayer"
+"""The ``epp_config_ignored_settings`` series data-layer notices count in."""
+
+_SOURCE = metrics_data_source.TYPE
+_EXTRACTOR = core_metrics_extractor.TYPE
+
+
+def default_sources(
+    config: EndpointPickerConfig, plugins: Mapping[str, Plugin], add_default: Callable[[str], str]
+) -> DataLayerConfig | None:
+    """The ``dataLayer`` with the default source appended, or None when nothing is injected.
+
+    ``add_default(type)`` instantiates a plugin of that type under its type name.
+    """
+    section = config.data_layer
+    if section is not None:
+        gie_section = config.api_version == LEGACY_API_VERSION and section.inject_defaults is None
+        if section.inject_defaults is False or gie_section:
+            return None
+        if any(isinstance(plugins.get(s.plugin_ref), MetricsSource) for s in section.sources):
+            return None
+    for name in (_SOURCE, _EXTRACTOR):
+        if name not in plugins:
+            add_default(name)
+    source = DataLayerSource(plugin_ref=_SOURCE, extractors=(PluginRef(plugin_ref=_EXTRACTOR),))
+    section = section or DataLayerConfig()
+    return section.model_copy(update={"sources": (*section.sources, source)})
+
+
+def _kind_error(where: str, plugin: Plugin, kind: str) -> ConfigError:
+    name, type_name = plugin.typed_name.name, plugin.typed_name.type
+    return ConfigError(f"{where}: plugin {name!r} (type {type_name!r}) is not {kind}")
+
+
+def _wired(
+    section: DataLayerConfig | None, ref: Callable[[str, str], Plugin]
+) -> tuple[MetricsSource | None, MetricsExtractor | None]:
+    sources = section.sources if section is not None else ()
+    listed: list[MetricsSource] = []
+    for i, entry in enumerate(sources):
+        plugin = ref(f"dataLayer.sources[{i}].pluginRef", entry.plugin_ref)
+        if not isinstance(plugin, MetricsSource):
+            raise _kind_error(f"dataLayer.sources[{i}].pluginRef", plugin, f"a metrics source ({_SOURCE})")
+        listed.append(plugin)
+    if len(sources) > 1:
+        names = [s.plugin_ref for s in sources]
+        raise ConfigError(
+            f"dataLayer.sources: {names}: this picker runs one metrics source per endpoint "
+            f"(a {_SOURCE} with its {_EXTRACTOR}); list one"
+        )
+    if not sources:
+        return None, None
+    entry, source = sources[0], listed[0]
+    if len(entry.extractors) != 1:
+        names = [e.plugin_ref for e in entry.extractors]
+        raise ConfigError(
+            f"dataLayer.sources[0].extractors: {names}: the {_SOURCE} {entry.plugin_ref!r} needs exactly "
+            f"one {_EXTRACTOR} (its only extractor type here, and upstream takes one of each type)"
+        )
+    where = "dataLayer.sources[0].extractors[0].pluginRef"
+    extractor = ref(where, entry.extractors[0].plugin_ref)
+    if not isinstance(extractor, MetricsExtractor):
+        raise _kind_error(where, extractor, f"a metrics extractor ({_EXTRACTOR})")
+    return source, extractor
+
+
+def data_layer_scrape(
+    config: EndpointPickerConfig,
+    plugins: Mapping[str, Plugin],
+    ref: Callable[[str, str], Plugin],
+    build: ScrapeBuilder | None,
+) -> tuple[ScrapeSpec | None, list[ConfigNotice]]:
+    """The scrape the defaulted ``config`` wires (None without ``build``: only checked), and notices
+    for what has no effect; raises ConfigError.
+
+    ``ref(where, name)`` returns the plugin ``name`` or raises a ConfigError naming ``where``.
+    """
+    source, extractor = _wired(config.data_layer, ref)
+    notices = [
+        ConfigNotice(
+            NOTICE_SETTING,
+            f"plugin {name!r} (type {plugin.typed_name.type!r}) is not wired in dataLayer.sources, "
+            "so it has no effect (as upstream)",
+        )
+        for name, plugin in plugins.items()
+        if isinstance(plugin, MetricsSource | MetricsExtractor) and plugin is not source and plugin is not extractor
+    ]
+    if build is None:
+        return None, notices
+    try:
+        spec = build(
+            source.source if source is not None else None,
+            extractor.engine_table if extractor is not None else None,
+        )
+    except ValueError as e:
+        where = f"plugin {source.typed_name.name!r} (type {_SOURCE!r}).parameters." if source is not None else ""
+        raise ConfigError(f"{where}{e}") from e
+    if source is not None:
+        notices += [ConfigNotice(NOTICE_SETTING, f"plugin {source.typed_name.name!r}: {n}") for n in spec.notes]
+    return spec, notices

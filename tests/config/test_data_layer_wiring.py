@@ -1,0 +1,162 @@
+"""dataLayer wiring: which metrics-data-source and core-metrics-extractor a loaded config scrapes with."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
+from epp.config.options import ModelServerMetricsOptions
+from epp.datalayer.scrape_spec import build_scrape_spec
+from epp.framework.datalayer import ScrapeSpec, Transport
+from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.plugins import register_in_tree
+from epp.telemetry.metrics import EppMetrics
+
+LLM_D = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
+GIE = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+BUILD = functools.partial(build_scrape_spec, flags=ModelServerMetricsOptions())
+
+
+@pytest.fixture
+def registry() -> PluginRegistry:
+    registry = PluginRegistry()
+    register_in_tree(registry)
+    return registry
+
+
+def load(text: str, registry: PluginRegistry, **kw: object) -> LoadedConfig:
+    return load_config(text, registry, PluginContext(), build_scrape=BUILD, **kw)  # type: ignore[arg-type]
+
+
+def scrape(loaded: LoadedConfig) -> ScrapeSpec:
+    assert loaded.scrape is not None
+    return loaded.scrape
+
+
+def test_the_chart_style_config_declares_the_plugins_and_the_default_wiring_uses_them(registry: PluginRegistry) -> None:
+    loaded = load(
+        LLM_D + "plugins:\n- type: queue-scorer\n"
+        "- {type: metrics-data-source, parameters: {scheme: http, path: /metrics, insecureSkipVerify: true}}\n"
+        "- {type: core-metrics-extractor, parameters: {defaultEngine: sglang}}\n",
+        registry,
+    )
+    assert scrape(loaded).engines.default_engine == "sglang"
+    assert loaded.config.data_layer is not None
+    (source,) = loaded.config.data_layer.sources  # the effective config says what was wired
+    assert (source.plugin_ref, [e.plugin_ref for e in source.extractors]) == (
+        "metrics-data-source",
+        ["core-metrics-extractor"],
+    )
+    assert loaded.notices == ()
+
+
+def test_no_data_layer_plugins_inject_the_defaults(registry: PluginRegistry) -> None:
+    loaded = load_default_config(registry, PluginContext(), build_scrape=BUILD)
+    assert scrape(loaded) == ScrapeSpec()
+    assert {"metrics-data-source", "core-metrics-extractor"} <= set(loaded.plugins)
+    assert load_default_config(registry, PluginContext()).scrape is None  # no builder: only checked
+
+
+def test_explicit_sources_with_their_own_names(registry: PluginRegistry) -> None:
+    loaded = load(
+        LLM_D + "plugins:\n- {name: pods, type: metrics-data-source, parameters: {path: /custom, port: 9400}}\n"
+        "- {name: engines, type: core-metrics-extractor, parameters: {defaultEngine: triton}}\n"
+        "dataLayer: {sources: [{pluginRef: pods, extractors: [{pluginRef: engines}]}]}\n",
+        registry,
+    )
+    spec = scrape(loaded)
+    assert spec.transport == Transport(path="/custom", port=9400) and spec.engines.default_engine == "triton"
+    assert "metrics-data-source" not in loaded.plugins  # nothing injected beside a listed source
+    assert loaded.notices == ()
+
+
+def test_a_data_layer_plugin_left_out_of_the_wiring_is_reported(registry: PluginRegistry) -> None:
+    metrics = EppMetrics()
+    loaded = load(
+        LLM_D + "plugins:\n- {name: mine, type: core-metrics-extractor, parameters: {defaultEngine: sglang}}\n",
+        registry,
+        metrics=metrics,
+    )
+    assert scrape(loaded).engines.default_engine == "vllm"  # upstream wires the one *named* core-metrics-extractor
+    assert [(n.setting, n.detail) for n in loaded.notices] == [
+        (
+            "dataLayer",
+            "plugin 'mine' (type 'core-metrics-extractor') is not wired in dataLayer.sources, "
+            "so it has no effect (as upstream)",
+        )
+    ]
+    assert metrics.registry.get_sample_value("epp_config_ignored_settings", {"setting": "dataLayer"}) == 1
+
+
+def test_opted_out_or_gie_section_scrapes_with_flags_and_defaults(registry: PluginRegistry) -> None:
+    for text in (LLM_D + "dataLayer: {injectDefaults: false}\n", GIE + "dataLayer: {sources: []}\n"):
+        loaded = load(text, registry)
+        assert scrape(loaded) == ScrapeSpec() and "metrics-data-source" not in loaded.plugins
+        assert "dataLayer" in [n.setting for n in loaded.notices]  # "this picker always scrapes"
+    gie_without_section = load(
+        GIE + "plugins: [{type: core-metrics-extractor, parameters: {defaultEngine: sglang}}]\n", registry
+    )
+    assert scrape(gie_without_section).engines.default_engine == "sglang"  # GIE injects when there is no section
+
+
+def test_a_ca_bundle_that_is_not_used_is_reported_and_an_unreadable_one_rejects_the_config(
+    registry: PluginRegistry, tmp_path: Path
+) -> None:
+    unused = load(
+        LLM_D + "plugins: [{type: metrics-data-source, parameters: {scheme: https, caCertPath: /x}}]\n", registry
+    )
+    (notice,) = unused.notices
+    assert notice.setting == "dataLayer" and notice.detail.startswith(
+        "plugin 'metrics-data-source': caCertPath has no effect while insecureSkipVerify is true"
+    )
+    missing = tmp_path / "missing.pem"
+    params = f"{{scheme: https, insecureSkipVerify: false, caCertPath: {missing}}}"
+    text = f"plugins: [{{type: metrics-data-source, parameters: {params}}}]\n"
+    with pytest.raises(
+        ConfigError,
+        match=r"plugin 'metrics-data-source' \(type 'metrics-data-source'\)\.parameters\.caCertPath: cannot load",
+    ):
+        load(LLM_D + text, registry)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "plugins: [{name: a, type: metrics-data-source}, {name: b, type: metrics-data-source},\n"
+            "  {type: core-metrics-extractor}]\n"
+            "dataLayer: {sources: [{pluginRef: a, extractors: [{pluginRef: core-metrics-extractor}]}, "
+            "{pluginRef: b, extractors: [{pluginRef: core-metrics-extractor}]}]}\n",
+            r"dataLayer\.sources: \['a', 'b'\]: this picker runs one metrics source per endpoint",
+        ),
+        (
+            "plugins: [{type: metrics-data-source}]\ndataLayer: {sources: [{pluginRef: metrics-data-source}]}\n",
+            r"dataLayer\.sources\[0\]\.extractors: \[\]: the metrics-data-source 'metrics-data-source' needs",
+        ),
+        (
+            "plugins: [{type: queue-scorer}, {type: core-metrics-extractor}]\n"
+            "dataLayer: {sources: [{pluginRef: queue-scorer, extractors: [{pluginRef: core-metrics-extractor}]}]}\n",
+            r"sources\[0\]\.pluginRef: plugin 'queue-scorer' \(type 'queue-scorer'\) is not a metrics source",
+        ),
+        (
+            "plugins: [{type: metrics-data-source}, {type: queue-scorer}]\n"
+            "dataLayer: {sources: [{pluginRef: metrics-data-source, extractors: [{pluginRef: queue-scorer}]}]}\n",
+            r"extractors\[0\]\.pluginRef: plugin 'queue-scorer' \(type 'queue-scorer'\) is not a metrics extractor",
+        ),
+        (
+            "plugins: [{name: metrics-data-source, type: queue-scorer}]\n",
+            r"plugin 'metrics-data-source' \(type 'queue-scorer'\) is not a metrics source",
+        ),
+        (
+            "plugins: [{type: core-metrics-extractor, parameters: {defaultEngine: tgi}}]\n",
+            r"plugins\[0\] \('core-metrics-extractor', type 'core-metrics-extractor'\)\.parameters: "
+            r"core-metrics-extractor\.parameters\.defaultEngine: 'tgi'",
+        ),
+    ],
+)
+def test_wiring_errors_name_the_field(text: str, message: str, registry: PluginRegistry) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(LLM_D + text, registry)
