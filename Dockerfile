@@ -18,8 +18,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 # The wheels are bind-mounted from the builder for this one step, so no layer keeps them.
+# xds-protos ships an older copy of opentelemetry-proto's modules and pip's order decides which copy
+# stays, so opentelemetry-proto is installed again last (the OTLP exporter needs its messages).
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels epp \
+    && pip install --no-index --find-links=/wheels --no-deps --force-reinstall opentelemetry-proto \
     && groupadd --system --gid 10001 epp \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin epp
 USER 10001:10001

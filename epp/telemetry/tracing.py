@@ -103,7 +103,7 @@ _DEFAULT_RATIO = 0.1
 
 
 class TracingError(ValueError):
-    """An ``OTEL_*`` variable asks for something this picker cannot do; the message names it."""
+    """The tracing the ``OTEL_*`` variables ask for cannot be set up here; the message names why."""
 
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[float]
@@ -342,6 +342,22 @@ def _sampler(settings: TracingSettings) -> Sampler:
     return sampling.ParentBased(base) if name.startswith("parentbased_") else base
 
 
+def _require_current_otlp_messages() -> None:
+    """Refuse, naming the fix, when opentelemetry-proto's modules are xds-protos' older copy.
+
+    Both wheels install ``opentelemetry/proto/...``; whichever pip installs last owns the files, and
+    the OTLP exporter cannot import from the copy that lacks ``InstrumentationScope``.
+    """
+    from opentelemetry.proto.common.v1 import common_pb2
+
+    if not hasattr(common_pb2, "InstrumentationScope"):
+        raise TracingError(
+            f"OTLP export needs opentelemetry-proto's messages, but {common_pb2.__file__} is an older "
+            "copy (installed over it by xds-protos); run: pip install --no-deps --force-reinstall "
+            "opentelemetry-proto"
+        )
+
+
 def _resource() -> Resource:
     from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, OTELResourceDetector, Resource
 
@@ -354,6 +370,7 @@ def _exporter(name: str, protocol: str) -> SpanExporter:
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter(out=sys.stdout)  # today's stdout, not the one at the SDK's import
+    _require_current_otlp_messages()
     if protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 

@@ -397,3 +397,22 @@ def test_settings_the_picker_cannot_honour_are_errors(environ: dict[str, str], m
     with pytest.raises(TracingError) as err:
         TracingSettings.from_environ(environ)
     assert str(err.value).startswith(message)
+
+
+def test_otlp_refused_with_the_fix_when_xds_protos_overwrote_the_otlp_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """xds-protos ships an older ``opentelemetry.proto`` copy; installed last, it breaks the exporter."""
+    from opentelemetry.proto.common.v1 import common_pb2
+
+    monkeypatch.delattr(common_pb2, "InstrumentationScope")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    with pytest.raises(TracingError, match="pip install --no-deps --force-reinstall opentelemetry-proto"):
+        Tracing.from_environment()
+
+
+def test_the_installed_otlp_messages_are_opentelemetry_protos_own() -> None:
+    """The set-up (scripts/bootstrap, the Dockerfile) leaves opentelemetry-proto's copy in place."""
+    from opentelemetry.proto.common.v1 import common_pb2
+
+    assert hasattr(common_pb2, "InstrumentationScope")
