@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -75,6 +76,9 @@ async def _serve(options: ServeOptions) -> None:
     grace = 0.0
     try:
         await runtime.start()
+        # Everything built so far lives as long as the process: keep it out of the garbage
+        # collector's sweeps, which then visit only what requests allocate (shorter pauses).
+        gc.freeze()
         if await signals.first == signal.SIGTERM:
             await runtime.drain()
             # The window counts from the signal, so a slow Lease release does not lengthen it.

@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+
+from epp.telemetry.series import Counter, Gauge, Histogram
 
 __all__ = ["GrpcStreamMetrics"]
 

@@ -1,7 +1,9 @@
 """OpenAI request bodies: parse once, validate like upstream's ``openai-parser``, re-serialise like Go.
 
-The body is decoded exactly once (``json.loads`` on the joined bytes) and the resulting dict is
-what the scheduler and plugins read; nothing here copies it. When the target model differs from
+The body is decoded exactly once, by ``orjson`` (a C parser about three times as fast as the
+standard library's) on the joined bytes; the standard library re-reads only a body orjson
+refuses, for what Go accepts and orjson does not (integers past 64 bits) and for the error text.
+The resulting dict is what the scheduler and plugins read; nothing here copies it. When the target model differs from
 the requested one the body is re-serialised the way Go's ``encoding/json`` prints a
 ``map[string]any`` (sorted keys, compact, HTML-safe escapes, raw UTF-8), so byte-exact tests and
 caches behave as with the upstream picker; otherwise the client's bytes are forwarded untouched.
@@ -13,6 +15,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from epp.errors import EppError, ErrorCode
 from epp.framework.request import ApiKind
@@ -101,9 +105,12 @@ def parse_request_body(raw: bytes, headers: Mapping[str, str]) -> ParsedBody:
     Checks run in upstream order: JSON, then the API's required field, then ``model``.
     """
     try:
-        decoded = json.loads(raw, parse_constant=_reject_constant)
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors.
-        raise _bad(f"error unmarshaling request bodyMap: {e}") from e
+        decoded = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            decoded = json.loads(raw, parse_constant=_reject_constant)
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors.
+            raise _bad(f"error unmarshaling request bodyMap: {e}") from e
     if decoded is None:
         decoded = {}  # Go unmarshals `null` into a nil map without error.
     elif not isinstance(decoded, dict):

@@ -1,8 +1,7 @@
 """The response half of one ext_proc stream: relay the model server's answer, read its usage.
 
-Headers are answered at once: upstream headers echoed (minus the system-owned ones), the
-picker's own response headers added (they win), ``content-length`` removed when the body will
-be rewritten. Bodies take one of two paths:
+Headers are answered at once with the picker's own response headers (and the upstream marker),
+``content-length`` removed when the body will be rewritten. Bodies take one of two paths:
 
 - **pass-through**: SSE (``stream: true`` or a ``text/event-stream`` content type) and anything
   past ``max_buffer`` bytes go back chunk by chunk as they arrive; an SSE scanner reads ``usage``
@@ -30,7 +29,6 @@ from epp.extproc.responses import (
     response_trailers_response,
 )
 from epp.extproc.usage import SseUsageScanner, Usage, usage_from_json
-from epp.framework.headers import SYSTEM_OWNED, mutable_by_processor
 
 __all__ = ["ResponseRelay"]
 
@@ -94,28 +92,26 @@ class ResponseRelay:
             self._pass_sse()
 
     def on_headers(self, http_headers: pb.HttpHeaders, added: Mapping[str, str] | None = None) -> pb.ProcessingResponse:
-        """The headers answer; ``added`` are headers of this response alone (the conformance echo)."""
-        echo: list[tuple[str, bytes]] = []
+        """The headers answer: the marker and the picker's own headers; the upstream ones are only read.
+
+        ``added`` are headers of this response alone (the conformance echo). Upstream's picker
+        also echoes every response header back unchanged, which changes nothing for the client
+        and costs a header option per header on both sides of the stream; only what differs is sent.
+        """
         for header in http_headers.headers.headers:
             key = header.key
-            raw = header.raw_value or header.value.encode()
-            lower = key.lower()
-            if lower == ":status" or lower == "status":
-                self.upstream_error = raw.strip() != b"200"
-            if lower in SYSTEM_OWNED or not mutable_by_processor(lower):
-                continue
-            echo.append((key, raw))
-            if lower == "content-type" and b"text/event-stream" in raw:
+            if key == ":status" or key == "status":
+                self.upstream_error = (header.raw_value or header.value.encode()).strip() != b"200"
+            elif key == "content-type" and b"text/event-stream" in (header.raw_value or header.value.encode()):
                 self._pass_sse()
         extra = self._extra_headers
         if added:
             extra = {**extra, **added}
-        if extra:
-            echo = [(k, v) for k, v in echo if k.lower() not in extra]
-            echo.extend((k, v.encode()) for k, v in extra.items())
         if http_headers.end_of_stream or self._mode == _BODY_NONE:
             self._finish(None)  # No body follows, or Envoy will not send it to us.
-        return response_headers_response(echo, remove_content_length=bool(self._renames))
+        return response_headers_response(
+            [(k, v.encode()) for k, v in extra.items()], remove_content_length=bool(self._renames)
+        )
 
     def on_body(self, body: pb.HttpBody) -> Sequence[pb.ProcessingResponse]:
         chunk: bytes = body.body

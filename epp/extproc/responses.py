@@ -4,6 +4,11 @@ Messages are filled in place (``msg.a.b.c = x``, ``repeated.add()``): with upb t
 than composing them from constructors, and this runs once or more per request. The routing
 decision travels twice, as the ``x-gateway-destination-endpoint`` header and as the
 ``envoy.lb`` dynamic-metadata value of the same key; Envoy's ORIGINAL_DST cluster reads either.
+
+Header mutations carry only what changes. Upstream's picker echoes every request and response
+header back unchanged, which changes nothing for the client (Envoy refuses the pseudo-headers,
+``host`` and ``x-envoy-*`` anyway, counting each refusal) and costs a header option per header
+on both sides of the stream.
 """
 
 from __future__ import annotations
@@ -17,9 +22,7 @@ from epp.framework.headers import (
     DESTINATION_ENDPOINT,
     DESTINATION_ENDPOINT_SCORES,
     LB_METADATA_NAMESPACE,
-    SYSTEM_OWNED,
     WENT_INTO_RESP_HEADERS,
-    mutable_by_processor,
 )
 
 __all__ = [
@@ -52,9 +55,7 @@ def _fill_routing(common: Any, headers: Mapping[str, str], destination: str, bod
     if body_length > 0:
         _set_header(set_headers, "Content-Length", str(body_length).encode())
     for key, value in headers.items():
-        # Keys arrive lower-cased; upstream echoes even the ones Envoy refuses to mutate.
-        if key not in SYSTEM_OWNED and mutable_by_processor(key):
-            _set_header(set_headers, key, value.encode("utf-8", "surrogateescape"))
+        _set_header(set_headers, key, value.encode("utf-8", "surrogateescape"))
 
 
 def _fill_metadata(response: pb.ProcessingResponse, destination: str, scores: Mapping[str, float] | None) -> None:
@@ -71,9 +72,10 @@ def routing_headers_response(
 ) -> pb.ProcessingResponse:
     """The request-headers answer that routes (FULL_DUPLEX_STREAMED, and header-only requests).
 
-    Sets the destination, the body's ``Content-Length`` when it is non-empty, echoes ``headers``
-    minus the system-owned ones, clears the route cache and carries the ``envoy.lb`` metadata
-    (with the endpoints' ``scores``, when given).
+    Sets the destination, the body's ``Content-Length`` when it is non-empty and ``headers``
+    (what the picker adds to the forwarded request: a request id it made up, the trace context),
+    clears the route cache and carries the ``envoy.lb`` metadata (with the endpoints' ``scores``,
+    when given).
     """
     response = pb.ProcessingResponse()
     _fill_routing(response.request_headers.response, headers, destination, body_length)
@@ -142,9 +144,9 @@ def response_body_replaced(body: bytes | None) -> pb.ProcessingResponse:
 
 
 def response_headers_response(
-    echo: Iterable[tuple[str, bytes]], *, remove_content_length: bool
+    headers: Iterable[tuple[str, bytes]], *, remove_content_length: bool
 ) -> pb.ProcessingResponse:
-    """The response-headers answer: the debug marker plus the echoed upstream headers.
+    """The response-headers answer: upstream's marker plus the picker's own response ``headers``.
 
     ``remove_content_length`` when the body will be rewritten (model name back to the client's):
     the upstream length would then be wrong.
@@ -153,7 +155,7 @@ def response_headers_response(
     mutation = response.response_headers.response.header_mutation
     set_headers = mutation.set_headers
     _set_header(set_headers, WENT_INTO_RESP_HEADERS, b"true")
-    for key, raw in echo:
+    for key, raw in headers:
         _set_header(set_headers, key, raw)
     if remove_content_length:
         mutation.remove_headers.append("content-length")

@@ -22,6 +22,7 @@ import grpc
 from epp.extproc import pb
 from epp.extproc.grpc_stream_metrics import GrpcStreamMetrics
 from epp.extproc.health import HealthState
+from epp.extproc.replies import Replies
 from epp.extproc.stream import Directors, Processor, Stream, StreamOptions
 from epp.extproc.tls import ServerTls
 from epp.framework.endpoint import join_host_port
@@ -73,7 +74,7 @@ class _ExtProcServicer(pb.ExternalProcessorServicer):  # type: ignore[misc]  # g
         self._processor = processor
 
     async def Process(self, request_iterator: Any, context: Any) -> None:  # noqa: N802 (gRPC method name)
-        await Stream(self._processor).run(request_iterator, context.write)
+        await Stream(self._processor).run(request_iterator, Replies(context))
 
 
 class _MeteredExtProcServicer(_ExtProcServicer):

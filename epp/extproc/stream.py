@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Protocol
@@ -36,6 +36,7 @@ from typing import Protocol
 from epp.errors import EppError, ErrorCode
 from epp.extproc import pb
 from epp.extproc.observe import RequestLabels, StreamMetrics
+from epp.extproc.replies import Replies
 from epp.extproc.request_body import parse_request_body, serialize_go
 from epp.extproc.response_relay import ResponseRelay
 from epp.extproc.responses import (
@@ -60,8 +61,6 @@ log = logging.getLogger(__name__)
 _FULL_DUPLEX = pb.BODY_FULL_DUPLEX_STREAMED
 _BUFFERED = pb.BODY_BUFFERED
 _MODEL_SERVER_ERROR = ErrorCode.MODEL_SERVER_ERROR.label
-
-Write = Callable[[pb.ProcessingResponse], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +187,8 @@ class Stream:
 
     # -- driving -------------------------------------------------------------------------------
 
-    async def run(self, requests: AsyncIterable[pb.ProcessingRequest], write: Write) -> None:
-        """Answer every message of the stream; end it after an ImmediateResponse. Always cleans up."""
+    async def run(self, requests: AsyncIterable[pb.ProcessingRequest], replies: Replies) -> None:
+        """Answer every message of the stream; end the RPC once the exchange is complete. Always cleans up."""
         try:
             async for message in requests:
                 try:
@@ -197,26 +196,31 @@ class Stream:
                 except EppError as err:
                     if log.isEnabledFor(logging.DEBUG):
                         log.debug("request rejected", extra={"error": str(err)})
-                    await self._reject(err, write)
+                    await self._reject(err, replies)
                     return
                 except Exception:
                     log.exception("ext_proc stream failed; answering 500")
-                    await self._reject(EppError(ErrorCode.INTERNAL, "internal error in the endpoint picker"), write)
+                    await self._reject(EppError(ErrorCode.INTERNAL, "internal error in the endpoint picker"), replies)
                     return
-                for answer in answers:
-                    await write(answer)
+                done = self._phase is Phase.DONE
+                for answer in answers[:-1] if done else answers:
+                    await replies.send(answer)
+                if done and answers:
+                    await replies.send_last(answers[-1])
                 if self._overhead is not None:
                     self._p.observe.overhead(*self._overhead)
                     self._overhead = None
+                if done:
+                    return  # the exchange is complete: end the RPC before the gateway resets it
         finally:
             self.close()
 
-    async def _reject(self, err: EppError, write: Write) -> None:
+    async def _reject(self, err: EppError, replies: Replies) -> None:
         self._error_label = err.code.label
         self._phase = Phase.DONE
         if self._trace is not None:
             self._trace.fail(str(err))
-        await write(error_response(err))
+        await replies.send_last(error_response(err))
 
     def handle(self, message: pb.ProcessingRequest) -> Sequence[pb.ProcessingResponse]:
         """The answers to one inbound message (possibly none); raises EppError to end the stream."""
@@ -271,10 +275,10 @@ class Stream:
         for header in http_headers.headers.headers:
             raw = header.raw_value
             headers[header.key.lower()] = raw.decode("utf-8", "surrogateescape") if raw else header.value
-        tracing = self._p.tracing
-        if tracing is not None:  # continues the client's trace; the echoed headers carry our span
-            self._trace = tracing.start_request(headers)
         request = self._new_request(headers)
+        tracing = self._p.tracing
+        if tracing is not None:  # continues the client's trace; the forwarded request carries our span
+            self._trace = tracing.start_request(headers, request.upstream_headers)
         if http_headers.end_of_stream:
             return self._route_headers_only(request)
         if self._request_mode == _BUFFERED:
@@ -289,11 +293,12 @@ class Stream:
 
     def _new_request(self, headers: dict[str, str]) -> InferenceRequest:
         request_id = headers.get(wire.REQUEST_ID)
+        upstream: dict[str, str] = {}
         if not request_id:
-            request_id = headers[wire.REQUEST_ID] = str(uuid.uuid4())
+            request_id = upstream[wire.REQUEST_ID] = str(uuid.uuid4())
         request_id_var.set(request_id)
         self._phase = Phase.READING
-        self._request = InferenceRequest(request_id=request_id, headers=headers)
+        self._request = InferenceRequest(request_id=request_id, headers=headers, upstream_headers=upstream)
         return self._request
 
     def _read_subset(self, message: pb.ProcessingRequest) -> None:
@@ -344,7 +349,7 @@ class Stream:
         request.api = ApiKind.NONE
         decision = self._route(request, headers_only=True)
         t_scheduled = perf_counter()
-        answer = routing_headers_response(request.headers, decision.destination, 0)
+        answer = routing_headers_response(request.upstream_headers, decision.destination, 0)
         self._overhead = (t_last, None, t_scheduled, perf_counter())
         return (answer,)
 
@@ -370,9 +375,11 @@ class Stream:
         answers: list[pb.ProcessingResponse]
         scores = decision.endpoint_scores
         if self._request_mode == _BUFFERED:
-            answers = [routing_body_response(request.headers, destination, len(body), rewritten, scores=scores)]
+            answers = [
+                routing_body_response(request.upstream_headers, destination, len(body), rewritten, scores=scores)
+            ]
         else:
-            answers = [routing_headers_response(request.headers, destination, len(body), scores=scores)]
+            answers = [routing_headers_response(request.upstream_headers, destination, len(body), scores=scores)]
             answers += body_chunks(body, self._p.options.chunk_size, request=True, end_of_stream=True)
         self._overhead = (t_last, t_parsed, t_scheduled, perf_counter())
         labels = self._running = self._labels()

@@ -13,10 +13,11 @@ anything else may use either.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 __all__ = ["SseUsageScanner", "Usage", "usage_from_json", "usage_from_object"]
 
@@ -84,8 +85,8 @@ def usage_from_json(body: bytes) -> Usage | None:
     if _USAGE_KEY not in body:
         return None  # Skip decoding bodies that cannot carry usage (errors, embeddings...).
     try:
-        return usage_from_object(json.loads(body))
-    except ValueError:
+        return usage_from_object(orjson.loads(body))
+    except orjson.JSONDecodeError:
         return None
 
 
@@ -130,7 +131,7 @@ class SseUsageScanner:
             if nulls and nulls == payload.count(_USAGE_KEY):
                 continue  # Every "usage" in it is null (a token chunk): not worth decoding.
             try:
-                usage = usage_from_object(json.loads(payload))
+                usage = usage_from_object(orjson.loads(payload))
             except ValueError:
                 continue
             if usage is not None:

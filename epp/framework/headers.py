@@ -38,7 +38,6 @@ __all__ = [
     "SYSTEM_OWNED",
     "TEST_ENDPOINT_SELECTION",
     "WENT_INTO_RESP_HEADERS",
-    "mutable_by_processor",
     "read",
 ]
 
@@ -119,13 +118,3 @@ def read(headers: Mapping[str, str], name: str) -> str | None:
         if value is not None:
             return value
     return None
-
-
-def mutable_by_processor(lower_name: str) -> bool:
-    """Whether Envoy lets an ext_proc processor set this header under its default mutation rules.
-
-    Envoy refuses pseudo-headers (``:path``, ``:status``...), ``host`` and ``x-envoy-*`` headers
-    and counts each refusal (``ext_proc.rejected_header_mutations``); echoing them only dirties
-    the gateway's stats, so they are never sent.
-    """
-    return lower_name[:1] != ":" and lower_name != "host" and not lower_name.startswith("x-envoy-")

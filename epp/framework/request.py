@@ -29,7 +29,9 @@ class InferenceRequest:
 
     ``model`` is what the client asked for, ``target_model`` what the model server will be sent
     (after InferenceModel split / InferenceModelRewrite). ``priority`` < 0 is sheddable.
-    ``body`` is the parsed JSON (never copied); ``headers`` are lower-case keys.
+    ``body`` is the parsed JSON (never copied); ``headers`` are the client's, lower-case keys;
+    ``upstream_headers`` are what the picker sets on the request it forwards (a request id it
+    made up, the trace context).
     """
 
     request_id: str
@@ -41,6 +43,7 @@ class InferenceRequest:
     stream: bool = False
     body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    upstream_headers: dict[str, str] = field(default_factory=dict)
     size: int = 0
 
     @property

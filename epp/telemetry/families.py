@@ -8,9 +8,10 @@ written through one call. Label values are given once, in the order of the llm-d
 superset); each metric takes the values of the labels it declares, so the GIE request series
 simply drop ``fairness_id``.
 
-Children are resolved once per tuple of label values and cached (bounded, rebuilt when full), so
-writing twins costs two updates and no extra label lookups: the "tee" children below hold both
-Prometheus children and forward each update to them.
+Children are resolved once per tuple of label values and cached (bounded, rebuilt when full).
+Twins whose label values are the same (only the names differ) share one set of numbers, so a
+write is one update; twins that differ (the llm-d request series add ``fairness_id``) get two:
+the "tee" children below hold both and forward each update to them.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client import CollectorRegistry
 
 from epp.config.options import METRICS_NAMINGS, MetricsNaming
+from epp.telemetry.series import Counter, Gauge, Histogram, Series
 
 __all__ = [
     "CounterChild",
@@ -40,7 +41,7 @@ _MAX_CACHED = 4096
 
 
 class _Tee:
-    """The Prometheus children (zero, one or two) that one update goes to."""
+    """The series (zero, one or two) that one update goes to."""
 
     __slots__ = ("_children",)
 
@@ -88,7 +89,7 @@ class Family(Generic[ChildT]):
 
     __slots__ = ("_child", "_metrics", "_cache")
 
-    def __init__(self, child: type[ChildT], metrics: Sequence[tuple[MetricWrapperBase, tuple[int, ...]]]) -> None:
+    def __init__(self, child: type[ChildT], metrics: Sequence[tuple[Series[Any], tuple[int, ...]]]) -> None:
         self._child = child
         self._metrics = tuple(metrics)
         """Each metric with the positions (in the llm-d label order) of the values it takes."""
@@ -185,7 +186,8 @@ class Families:
         self._registry = registry
         self._naming = naming
 
-    def _metrics(self, kind: type[MetricWrapperBase], names: Names, **kw: Any) -> list[tuple[Any, tuple[int, ...]]]:
+    def _metrics(self, kind: type[Series[Any]], names: Names, **kw: Any) -> list[tuple[Any, tuple[int, ...]]]:
+        """The family's metric(s); a twin with the GIE series' very label values shares its numbers."""
         out: list[tuple[Any, tuple[int, ...]]] = []
         if names.gie is not None and self._naming in ("gie", "both"):
             help_text = names.gie_help
@@ -197,8 +199,11 @@ class Families:
             out.append((metric, names.gie_picks()))
         if names.llm_d is not None and self._naming in ("llm-d", "both"):
             help_text = names.llm_d_help or names.gie_help
-            metric = kind(names.llm_d, _alpha(help_text), names.labels, registry=self._registry, **kw)
-            out.append((metric, tuple(range(len(names.labels)))))
+            every = tuple(range(len(names.labels)))
+            twin = out[0][0] if out and out[0][1] == every else None
+            metric = kind(names.llm_d, _alpha(help_text), names.labels, registry=self._registry, shares=twin, **kw)
+            if twin is None:
+                out.append((metric, every))
         return out
 
     def counter(self, names: Names) -> CounterFamily:

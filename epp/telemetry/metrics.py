@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from epp import __version__
 from epp.config.options import MetricsNaming
 from epp.telemetry.families import Families, Names
+from epp.telemetry.series import Counter, Gauge, Histogram
 
 __all__ = ["EppMetrics"]
 

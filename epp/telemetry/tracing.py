@@ -246,16 +246,16 @@ class Tracing:
         )
         return cls(provider)
 
-    def start_request(self, headers: MutableMapping[str, str]) -> RequestTrace:
+    def start_request(self, headers: Mapping[str, str], upstream: MutableMapping[str, str]) -> RequestTrace:
         """Start the ``gateway.request`` span, continuing the trace in ``headers`` (lower-case keys).
 
-        Writes the span's own ``traceparent`` (and ``tracestate``, ``baggage``) into ``headers``,
-        replacing the client's, so the header mutation carries it to the model server.
+        Writes the span's own ``traceparent`` (and ``tracestate``, ``baggage``) into ``upstream``,
+        the headers the picker sets on the forwarded request, so the model server gets it.
         """
         parent = self._propagator.extract(headers, context=self._empty)
         request_span = self._request_tracer.start_span(_REQUEST_SPAN, context=parent, kind=self._server)
         context = self._set_span_in_context(request_span, parent)
-        self._propagator.inject(headers, context=context)
+        self._propagator.inject(upstream, context=context)
         return RequestTrace(self, request_span, context)
 
     def child_span(self, name: str, scope: str, *, server: bool) -> AbstractContextManager[Span]:

@@ -39,6 +39,14 @@ def test_parse_returns_the_decoded_dict_itself() -> None:
     assert parsed.body == {"model": "x", "prompt": [1, 2], "stream": True}
 
 
+def test_what_go_decodes_is_decoded_and_what_go_refuses_is_refused() -> None:
+    huge = parse_request_body(b'{"model": "m", "prompt": "p", "seed": 123456789012345678901234567890}', {})
+    assert huge.body["seed"] == 1.2345678901234568e29  # past 64 bits: a float64, as Go decodes it
+    for constant in (b"NaN", b"Infinity", b"-Infinity"):
+        with pytest.raises(EppError, match="error unmarshaling request bodyMap: invalid character"):
+            parse_request_body(b'{"model": "m", "prompt": "p", "temperature": ' + constant + b"}", {})
+
+
 def test_non_object_json_names_the_kind() -> None:
     with pytest.raises(EppError, match="cannot unmarshal string into Go value"):
         parse_request_body(b'"text"', {})

@@ -49,12 +49,11 @@ async def test_full_duplex_routes_with_exact_headers_metadata_and_untouched_body
     assert head.WhichOneof("response") == "request_headers"
     common = head.request_headers.response
     assert common.clear_route_cache
+    # Only what changes: the destination and the body's length. The client's headers go upstream as
+    # they are (no echo), the spoofed destination is overwritten, the stale length replaced.
     assert set_headers(common.header_mutation) == {
         "x-gateway-destination-endpoint": b"10.0.0.1:8000",
         "Content-Length": str(len(BODY)).encode(),
-        "content-type": b"application/json",
-        "x-request-id": b"rid-1",
-        "x-custom": b"kept",
     }
     assert destination_metadata(head) == "10.0.0.1:8000"
     assert list(head.dynamic_metadata.fields) == ["envoy.lb"]
@@ -95,15 +94,15 @@ async def test_request_id_generated_when_absent_and_found_case_insensitively(run
     call = running.open()
     await call.send(request_headers([(":path", "/v1/completions"), ("X-Request-ID", "abc")]), request_body(BODY))
     head, _ = await call.recv(2)
-    assert set_headers(head.request_headers.response.header_mutation)["x-request-id"] == b"abc"
+    assert "x-request-id" not in set_headers(head.request_headers.response.header_mutation)  # the client's stays
     assert running.director.routed[1][0].request_id == "abc"
 
 
-async def test_header_values_from_value_field_are_echoed_as_raw_value(running: Running) -> None:
+async def test_header_values_in_the_value_field_are_read_like_raw_values(running: Running) -> None:
     call = running.open()
     await call.send(request_headers({":path": "/v1/completions", "x-plain": "v"}, raw=False), request_body(BODY))
-    head, _ = await call.recv(2)
-    assert set_headers(head.request_headers.response.header_mutation)["x-plain"] == b"v"
+    await call.recv(2)
+    assert running.director.routed[0][0].headers["x-plain"] == "v"
 
 
 async def test_model_rewrite_reserialises_like_go_and_chunks_at_62000(start_server: Start) -> None:
@@ -168,12 +167,14 @@ async def test_buffered_mode_acks_headers_and_routes_on_the_body_answer(start_se
     headers = set_headers(common.header_mutation)
     assert headers["x-gateway-destination-endpoint"] == b"10.0.0.1:8000"
     assert headers["Content-Length"] == str(len(expected)).encode()
-    assert headers["x-request-id"] == b"b1"
+    assert "x-request-id" not in headers  # the client's own goes upstream untouched
     assert destination_metadata(answer) == "10.0.0.1:8000"
 
     # BUFFERED response: one message, answered with the model name restored.
     await call.send(response_headers({":status": "200", "content-type": "application/json"}))
-    assert set(set_headers((await call.recv_one()).response_headers.response.header_mutation)) >= {"content-type"}
+    assert set(set_headers((await call.recv_one()).response_headers.response.header_mutation)) == {
+        "x-went-into-resp-headers"
+    }
     await call.send(response_body(b'{"model":"m-v2","usage":{"completion_tokens":4}}', eos=True))
     restored = await call.recv_one()
     assert restored.response_body.response.body_mutation.body == b'{"model":"m","usage":{"completion_tokens":4}}'
