@@ -428,6 +428,23 @@ def test_envoy_gateway_uses_the_gie_processing_mode() -> None:
     assert backend["spec"]["tls"]["insecureSkipVerify"] is True
 
 
+def test_both_gateways_end_ext_proc_streams_gracefully() -> None:
+    """The runtime guard our own Envoys set (epp_sim.stack.envoy_config), in the form each gateway takes."""
+    from epp_sim.stack.envoy_config import GRACEFUL_CLOSE_GUARD
+
+    eg = _find("Gateway", "inference-gateway", under="gateways/envoy-gateway")
+    ref = eg["spec"]["infrastructure"]["parametersRef"]
+    proxy = _find("EnvoyProxy", ref["name"])
+    assert (ref["group"], ref["kind"]) == ("gateway.envoyproxy.io", "EnvoyProxy")
+    assert proxy["spec"]["bootstrap"]["type"] == "Merge"
+    layers = yaml.safe_load(proxy["spec"]["bootstrap"]["value"])["layered_runtime"]["layers"]
+    assert [layer["static_layer"] for layer in layers] == [{GRACEFUL_CLOSE_GUARD: True}]
+
+    istio = _find("Gateway", "inference-gateway", under="gateways/istio")
+    proxy_config = yaml.safe_load(istio["spec"]["infrastructure"]["annotations"]["proxy.istio.io/config"])
+    assert proxy_config == {"runtimeValues": {GRACEFUL_CLOSE_GUARD: "true"}}
+
+
 def test_istio_envoyfilter_matches_our_bootstrap() -> None:
     from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap
 

@@ -72,7 +72,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="auto: wrk/h2load when installed, else the Python generator",
     )
     o.add_argument("--profile", type=float, default=0.0, metavar="SECONDS", help="py-spy the picker this long")
-    o.add_argument("--soak", type=float, default=0.0, metavar="SECONDS", help="then run a soak sampling RSS")
+    o.add_argument(
+        "--soak",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="then a memory soak: RSS per request of picker and no-op behind stock and graceful Envoys "
+        "(default 0: none; --quick: 10)",
+    )
     o.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for JSON and PNG")
     o.set_defaults(func=_run_overhead)
 
@@ -98,6 +105,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _fmt(value: float, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
+
+
+def _fmt_or_dash(value: float | None) -> str:
+    return "-" if value is None else _fmt(value)
 
 
 def print_overhead(doc: dict[str, Any]) -> None:
@@ -164,10 +175,18 @@ def print_overhead(doc: dict[str, Any]) -> None:
         print(format_table(["incl %", "function"], rows))
     if "soak" in doc:
         soak = doc["soak"]
-        print(
-            f"\nsoak: {soak['seconds']:.0f} s, {soak['requests']} requests, epp RSS growth after warm-up "
-            f"{soak['epp_rss_growth_mib']:.1f} MiB"
-        )
+        print(f"\nmemory soak ({soak['seconds']:.0f} s, pairs in turn, c={soak['concurrency']}, 1 KB):")
+        rows = [
+            [
+                name,
+                str(p["requests"]),
+                _fmt_or_dash(p["rss_first_mib"]),
+                _fmt_or_dash(p["rss_last_mib"]),
+                _fmt_or_dash(p["rss_slope_bytes_per_request"]),
+            ]
+            for name, p in soak["pairs"].items()
+        ]
+        print(format_table(["processor/envoy", "requests", "rss first MiB", "rss last MiB", "bytes/request"], rows))
     print("\ntargets:")
     for name, t in doc["targets"].items():
         verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
@@ -263,9 +282,10 @@ def _run_overhead(args: argparse.Namespace) -> int:
             "rounds": args.rounds,
             "round_seconds": args.round_seconds,
             "scrape_endpoints": args.scrape_endpoints,
+            "soak_seconds": args.soak,
         }
     )
-    overrides.update(loadgen=args.loadgen, profile_seconds=args.profile, soak_seconds=args.soak)
+    overrides.update(loadgen=args.loadgen, profile_seconds=args.profile)
     options = OverheadOptions.quick if args.quick else OverheadOptions
     return _run("overhead", args, lambda: options(**overrides), run_overhead, print_overhead)
 

@@ -7,16 +7,20 @@ is echoed back as a streamed body response; in BUFFERED (or STREAMED) an empty B
 leaves the body as it is. The body mode is read from the ``protocol_config`` Envoy sends on the
 first message of each stream.
 
-With ``destination`` set, the request-headers response carries the GIE routing decision (header
-and ``envoy.lb`` metadata) so Envoy's ORIGINAL_DST cluster can route. Responses that do not
-depend on the request are built once. It also serves gRPC health (SERVING for the ext_proc
-service), which Envoy's cluster health check probes.
+With ``destinations`` given, the request-headers response carries the GIE routing decision
+(header and ``envoy.lb`` metadata), round robin over them, so Envoy's ORIGINAL_DST cluster can
+route. Like the picker it ends its RPC as soon as the exchange is complete (the response's end
+of stream, or its trailers), so the final status goes out before Envoy resets the stream: the
+baseline is a minimal *correct* processor, not one that leaves streams for the gateway to kill.
+Responses that do not depend on the request are built once. It also serves gRPC health (SERVING
+for the ext_proc service), which Envoy's cluster health check probes.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 from envoy.config.core.v3 import base_pb2
@@ -68,8 +72,9 @@ def _echo(body: pb.HttpBody) -> pb.BodyResponse:
 
 
 class _Servicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-    def __init__(self, destination: str | None) -> None:
-        self._request_headers = _headers_response(destination)
+    def __init__(self, destinations: Sequence[str]) -> None:
+        routes = [_headers_response(d) for d in destinations] or [_headers_response(None)]
+        self._request_headers = itertools.cycle(routes)
         self._response_headers = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
         self._request_body = pb.ProcessingResponse(request_body=pb.BodyResponse())
         self._response_body = pb.ProcessingResponse(response_body=pb.BodyResponse())
@@ -89,7 +94,7 @@ class _Servicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                 duplex_response = config.response_body_mode == _FULL_DUPLEX
             kind = request.WhichOneof("request")
             if kind == "request_headers":
-                yield self._request_headers
+                yield next(self._request_headers)
             elif kind == "request_body":
                 yield (
                     pb.ProcessingResponse(request_body=_echo(request.request_body))
@@ -98,25 +103,30 @@ class _Servicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                 )
             elif kind == "response_headers":
                 yield self._response_headers
+                if request.response_headers.end_of_stream:
+                    return
             elif kind == "response_body":
                 yield (
                     pb.ProcessingResponse(response_body=_echo(request.response_body))
                     if duplex_response
                     else self._response_body
                 )
+                if request.response_body.end_of_stream:
+                    return
             elif kind == "request_trailers":
                 yield self._request_trailers
             elif kind == "response_trailers":
                 yield self._response_trailers
+                return
             else:
                 log.warning("ignoring an ext_proc message with no phase", extra={"phase": kind})
 
 
 class NoopProcessor:
-    """The no-op ext_proc server; ``destination`` (``ip:port``) makes it route every request there."""
+    """The no-op ext_proc server; ``destinations`` (``ip:port``) make it route requests there, round robin."""
 
-    def __init__(self, destination: str | None = None, *, credentials: grpc.ServerCredentials | None = None) -> None:
-        self._servicer = _Servicer(destination)
+    def __init__(self, destinations: Sequence[str] = (), *, credentials: grpc.ServerCredentials | None = None) -> None:
+        self._servicer = _Servicer(destinations)
         self._credentials = credentials
         self._server: grpc.aio.Server | None = None
 

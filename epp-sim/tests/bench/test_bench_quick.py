@@ -67,7 +67,16 @@ async def test_overhead_quick(tmp_path: Path) -> None:
     assert scrape["endpoints"] == 2 and scrape["errors"] == 0 and scrape["endpoints_with_metrics"] == 2
     assert 0 < scrape["cpu_per_s"] < 2 and scrape["scrapes_per_s"] > 10
     assert doc["rss_mib"]["epp"] > 20
-    assert set(doc["targets"]) >= {"throughput_vs_noop_c16_ge_0.85", "scrape_8_endpoints_lt_0.10_core"}
+    soak = doc["soak"]["pairs"]
+    assert set(soak) == {"noop/stock", "epp/stock", "noop/graceful", "epp/graceful"}
+    for name, pair in soak.items():
+        assert pair["requests"] > 0 and len(pair["samples"]) >= 2 and pair["rss_last_mib"] > 10, name
+        assert pair["samples"][-1][0] == pair["requests"]
+    assert set(doc["targets"]) >= {
+        "throughput_vs_noop_c16_ge_0.85",
+        "scrape_8_endpoints_lt_0.10_core",
+        "rss_slope_stock_envoy_le_10_bytes_per_request",
+    }
 
 
 @pytest.mark.timeout(90)

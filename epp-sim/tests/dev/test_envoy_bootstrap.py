@@ -11,6 +11,7 @@ from epp.framework.headers import DESTINATION_ENDPOINT, DESTINATION_ENDPOINT_SER
 from epp_sim.stack.envoy import validate_bootstrap
 from epp_sim.stack.envoy_config import (
     EXT_PROC_SERVICE,
+    GRACEFUL_CLOSE_GUARD,
     EnvoyConfigError,
     ExtProcTarget,
     envoy_bootstrap,
@@ -60,6 +61,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     ),
     "ipv6": envoy_bootstrap(listen_port=0, ext_proc=ExtProcTarget("::1", 9002), admin_port=0, listen_host="::1"),
     "no-processor": envoy_bootstrap(listen_port=0, ext_proc=None, admin_port=0, route_by="header"),
+    "stock-close": envoy_bootstrap(listen_port=0, ext_proc=TARGET, admin_port=0, graceful_ext_proc_close=False),
     "plain": envoy_bootstrap_plain(0, "127.0.0.1", 8000, 0),
     "plain-dns": envoy_bootstrap_plain(8081, "localhost", 8000, 19000),
 }
@@ -95,6 +97,17 @@ def test_gie_processing_mode_and_metadata_namespace() -> None:
     assert ext_proc["message_timeout"] == "1000s"
     assert ext_proc["grpc_service"]["timeout"] == "10s"
     assert _ext_proc(VARIANTS["response-body-none"])["message_timeout"] == "0.25s"
+
+
+def _static_runtime(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    layers: list[dict[str, Any]] = bootstrap["layered_runtime"]["layers"]
+    static: dict[str, Any] = next(layer for layer in layers if "static_layer" in layer)["static_layer"]
+    return static
+
+
+def test_ext_proc_streams_close_gracefully_unless_a_stock_envoy_is_asked_for() -> None:
+    assert _static_runtime(VARIANTS["gie-default"]) == {GRACEFUL_CLOSE_GUARD: True}
+    assert _static_runtime(VARIANTS["stock-close"]) == {}
 
 
 def test_routing_is_original_dst_on_metadata_by_default_and_header_on_request() -> None:

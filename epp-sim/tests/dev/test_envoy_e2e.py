@@ -42,7 +42,7 @@ async def chain(
     failure_mode_allow: bool = False,
     credentials: grpc.ServerCredentials | None = None,
 ) -> AsyncIterator[tuple[NoopProcessor, EnvoyProcess]]:
-    processor = NoopProcessor(destination, credentials=credentials)
+    processor = NoopProcessor([destination] if destination else [], credentials=credentials)
     port = await processor.start("127.0.0.1", 0)
     try:
         bootstrap = envoy_bootstrap(

@@ -30,7 +30,7 @@ class OverheadOptions:
     loadgen: ToolChoice = "auto"
     profile_seconds: float = 0.0
     soak_seconds: float = 0.0
-    soak_sample_seconds: float = 10.0
+    soak_sample_seconds: float = 10.0  # one chunk of load per (processor, Envoy) pair between RSS samples
 
     def __post_init__(self) -> None:
         if not 1 <= self.endpoints <= 200 or any(not 1 <= n <= 200 for n in self.scrape_endpoints):
@@ -56,6 +56,8 @@ class OverheadOptions:
             "grpc_concurrency": 4,
             "scrape_endpoints": (2,),
             "scrape_seconds": 1.0,
+            "soak_seconds": 10.0,
+            "soak_sample_seconds": 1.0,
         }
         base.update(overrides)
         return cls(**base)

@@ -2,7 +2,8 @@
 
 The order is fixed so each part runs on a warm, otherwise idle stack: the interleaved HTTP
 rounds, ext_proc straight to the processors, the scraper alone, then the optional profile and
-soak, and last the resident memory of the processes; the targets are judged on the result.
+memory soak (with processes of its own: stock and graceful Envoys), and last the resident memory
+of the processes; the targets are judged on the result.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import aiohttp
 
 from epp_sim.bench.children import bench_work_dir
 from epp_sim.bench.loadtools import LoadGenerator
+from epp_sim.bench.overhead.memory import memory_soak
 from epp_sim.bench.overhead.options import OverheadOptions
 from epp_sim.bench.overhead.rounds import grpc_direct, http_cells
 from epp_sim.bench.overhead.stack import Stack, start_stack
-from epp_sim.bench.overhead.steady_load import profile_picker, soak_picker
+from epp_sim.bench.overhead.steady_load import profile_picker
 from epp_sim.bench.overhead.targets import overhead_targets
 from epp_sim.bench.procstat import rss_bytes
 from epp_sim.bench.report import machine_info
@@ -64,7 +66,7 @@ async def run_overhead(options: OverheadOptions) -> dict[str, Any]:
             if options.profile_seconds > 0:
                 doc["profile"] = await profile_picker(options, stack, loads)
             if options.soak_seconds > 0:
-                doc["soak"] = await soak_picker(options, stack, loads)
+                doc["soak"] = await memory_soak(options, stack, loads)
             doc["rss_mib"] = {
                 "epp": rss_bytes(stack.epp.pid) / 2**20,
                 "noop": rss_bytes(stack.noop.pid) / 2**20,

@@ -3,7 +3,7 @@
 - a fast backend (``epp_sim.bench.backend``) on ``127.0.0.2`` … ``127.0.0.<N+1>``, serving completions
   and a realistic vLLM ``/metrics`` page on each address (the N "pods");
 - a fake Kubernetes API server (in this process) holding N Ready pods with those IPs;
-- the no-op ext_proc server (``epp_sim.bench.noop_server``) routing everything to the first pod;
+- the no-op ext_proc server (``epp_sim.bench.noop_server``) routing round robin over the N pods;
 - ``epp serve`` in standalone mode over the N pods, scraping them every 50 ms;
 - three Envoys, the :data:`VARIANTS`: ``envoy`` straight to the first pod, ``noop`` with the
   ext_proc filter to the no-op processor, ``epp`` with the same filter to the picker (the GIE
@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -34,7 +35,16 @@ from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap, envoy_boo
 from epp_sim.stack.processes import ChildProcess
 from epp_sim.waits import wait_until
 
-__all__ = ["VARIANTS", "Stack", "picker_metrics", "start_stack"]
+__all__ = [
+    "VARIANTS",
+    "Stack",
+    "picker_metrics",
+    "pod_addresses",
+    "start_envoy",
+    "start_noop",
+    "start_picker",
+    "start_stack",
+]
 
 VARIANTS = ("envoy", "noop", "epp")
 """The three Envoys compared, in the order each round runs them."""
@@ -57,6 +67,7 @@ class Stack:
     """The running processes and where they listen."""
 
     work: Path
+    kubeconfig: Path
     backend_port: int
     backend: ChildProcess
     noop: ChildProcess
@@ -76,6 +87,66 @@ class Stack:
         return pids
 
 
+def pod_addresses(endpoints: int, port: int) -> str:
+    """The bench pods' ``ip:port`` list (127.0.0.2 …), as the no-op processor's ``--destination``."""
+    return ",".join(f"127.0.0.{2 + i}:{port}" for i in range(endpoints))
+
+
+async def start_noop(exit: AsyncExitStack, work: Path, name: str, destination: str) -> tuple[ChildProcess, int]:
+    """The no-op processor routing to ``destination`` (an ``ip:port`` list), as child ``name``; its gRPC port."""
+    port = free_port()
+    noop = python_child(
+        work, name, "epp_sim.bench.noop_server", "--port", str(port), "--destination", destination, env=_CHILD_ENV
+    )
+    await exit.enter_async_context(noop)
+    await noop.wait_ready(lambda: tcp_open("127.0.0.1", port), timeout=30)
+    return noop, port
+
+
+async def start_picker(
+    exit: AsyncExitStack, work: Path, name: str, *, kubeconfig: Path, backend_port: int, session: aiohttp.ClientSession
+) -> tuple[ChildProcess, int, str]:
+    """``epp serve`` in standalone mode over the bench pods, as child ``name``; gRPC port and metrics URL."""
+    grpc, health, metrics = free_port(), free_port(), free_port()
+    selector = ",".join(f"{k}={v}" for k, v in _POOL_LABELS.items())
+    epp = python_child(
+        work,
+        name,
+        "epp",
+        "serve",
+        "--secure-serving=false",
+        f"--endpoint-selector={selector}",
+        f"--endpoint-target-ports={backend_port}",
+        f"--kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--grpc-port={grpc}",
+        f"--grpc-health-port={health}",
+        f"--metrics-port={metrics}",
+        "--metrics-endpoint-auth=false",  # the bench reads the picker's /metrics without a token
+        "--health-checking=true",  # Envoy health-checks the ext_proc cluster over gRPC
+        "--drain-timeout=0s",  # stopped after the runs: no drain window to wait out
+        "--v=1",
+        env=_CHILD_ENV,
+    )
+    await exit.enter_async_context(epp)
+    metrics_url = f"http://127.0.0.1:{metrics}/metrics"
+    await epp.wait_ready(lambda: http_ok(session, metrics_url), timeout=60)
+    return epp, grpc, metrics_url
+
+
+async def start_envoy(
+    exit: AsyncExitStack, work: Path, name: str, bootstrap: dict[str, Any], session: aiohttp.ClientSession
+) -> EnvoyProcess:
+    """An Envoy as child ``envoy-<name>``, returned once a 1 KB completion passes through it."""
+    envoy = await exit.enter_async_context(
+        EnvoyProcess(bootstrap, name=f"envoy-{name}", work_dir=work / f"envoy-{name}")
+    )
+    url = f"http://127.0.0.1:{envoy.port}/v1/completions"
+    probe = functools.partial(http_ok, session, url, prompt_body(1024))
+    await wait_until(probe, timeout=60, interval=0.1, message=f"{name}: no 200 through Envoy")
+    return envoy
+
+
 @asynccontextmanager
 async def start_stack(options: OverheadOptions, work: Path) -> AsyncIterator[Stack]:
     """Start backend, API server, processors and the three Envoys; stop them all on exit."""
@@ -92,47 +163,13 @@ async def start_stack(options: OverheadOptions, work: Path) -> AsyncIterator[Sta
         running = await stack.enter_async_context(running_apiserver(kubeconfig_path=work / "kubeconfig"))
         _add_pods(running, options.endpoints)
 
-        noop_port = free_port()
-        noop = python_child(
-            work,
-            "noop",
-            "epp_sim.bench.noop_server",
-            "--port",
-            str(noop_port),
-            "--destination",
-            f"127.0.0.2:{port}",
-            env=_CHILD_ENV,
+        noop, noop_port = await start_noop(stack, work, "noop", pod_addresses(options.endpoints, port))
+        epp, grpc, metrics_url = await start_picker(
+            stack, work, "epp", kubeconfig=running.kubeconfig, backend_port=port, session=session
         )
-        await stack.enter_async_context(noop)
-        await noop.wait_ready(lambda: tcp_open("127.0.0.1", noop_port), timeout=30)
-
-        grpc, health, metrics = free_port(), free_port(), free_port()
-        selector = ",".join(f"{k}={v}" for k, v in _POOL_LABELS.items())
-        epp = python_child(
-            work,
-            "epp",
-            "epp",
-            "serve",
-            "--secure-serving=false",
-            f"--endpoint-selector={selector}",
-            f"--endpoint-target-ports={port}",
-            f"--kubeconfig={running.kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--grpc-port={grpc}",
-            f"--grpc-health-port={health}",
-            f"--metrics-port={metrics}",
-            "--metrics-endpoint-auth=false",  # the bench reads the picker's /metrics without a token
-            "--health-checking=true",  # Envoy health-checks the ext_proc cluster over gRPC
-            "--drain-timeout=0s",  # stopped after the runs: no drain window to wait out
-            "--v=1",
-            env=_CHILD_ENV,
-        )
-        await stack.enter_async_context(epp)
-        metrics_url = f"http://127.0.0.1:{metrics}/metrics"
-        await epp.wait_ready(lambda: http_ok(session, metrics_url), timeout=60)
-
         result = Stack(
             work=work,
+            kubeconfig=running.kubeconfig,
             backend_port=port,
             backend=backend,
             noop=noop,
@@ -147,13 +184,7 @@ async def start_stack(options: OverheadOptions, work: Path) -> AsyncIterator[Sta
             "epp": envoy_bootstrap(listen_port=0, ext_proc=ExtProcTarget("127.0.0.1", grpc), admin_port=0),
         }
         for name, bootstrap in bootstraps.items():
-            envoy = EnvoyProcess(bootstrap, name=f"envoy-{name}", work_dir=work / f"envoy-{name}")
-            result.envoys[name] = await stack.enter_async_context(envoy)
-        body = prompt_body(1024)
-        for name, envoy in result.envoys.items():
-            url = f"http://127.0.0.1:{envoy.port}/v1/completions"
-            probe = functools.partial(http_ok, session, url, body)
-            await wait_until(probe, timeout=60, interval=0.1, message=f"{name}: no 200 through Envoy")
+            result.envoys[name] = await start_envoy(stack, work, name, bootstrap, session)
         await wait_until(
             functools.partial(_picker_sees_all, session, result, options.endpoints),
             timeout=30,

@@ -25,7 +25,12 @@ def overhead_targets(doc: Mapping[str, Any]) -> dict[str, Any]:
     # (Little's law), so the per-request cost is also checked at c=1.
     small1, large1 = cell(1024, 1), cell(220 * 1024, 1)
     scrape8 = next((s for s in doc["scrape"] if s["endpoints"] == 8), None)
-    soak = doc.get("soak")
+    pairs = (doc.get("soak") or {}).get("pairs", {})
+
+    def slope(pair: str) -> float | None:
+        value = pairs.get(pair, {}).get("rss_slope_bytes_per_request")
+        return None if value is None else float(value)
+
     return {
         "throughput_vs_noop_c16_ge_0.85": _check(small and small["rps_vs_noop"], lambda v: v >= 0.85),
         "added_p50_1kb_c16_lt_1ms": _check(small and small["added_p50_vs_noop_ms"], lambda v: v < 1.0),
@@ -33,7 +38,8 @@ def overhead_targets(doc: Mapping[str, Any]) -> dict[str, Any]:
         "added_p50_1kb_c1_lt_1ms": _check(small1 and small1["added_p50_vs_noop_ms"], lambda v: v < 1.0),
         "added_p50_220kb_c1_lt_5ms": _check(large1 and large1["added_p50_vs_noop_ms"], lambda v: v < 5.0),
         "scrape_8_endpoints_lt_0.10_core": _check(scrape8 and scrape8["cpu_per_s"], lambda v: v < 0.10),
-        "soak_rss_growth_lt_10mib": _check(soak and soak["epp_rss_growth_mib"], lambda v: v < 10.0),
+        "rss_slope_stock_envoy_le_10_bytes_per_request": _check(slope("epp/stock"), lambda v: v <= 10.0),
+        "rss_slope_graceful_envoy_le_5_bytes_per_request": _check(slope("epp/graceful"), lambda v: v <= 5.0),
     }
 
 
