@@ -219,7 +219,10 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
             scraping,
             f"--{name}",
             default=None,
-            help=f"name or name{{label=value,...}} of the metric for {what}, for every engine; empty: not read (GIE)",
+            help=(
+                f"name or name{{label=value,...}} of the metric for {what}, for every built-in engine "
+                "the config does not define; empty: not read (GIE)"
+            ),
         )
 
     diag = p.add_argument_group("diagnostics")

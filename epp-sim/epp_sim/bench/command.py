@@ -60,7 +60,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     o.add_argument("--quick", action="store_true", help="CI smoke test: seconds, meaningless numbers")
     o.add_argument("--endpoints", type=int, default=None, help="pods behind the picker (default 8)")
-    o.add_argument("--concurrency", type=_ints, default=None, help="closed-loop concurrencies (default 1,16,64)")
+    o.add_argument("--concurrency", type=_ints, default=None, help="closed-loop concurrencies (default 1,4,16,64)")
     o.add_argument("--prompt-bytes", type=_ints, default=None, help="prompt sizes (default 1024,225280)")
     o.add_argument("--rounds", type=int, default=None, help="interleaved rounds per cell (default 3)")
     o.add_argument("--round-seconds", type=float, default=None, help="seconds per round (default 2)")

@@ -73,7 +73,9 @@ async def test_overhead_quick(tmp_path: Path) -> None:
         assert pair["requests"] > 0 and len(pair["samples"]) >= 2 and pair["rss_last_mib"] > 10, name
         assert pair["samples"][-1][0] == pair["requests"]
     assert set(doc["targets"]) >= {
-        "throughput_vs_noop_c16_ge_0.85",
+        "throughput_vs_noop_1kb_c16_ge_0.90",
+        "throughput_vs_noop_220kb_c4_ge_0.85",
+        "added_p50_1kb_c1_le_0.5ms",
         "scrape_8_endpoints_lt_0.10_core",
         "rss_slope_stock_envoy_le_10_bytes_per_request",
     }

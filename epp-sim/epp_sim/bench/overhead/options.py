@@ -20,7 +20,7 @@ class OverheadOptions:
     """What to measure; ``quick()`` is the CI smoke-test shape."""
 
     endpoints: int = 8
-    concurrencies: tuple[int, ...] = (1, 16, 64)
+    concurrencies: tuple[int, ...] = (1, 4, 16, 64)
     prompt_bytes: tuple[int, ...] = (1024, 220 * 1024)
     rounds: int = 3
     round_seconds: float = 2.0
