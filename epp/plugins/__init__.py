@@ -12,8 +12,8 @@ from epp.plugins import (
     kv_cache_scorer,
     legacy_filter_tree,
     lora_affinity_scorer,
-    markers,
     metrics_data_source,
+    parsers,
     pickers,
     prefix_cache_scorer,
     queue_scorer,
@@ -40,8 +40,11 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     # The data layer: what the scraper runs (wired by the loader as dataLayer.sources says).
     (metrics_data_source.TYPE, metrics_data_source.create),
     (core_metrics_extractor.TYPE, core_metrics_extractor.create),
-    # Accepted so upstream configs load; the runtime builds the request parser itself.
-    (markers.OPENAI_PARSER_TYPE, markers.factory(markers.OPENAI_PARSER_TYPE)),
+    # Request parsers: the path claims of requestHandler.parsers (ext_proc decodes by the claimed API).
+    (parsers.OPENAI_TYPE, parsers.create_openai),
+    (parsers.ANTHROPIC_TYPE, parsers.create_anthropic),
+    (parsers.VLLM_HTTP_TYPE, parsers.create_vllm_http),
+    (parsers.PASSTHROUGH_TYPE, parsers.create_passthrough),
 )
 
 # Types the llm-d router registers with Alpha stability (cmd/epp/runner/runner.go): a configuration

@@ -39,7 +39,7 @@ from epp.errors import EppError, ErrorCode
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
-from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.framework.scheduling import CycleState
 from epp.requestcontrol.admission import admit
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
@@ -132,6 +132,10 @@ class PoolDirector:
         if not candidates:
             raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
         return RoutingDecision([self._rng.choice(candidates)])
+
+    def api_for(self, path: str) -> ApiKind:
+        """The API of a body sent to ``path``, by the current configuration's parsers (400 when none takes it)."""
+        return self._config().parsers.resolve(path)
 
     def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
         """The response ended (``completed``) or the stream stopped early: run PostResponse plugins."""
