@@ -65,6 +65,7 @@ from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
     EndpointsObserver,
     Filter,
+    InFlightEstimator,
     Picker,
     PostResponse,
     PreRequest,
@@ -72,6 +73,7 @@ from epp.framework.scheduling import (
     ResponseHeaderContributor,
     Scorer,
 )
+from epp.plugins.inflight_load import InFlightLoadProducer
 from epp.plugins.parsers import DEFAULT_PARSER_TYPES
 from epp.scheduling.profile import SchedulerProfile, WeightedScorer
 from epp.scheduling.scheduler import Scheduler
@@ -114,6 +116,8 @@ class LoadedConfig:
     None when the caller gave no scrape builder (it runs no scrapers)."""
     parsers: ParserTable = field(default_factory=lambda: ParserTable(()))
     """Request path → API, from ``requestHandler.parsers`` (upstream's four when none are listed)."""
+    in_flight: InFlightEstimator = field(default_factory=InFlightLoadProducer)
+    """Each routed request's in-flight token estimate: the ``inflight-load-producer`` declared, else its defaults."""
 
 
 def load_config(
@@ -365,6 +369,7 @@ class _Builder:
             notices=tuple(data_layer_notices),
             scrape=scrape,
             parsers=parsers,
+            in_flight=next((p for p in plugins.values() if isinstance(p, InFlightEstimator)), InFlightLoadProducer()),
         )
 
     def _parsers(self) -> ParserTable:

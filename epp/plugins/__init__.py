@@ -9,6 +9,8 @@ from __future__ import annotations
 from epp.framework.plugin import PluginFactory, PluginRegistry
 from epp.plugins import (
     core_metrics_extractor,
+    inflight_load,
+    inflight_scorers,
     kv_cache_scorer,
     legacy_filter_tree,
     lora_affinity_scorer,
@@ -17,6 +19,7 @@ from epp.plugins import (
     pickers,
     prefix_cache_scorer,
     queue_scorer,
+    running_requests_scorer,
     session_affinity_scorer,
     single_profile,
     utilization_detector,
@@ -30,6 +33,11 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (kv_cache_scorer.TYPE, kv_cache_scorer.create),
     (lora_affinity_scorer.TYPE, lora_affinity_scorer.create),
     (prefix_cache_scorer.TYPE, prefix_cache_scorer.create),
+    (running_requests_scorer.TYPE, running_requests_scorer.create),
+    # In-flight load: the estimate of each request's tokens, and the scorers that read the counts.
+    (inflight_load.TYPE, inflight_load.create),
+    (inflight_scorers.TOKEN_LOAD_TYPE, inflight_scorers.create_token_load),
+    (inflight_scorers.ACTIVE_REQUEST_TYPE, inflight_scorers.create_active_request),
     (session_affinity_scorer.TYPE, session_affinity_scorer.create),
     (pickers.MAX_SCORE_TYPE, pickers.create_max_score),
     (pickers.RANDOM_TYPE, pickers.create_random),
