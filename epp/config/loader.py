@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from epp.config.compat import IGNORABLE_SETTINGS, ConfigNotice, feature_gates, ignored_settings, normalized
@@ -50,18 +50,22 @@ from epp.config.picker_config import (
     ConfigError,
     EndpointPickerConfig,
     FlowControlConfig,
+    PluginRef,
     PluginSpec,
+    RequestHandlerConfig,
     SaturationDetectorRef,
     SchedulingPlugin,
     SchedulingProfile,
     decode_config,
 )
 from epp.framework.datalayer import ScrapeSpec
+from epp.framework.parsing import Parser, ParserTable
 from epp.framework.plugin import Plugin, PluginContext, PluginRegistry
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
     EndpointsObserver,
     Filter,
+    InFlightEstimator,
     Picker,
     PostResponse,
     PreRequest,
@@ -69,7 +73,8 @@ from epp.framework.scheduling import (
     ResponseHeaderContributor,
     Scorer,
 )
-from epp.plugins.markers import OPENAI_PARSER_TYPE
+from epp.plugins.inflight_load import InFlightLoadProducer
+from epp.plugins.parsers import DEFAULT_PARSER_TYPES
 from epp.scheduling.profile import SchedulerProfile, WeightedScorer
 from epp.scheduling.scheduler import Scheduler
 from epp.telemetry.metrics import EppMetrics
@@ -109,6 +114,10 @@ class LoadedConfig:
     scrape: ScrapeSpec | None = None
     """What the scrapers fetch and how they read it (the data layer, over GIE's scraping flags);
     None when the caller gave no scrape builder (it runs no scrapers)."""
+    parsers: ParserTable = field(default_factory=lambda: ParserTable(()))
+    """Request path → API, from ``requestHandler.parsers`` (upstream's four when none are listed)."""
+    in_flight: InFlightEstimator = field(default_factory=InFlightLoadProducer)
+    """Each routed request's in-flight token estimate: the ``inflight-load-producer`` declared, else its defaults."""
 
 
 def load_config(
@@ -292,6 +301,13 @@ class _Builder:
                 self._add_default_plugin(DEFAULT_SATURATION_DETECTOR_TYPE)
             detector = SaturationDetectorRef(plugin_ref=name)
             update["flow_control"] = flow_control.model_copy(update={"saturation_detector": detector})
+        handler = self.config.request_handler or RequestHandlerConfig()
+        if not handler.parsers:  # upstream ensureParsers: the default list, declared plugins reused by name
+            for type_name in DEFAULT_PARSER_TYPES:
+                if type_name not in plugins:
+                    self._add_default_plugin(type_name)
+            parser_refs = tuple(PluginRef(plugin_ref=type_name) for type_name in DEFAULT_PARSER_TYPES)
+            update["request_handler"] = handler.model_copy(update={"parsers": parser_refs})
         self.config = self.config.model_copy(update=update)
         data_layer = default_sources(self.config, plugins, self._add_default_plugin)
         if data_layer is not None:
@@ -332,7 +348,7 @@ class _Builder:
                 f"{self._detector_where}: plugin {detector_name!r} "
                 f"(type {detector.typed_name.type!r}) is not a saturation detector"
             )
-        self._check_parsers()
+        parsers = self._parsers()
         self._check_data_layer()
         scrape, data_layer_notices = data_layer_scrape(config, plugins, self._ref, build_scrape)
 
@@ -352,20 +368,24 @@ class _Builder:
             admission=self._detector_named or not self_admitting,
             notices=tuple(data_layer_notices),
             scrape=scrape,
+            parsers=parsers,
+            in_flight=next((p for p in plugins.values() if isinstance(p, InFlightEstimator)), InFlightLoadProducer()),
         )
 
-    def _check_parsers(self) -> None:
-        """The request handler's parsers: defined, and parsers (this picker has one, ``openai-parser``)."""
+    def _parsers(self) -> ParserTable:
+        """The request handler's parsers, each defined and a parser, as a resolution table."""
         config = self.config
-        parsers = config.request_handler.parsers if config.request_handler is not None else ()
-        for i, parser in enumerate(parsers):
-            where = "parser.pluginRef" if parser is config.parser else f"requestHandler.parsers[{i}].pluginRef"
-            plugin = self._ref(where, parser.plugin_ref)
-            if plugin.typed_name.type != OPENAI_PARSER_TYPE:
+        refs = config.request_handler.parsers if config.request_handler is not None else ()
+        parsers: list[Parser] = []
+        for i, ref in enumerate(refs):
+            where = "parser.pluginRef" if ref is config.parser else f"requestHandler.parsers[{i}].pluginRef"
+            plugin = self._ref(where, ref.plugin_ref)
+            if not isinstance(plugin, Parser):
                 raise ConfigError(
-                    f"{where}: plugin {parser.plugin_ref!r} (type {plugin.typed_name.type!r}) is not a parser "
-                    f"(the parser here is {OPENAI_PARSER_TYPE!r})"
+                    f"{where}: plugin {ref.plugin_ref!r} (type {plugin.typed_name.type!r}) is not a parser"
                 )
+            parsers.append(plugin)
+        return ParserTable(parsers)
 
     def _check_data_layer(self) -> None:
         """Sources and extractors defined; none of the plugin kinds this picker does not have."""

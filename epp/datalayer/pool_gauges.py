@@ -4,7 +4,10 @@ Upstream refreshes them every 5 s (``refreshPrometheusMetricsInterval``); :meth:
 also runs on demand, e.g. just before ``/metrics`` is served, so a scrape never sees values older
 than the model-server metrics they summarise. ``ready_pods`` counts endpoints whose metrics are
 fresher than ``--metrics-staleness-threshold`` (2 s); averages are over every endpoint, as upstream.
-``per_pod_queue_size`` has one series per endpoint (``model_server_pod`` = ``<pod>-rank-<idx>``);
+``per_pod_queue_size`` has one series per endpoint (``model_server_pod`` = ``<pod>-rank-<idx>``),
+and so have the in-flight gauges ``llm_d_epp_inflight_requests`` / ``llm_d_epp_inflight_tokens``
+(``endpoint_name``, ``namespace``; read here from the endpoints' counters, so counting a request
+costs the request path no metric update);
 series of endpoints or pools that went away are removed, not left frozen. Each gauge is written
 under the names ``--metrics-naming`` asks for: its ``llm_d_epp_*`` twin has the same value
 (``llm_d_epp_ready_endpoints``, ``llm_d_epp_per_endpoint_queue_size`` with ``model_server_endpoint``).
@@ -57,6 +60,7 @@ class PoolGauges:
         self._staleness = staleness_threshold
         self._pool_name: str | None = None
         self._pod_series: set[str] = set()
+        self._in_flight_series: set[tuple[str, str]] = set()
         self._task: asyncio.Task[None] | None = None
 
     def refresh(self) -> None:
@@ -75,6 +79,7 @@ class PoolGauges:
         kv = queue = running = 0.0
         ready = 0
         seen: set[str] = set()
+        seen_in_flight: set[tuple[str, str]] = set()
         for state in endpoints:
             metrics = state.metrics
             kv += metrics.kv_cache_usage
@@ -85,9 +90,15 @@ class PoolGauges:
             pod = state.endpoint.name
             seen.add(pod)
             m.pool_per_pod_queue.labels(name, pod).set(metrics.waiting_queue)
+            endpoint = (pod, state.endpoint.namespace)
+            seen_in_flight.add(endpoint)
+            m.inflight_requests.labels(*endpoint).set(state.in_flight_requests)
+            m.inflight_tokens.labels(*endpoint).set(state.in_flight_tokens)
         for gone in self._pod_series - seen:
             m.pool_per_pod_queue.remove(name, gone)
         self._pod_series = seen
+        self._forget_in_flight(self._in_flight_series - seen_in_flight)
+        self._in_flight_series = seen_in_flight
         m.pool_avg_kv.labels(name).set(kv / count if count else 0.0)
         m.pool_avg_queue.labels(name).set(queue / count if count else 0.0)
         m.pool_avg_running.labels(name).set(running / count if count else 0.0)
@@ -100,6 +111,13 @@ class PoolGauges:
         for pod in self._pod_series:
             m.pool_per_pod_queue.remove(name, pod)
         self._pod_series = set()
+        self._forget_in_flight(self._in_flight_series)
+        self._in_flight_series = set()
+
+    def _forget_in_flight(self, endpoints: set[tuple[str, str]]) -> None:
+        for endpoint in endpoints:
+            self._metrics.inflight_requests.remove(*endpoint)
+            self._metrics.inflight_tokens.remove(*endpoint)
 
     async def start(self) -> None:
         """Refresh every ``interval`` of the injected clock until :meth:`stop`."""

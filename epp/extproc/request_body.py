@@ -1,4 +1,11 @@
-"""OpenAI request bodies: parse once, validate like upstream's ``openai-parser``, re-serialise like Go.
+"""Request bodies: parse once, validate like the upstream parser of their API, re-serialise like Go.
+
+The parser plugin that claims the request's path (``epp.framework.parsing``) names the API; this
+module decodes and checks the body for it: OpenAI's APIs as ``openai-parser``, Anthropic's
+Messages and count_tokens as ``anthropic-parser`` (``messages`` must be a non-empty list; as
+upstream, ``model`` may be absent), vLLM's generate as ``vllmhttp-parser`` (non-empty
+``token_ids``), and a passthrough body not at all (it is never decoded, and forwarded as sent).
+Errors are 400s with upstream's messages, naming the field.
 
 The body is decoded exactly once, by ``orjson`` (a C parser about three times as fast as the
 standard library's) on the joined bytes; the standard library re-reads only a body orjson
@@ -7,6 +14,8 @@ The resulting dict is what the scheduler and plugins read; nothing here copies i
 the requested one the body is re-serialised the way Go's ``encoding/json`` prints a
 ``map[string]any`` (sorted keys, compact, HTML-safe escapes, raw UTF-8), so byte-exact tests and
 caches behave as with the upstream picker; otherwise the client's bytes are forwarded untouched.
+The client's output cap (``max_tokens`` and its per-API spellings) is read for the in-flight
+token estimate.
 """
 
 from __future__ import annotations
@@ -21,51 +30,44 @@ import orjson
 from epp.errors import EppError, ErrorCode
 from epp.framework.request import ApiKind
 
-__all__ = ["ParsedBody", "api_kind", "parse_request_body", "serialize_go"]
+__all__ = ["ParsedBody", "parse_request_body", "serialize_go"]
 
-_PATH_HEADERS = (":path", "x-original-path", "x-forwarded-path")
-_DEFAULT_PATH = "/v1/completions"
-# Order matters: "/chat/completions" must be tried before "/completions".
-_SUFFIXES = (
-    ("/conversations", ApiKind.CONVERSATIONS),
-    ("/responses", ApiKind.RESPONSES),
-    ("/chat/completions", ApiKind.CHAT_COMPLETIONS),
-    ("/completions", ApiKind.COMPLETIONS),
-    ("/embeddings", ApiKind.EMBEDDINGS),
-)
 # Go's encoding/json escapes these inside strings; Python's json module does not.
 _GO_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
 # What Go's json.Unmarshal calls each JSON value kind that cannot fill a map.
 _GO_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "bool"}
 
 
+# Where each API keeps the client's output cap, first spelling first (upstream's per-parser fields).
+_MAX_OUTPUT_FIELDS: dict[ApiKind, tuple[str, ...]] = {
+    ApiKind.CHAT_COMPLETIONS: ("max_completion_tokens", "max_tokens"),
+    ApiKind.COMPLETIONS: ("max_tokens",),
+    ApiKind.RESPONSES: ("max_output_tokens",),
+    ApiKind.MESSAGES: ("max_tokens",),
+}
+# The APIs whose body needs a model (GIE's openai-parser; Anthropic and vLLM's generate do not).
+_MODEL_REQUIRED = frozenset(
+    {
+        ApiKind.COMPLETIONS,
+        ApiKind.CHAT_COMPLETIONS,
+        ApiKind.RESPONSES,
+        ApiKind.CONVERSATIONS,
+        ApiKind.EMBEDDINGS,
+        ApiKind.IMAGES_GENERATIONS,
+    }
+)
+_PASSTHROUGH_BODY: dict[str, Any] = {}
+
+
 @dataclass(slots=True)
 class ParsedBody:
-    """A validated request body. ``body`` is the decoded dict itself, not a copy."""
+    """A validated request body. ``body`` is the decoded dict itself, not a copy (empty for passthrough)."""
 
     body: dict[str, Any]
     model: str
     api: ApiKind
     stream: bool
-
-
-def api_kind(headers: Mapping[str, str]) -> ApiKind:
-    """The OpenAI API a request targets, by path suffix (``:path``, then the forwarded-path headers).
-
-    The query string is ignored, so ``/v1/chat/completions?x=1`` is still chat; anything unknown
-    is completions, as upstream.
-    """
-    path = _DEFAULT_PATH
-    for name in _PATH_HEADERS:
-        value = headers.get(name)
-        if value:
-            path = value
-            break
-    path = path.partition("?")[0]
-    for suffix, kind in _SUFFIXES:
-        if path.endswith(suffix):
-            return kind
-    return ApiKind.COMPLETIONS
+    max_output_tokens: int | None = None
 
 
 def _reject_constant(name: str) -> Any:
@@ -95,15 +97,44 @@ def _validate(body: Mapping[str, Any], api: ApiKind) -> None:
     elif api is ApiKind.CONVERSATIONS:
         if not _non_empty_list(body.get("items")):
             raise _bad("invalid conversations request: must have items field")
-    elif api is ApiKind.EMBEDDINGS and body.get("input") is None:
-        raise _bad("invalid embeddings request: must have input field")
+    elif api is ApiKind.EMBEDDINGS:
+        if body.get("input") is None:
+            raise _bad("invalid embeddings request: must have input field")
+    elif api is ApiKind.IMAGES_GENERATIONS:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise _bad("invalid images generations request: must have prompt field")
+    elif api is ApiKind.MESSAGES or api is ApiKind.COUNT_TOKENS:
+        if not _non_empty_list(body.get("messages")):
+            raise _bad("invalid messages request: must have at least one message")
+    elif api is ApiKind.GENERATE and not _non_empty_list(body.get("token_ids")):
+        raise _bad("invalid generate request: must have non-empty token_ids field")
 
 
-def parse_request_body(raw: bytes, headers: Mapping[str, str]) -> ParsedBody:
-    """Decode and validate ``raw``; raise ``EppError(BAD_REQUEST)`` with the upstream message.
+def _max_output_tokens(body: Mapping[str, Any], api: ApiKind) -> int | None:
+    """The client's output cap, when it set a non-negative integer one (generate: in ``sampling_params``)."""
+    value: Any = None
+    if api is ApiKind.GENERATE:
+        params = body.get("sampling_params")
+        value = params.get("max_tokens") if isinstance(params, dict) else None
+    else:
+        for key in _MAX_OUTPUT_FIELDS.get(api, ()):
+            value = body.get(key)
+            if value is not None:
+                break
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
-    Checks run in upstream order: JSON, then the API's required field, then ``model``.
+
+def parse_request_body(raw: bytes, api: ApiKind) -> ParsedBody:
+    """Decode and validate ``raw`` as a body of ``api``; raise ``EppError(BAD_REQUEST)`` with the upstream message.
+
+    Checks run in upstream order: JSON, then the API's required field, then ``model``. A
+    passthrough body is not decoded.
     """
+    if api is ApiKind.PASSTHROUGH:
+        return ParsedBody(body=_PASSTHROUGH_BODY, model="", api=api, stream=False)
     try:
         decoded = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -119,12 +150,19 @@ def parse_request_body(raw: bytes, headers: Mapping[str, str]) -> ParsedBody:
             f"error unmarshaling request bodyMap: json: cannot unmarshal {kind} "
             "into Go value of type map[string]interface {}"
         )
-    api = api_kind(headers)
     _validate(decoded, api)
     model = decoded.get("model")
     if not isinstance(model, str):
-        raise _bad("model not found in request body")
-    return ParsedBody(body=decoded, model=model, api=api, stream=decoded.get("stream") is True)
+        if api in _MODEL_REQUIRED:
+            raise _bad("model not found in request body")
+        model = ""
+    return ParsedBody(
+        body=decoded,
+        model=model,
+        api=api,
+        stream=decoded.get("stream") is True,
+        max_output_tokens=_max_output_tokens(decoded, api),
+    )
 
 
 def _go_escape(text: str) -> str:

@@ -9,6 +9,9 @@ Headers are answered at once with the picker's own response headers (and the ups
 - **held**: a plain JSON answer is held until its end (``usage`` is read from the whole), then
   sent back in ``chunk_size`` pieces.
 
+A response to a passthrough request (``read_body=False``) is neither held nor scanned: every
+chunk goes straight back, as upstream's ``passthrough-parser`` reads no response.
+
 When the client's model name differs from the one the server was sent, the server's name is
 replaced by the client's in every chunk, so the client sees the name it asked for. The relay is
 :attr:`done` once the response is complete (end of stream, trailers, or a mode in which Envoy
@@ -47,6 +50,7 @@ class ResponseRelay:
     """Relays one response; ``done``, ``usage``, ``size`` and ``upstream_error`` say how it went.
 
     ``mode`` is Envoy's response body mode; ``sse`` when the request asked for a stream;
+    ``read_body`` False for a passthrough request (nothing held or scanned);
     ``rename`` is (served model, client model) when they differ; ``extra_headers`` are the
     picker's own response headers (e.g. a session token).
     """
@@ -58,6 +62,7 @@ class ResponseRelay:
         "_renames",
         "_extra_headers",
         "_scanner",
+        "_read_body",
         "_held",
         "_passing",
         "size",
@@ -73,6 +78,7 @@ class ResponseRelay:
         chunk_size: int,
         max_buffer: int,
         sse: bool = False,
+        read_body: bool = True,
         rename: tuple[str, str] | None = None,
         extra_headers: Mapping[str, str] | None = None,
     ) -> None:
@@ -82,8 +88,9 @@ class ResponseRelay:
         self._renames = _model_renames(*rename) if rename is not None and mode != _BODY_NONE else ()
         self._extra_headers = extra_headers or {}
         self._scanner: SseUsageScanner | None = None
+        self._read_body = read_body
         self._held: list[bytes] = []
-        self._passing = False
+        self._passing = not read_body
         self.size = 0
         self.done = False
         self.usage: Usage | None = None
@@ -153,7 +160,7 @@ class ResponseRelay:
 
     def _pass_sse(self) -> None:
         self._passing = True
-        if self._scanner is None:
+        if self._scanner is None and self._read_body:
             self._scanner = SseUsageScanner()
 
     def _pass(self, chunk: bytes, end: bool) -> Sequence[pb.ProcessingResponse]:

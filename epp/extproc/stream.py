@@ -49,6 +49,7 @@ from epp.extproc.responses import (
 from epp.extproc.served_endpoint import served_endpoint_echo
 from epp.extproc.subset_hint import subset_hint
 from epp.framework import headers as wire
+from epp.framework.parsing import request_path
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.telemetry.logs import request_id_var
 from epp.telemetry.metrics import EppMetrics
@@ -99,6 +100,10 @@ class Director(Protocol):
 
     def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
         """Header-only request: a random endpoint; EppError(INTERNAL, 'no pods available in datastore') if none."""
+        ...
+
+    def api_for(self, path: str) -> ApiKind:
+        """The API of a body sent to ``path``, by the configured parsers; EppError(BAD_REQUEST) if none takes it."""
         ...
 
     def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
@@ -331,9 +336,8 @@ class Stream:
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return self._route_body(raw, t_last)
 
-    def _route(self, request: InferenceRequest, *, headers_only: bool) -> RoutingDecision:
+    def _route(self, request: InferenceRequest, director: Director, *, headers_only: bool) -> RoutingDecision:
         """Ask the request's pool director for a destination; from here on it is owed ``finished``."""
-        director = self._p.directors.director_for(request)
         self._director = director
         self._phase = Phase.ROUTED
         route = director.route_headers_only if headers_only else director.route
@@ -347,7 +351,7 @@ class Stream:
     def _route_headers_only(self, request: InferenceRequest) -> Sequence[pb.ProcessingResponse]:
         t_last = self._t_start
         request.api = ApiKind.NONE
-        decision = self._route(request, headers_only=True)
+        decision = self._route(request, self._p.directors.director_for(request), headers_only=True)
         t_scheduled = perf_counter()
         answer = routing_headers_response(request.upstream_headers, decision.destination, 0)
         self._overhead = (t_last, None, t_scheduled, perf_counter())
@@ -356,18 +360,20 @@ class Stream:
     def _route_body(self, raw: bytes, t_last: float) -> Sequence[pb.ProcessingResponse]:
         request = self._request
         assert request is not None
-        parsed = parse_request_body(raw, request.headers)
+        director = self._p.directors.director_for(request)
+        parsed = parse_request_body(raw, director.api_for(request_path(request.headers)))
         request.body = parsed.body
         request.model = parsed.model
         request.api = parsed.api
         request.stream = parsed.stream
+        request.max_output_tokens = parsed.max_output_tokens
         request.size = len(raw)
         t_parsed = perf_counter()
-        decision = self._route(request, headers_only=False)
+        decision = self._route(request, director, headers_only=False)
         t_scheduled = perf_counter()
         target_model = request.target_model
         rewritten: bytes | None = None
-        if target_model and target_model != request.model:
+        if target_model and target_model != request.model and parsed.api is not ApiKind.PASSTHROUGH:
             parsed.body["model"] = target_model
             rewritten = serialize_go(parsed.body)
         body = raw if rewritten is None else rewritten
@@ -407,6 +413,7 @@ class Stream:
             chunk_size=options.chunk_size,
             max_buffer=options.max_response_buffer_bytes,
             sse=request is not None and request.stream,
+            read_body=request is None or request.api is not ApiKind.PASSTHROUGH,
             rename=rename,
             extra_headers=self._decision.response_headers if self._decision is not None else None,
         )

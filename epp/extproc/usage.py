@@ -9,6 +9,12 @@ line has no line end; lines may end in LF, CRLF or CR (the SSE spec allows all t
 names follow the upstream parser: the Responses and Conversations APIs say
 ``input_tokens``/``output_tokens``, the completions APIs ``prompt_tokens``/``completion_tokens``;
 anything else may use either.
+
+Anthropic Messages (upstream ``anthropic-parser``): a JSON ``message`` carries ``usage`` with
+``input_tokens``, ``output_tokens`` and ``cache_read_input_tokens`` (the cached count); a stream
+splits it, the prompt side in ``message_start`` (under ``message.usage``) and the output count in
+each ``message_delta`` (top-level ``usage``, a running total), so the scanner merges them: a
+delta keeps the prompt counts it does not repeat. Total is input + output, as upstream.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ _USAGE_KEY = b'"usage"'
 _NULL_USAGE = (b'"usage":null', b'"usage": null')
 _COMPLETIONS_OBJECTS = frozenset({"chat.completion", "chat.completion.chunk", "text_completion"})
 _CACHED_DETAILS = ("prompt_tokens_details", "prompt_token_details", "input_tokens_details")
+_MESSAGE_START = "message_start"
+_MESSAGE_DELTA = "message_delta"
+_ANTHROPIC_TYPES = frozenset({"message", _MESSAGE_START, _MESSAGE_DELTA})
 # A line longer than this without a newline is not an SSE event we can use; drop it, not memory.
 _MAX_LINE = 4 * 1024 * 1024
 
@@ -43,6 +52,11 @@ def _count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     return int(value)
+
+
+def _from_anthropic(usage: Mapping[str, Any]) -> Usage:
+    prompt, completion = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
+    return Usage(prompt, completion, _count(usage.get("cache_read_input_tokens")), prompt + completion)
 
 
 def _from_usage(object_type: str, usage: Mapping[str, Any]) -> Usage:
@@ -70,6 +84,12 @@ def usage_from_object(obj: Any) -> Usage | None:
     if not isinstance(obj, Mapping):
         return None
     usage = obj.get("usage")
+    event_type = obj.get("type")
+    if event_type in _ANTHROPIC_TYPES:
+        if event_type == _MESSAGE_START:
+            message = obj.get("message")
+            usage = message.get("usage") if isinstance(message, Mapping) else None
+        return _from_anthropic(usage) if isinstance(usage, Mapping) else None
     object_type = obj.get("object")
     if not isinstance(usage, Mapping) and obj.get("type") == "response.completed":
         response = obj.get("response")
@@ -131,8 +151,20 @@ class SseUsageScanner:
             if nulls and nulls == payload.count(_USAGE_KEY):
                 continue  # Every "usage" in it is null (a token chunk): not worth decoding.
             try:
-                usage = usage_from_object(orjson.loads(payload))
+                event = orjson.loads(payload)
             except ValueError:
                 continue
-            if usage is not None:
-                self.usage = usage
+            usage = usage_from_object(event)
+            if usage is None:
+                continue
+            previous = self.usage
+            if previous is not None and event.get("type") == _MESSAGE_DELTA:
+                usage = _merge_delta(previous, usage)
+            self.usage = usage
+
+
+def _merge_delta(start: Usage, delta: Usage) -> Usage:
+    """An Anthropic ``message_delta`` over what ``message_start`` said: its zeros keep the earlier counts."""
+    prompt = delta.prompt_tokens or start.prompt_tokens
+    completion = delta.completion_tokens or start.completion_tokens
+    return Usage(prompt, completion, delta.cached_tokens or start.cached_tokens, prompt + completion)

@@ -79,13 +79,21 @@ class MetricsSnapshot:
 
 
 class EndpointState:
-    """An endpoint and its latest metrics; the scraper replaces ``metrics`` wholesale."""
+    """An endpoint and its latest metrics; the scraper replaces ``metrics`` wholesale.
 
-    __slots__ = ("endpoint", "metrics")
+    ``in_flight_requests`` and ``in_flight_tokens`` are what the picker itself has sent here and
+    not yet seen end (the request director adds at routing, subtracts when the stream is over):
+    load known before any scrape reports it. Two integer fields on the object every cycle
+    already reads, so counting costs no lookup and no allocation.
+    """
+
+    __slots__ = ("endpoint", "in_flight_requests", "in_flight_tokens", "metrics")
 
     def __init__(self, endpoint: Endpoint, metrics: MetricsSnapshot | None = None) -> None:
         self.endpoint = endpoint
         self.metrics = metrics if metrics is not None else MetricsSnapshot()
+        self.in_flight_requests = 0
+        self.in_flight_tokens = 0
 
     def __repr__(self) -> str:
         m = self.metrics

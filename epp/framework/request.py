@@ -13,13 +13,23 @@ __all__ = ["ApiKind", "InferenceRequest", "RoutingDecision"]
 
 
 class ApiKind(enum.Enum):
-    """OpenAI-style API the body belongs to (chosen by path suffix, upstream openai-parser)."""
+    """The API a body belongs to, chosen by the parser that claims the request's path suffix.
+
+    OpenAI's (``openai-parser``), Anthropic's Messages and count_tokens (``anthropic-parser``),
+    vLLM's generate (``vllmhttp-parser``); ``PASSTHROUGH`` is a body nobody reads
+    (``passthrough-parser``).
+    """
 
     COMPLETIONS = "completions"
     CHAT_COMPLETIONS = "chat/completions"
     RESPONSES = "responses"
     CONVERSATIONS = "conversations"
     EMBEDDINGS = "embeddings"
+    IMAGES_GENERATIONS = "images/generations"
+    MESSAGES = "messages"
+    COUNT_TOKENS = "messages/count_tokens"
+    GENERATE = "inference/v1/generate"
+    PASSTHROUGH = "passthrough"
     NONE = "none"  # header-only request (GET): no body
 
 
@@ -31,7 +41,9 @@ class InferenceRequest:
     (after InferenceModel split / InferenceModelRewrite). ``priority`` < 0 is sheddable.
     ``body`` is the parsed JSON (never copied); ``headers`` are the client's, lower-case keys;
     ``upstream_headers`` are what the picker sets on the request it forwards (a request id it
-    made up, the trace context).
+    made up, the trace context). ``max_output_tokens`` is the client's own output cap (the API's
+    ``max_tokens`` field), None when it set none; ``in_flight_tokens`` is what the request added
+    to its endpoint's in-flight token count, released with it.
     """
 
     request_id: str
@@ -45,6 +57,8 @@ class InferenceRequest:
     headers: Mapping[str, str] = field(default_factory=dict)
     upstream_headers: dict[str, str] = field(default_factory=dict)
     size: int = 0
+    max_output_tokens: int | None = None
+    in_flight_tokens: int = 0
 
     @property
     def sheddable(self) -> bool:

@@ -20,6 +20,7 @@ __all__ = [
     "CycleState",
     "EndpointsObserver",
     "Filter",
+    "InFlightEstimator",
     "Picker",
     "PostResponse",
     "PreRequest",
@@ -129,6 +130,16 @@ class ProfileHandler(Protocol):
     ) -> SchedulingResult:
         """Combine the profile results and name the primary profile."""
         ...
+
+
+@runtime_checkable
+class InFlightEstimator(Protocol):
+    """How many tokens a routed request adds to its endpoint's in-flight load (``inflight-load-producer``)."""
+
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    def estimate_tokens(self, request: InferenceRequest) -> int: ...
 
 
 @runtime_checkable

@@ -9,14 +9,17 @@ from __future__ import annotations
 from epp.framework.plugin import PluginFactory, PluginRegistry
 from epp.plugins import (
     core_metrics_extractor,
+    inflight_load,
+    inflight_scorers,
     kv_cache_scorer,
     legacy_filter_tree,
     lora_affinity_scorer,
-    markers,
     metrics_data_source,
+    parsers,
     pickers,
     prefix_cache_scorer,
     queue_scorer,
+    running_requests_scorer,
     session_affinity_scorer,
     single_profile,
     utilization_detector,
@@ -30,6 +33,11 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (kv_cache_scorer.TYPE, kv_cache_scorer.create),
     (lora_affinity_scorer.TYPE, lora_affinity_scorer.create),
     (prefix_cache_scorer.TYPE, prefix_cache_scorer.create),
+    (running_requests_scorer.TYPE, running_requests_scorer.create),
+    # In-flight load: the estimate of each request's tokens, and the scorers that read the counts.
+    (inflight_load.TYPE, inflight_load.create),
+    (inflight_scorers.TOKEN_LOAD_TYPE, inflight_scorers.create_token_load),
+    (inflight_scorers.ACTIVE_REQUEST_TYPE, inflight_scorers.create_active_request),
     (session_affinity_scorer.TYPE, session_affinity_scorer.create),
     (pickers.MAX_SCORE_TYPE, pickers.create_max_score),
     (pickers.RANDOM_TYPE, pickers.create_random),
@@ -40,8 +48,11 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     # The data layer: what the scraper runs (wired by the loader as dataLayer.sources says).
     (metrics_data_source.TYPE, metrics_data_source.create),
     (core_metrics_extractor.TYPE, core_metrics_extractor.create),
-    # Accepted so upstream configs load; the runtime builds the request parser itself.
-    (markers.OPENAI_PARSER_TYPE, markers.factory(markers.OPENAI_PARSER_TYPE)),
+    # Request parsers: the path claims of requestHandler.parsers (ext_proc decodes by the claimed API).
+    (parsers.OPENAI_TYPE, parsers.create_openai),
+    (parsers.ANTHROPIC_TYPE, parsers.create_anthropic),
+    (parsers.VLLM_HTTP_TYPE, parsers.create_vllm_http),
+    (parsers.PASSTHROUGH_TYPE, parsers.create_passthrough),
 )
 
 # Types the llm-d router registers with Alpha stability (cmd/epp/runner/runner.go): a configuration

@@ -9,7 +9,8 @@ history stick to one pod until its load outweighs the affinity in the weighted s
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
@@ -45,6 +46,14 @@ def _join_until(parts: Any, limit: int) -> str:
     return "".join(out)[:limit]
 
 
+def _rendered(messages: Any) -> Iterator[str]:
+    """Chat-style messages (OpenAI's or Anthropic's) as ``<|role|>content``, one string each, lazily."""
+    if isinstance(messages, list):
+        for m in messages:
+            if isinstance(m, dict):
+                yield f"<|{m.get('role', '')}|>{_content_text(m.get('content'))}\n"
+
+
 def prompt_prefix_bytes(request: InferenceRequest, limit: int) -> bytes:
     """The first ``limit`` bytes of the prompt as the model server will see it, in order.
 
@@ -52,13 +61,16 @@ def prompt_prefix_bytes(request: InferenceRequest, limit: int) -> bytes:
     so a long conversation is never serialised whole, and turn N+1's rendering extends turn N's.
     """
     body = request.body
-    if request.api is ApiKind.CHAT_COMPLETIONS:
-        messages = body.get("messages") or []
-        text = _join_until(
-            (f"<|{m.get('role', '')}|>{_content_text(m.get('content'))}\n" for m in messages if isinstance(m, dict)),
-            limit,
-        )
-    elif request.api is ApiKind.COMPLETIONS:
+    api = request.api
+    if api is ApiKind.CHAT_COMPLETIONS:
+        text = _join_until(_rendered(body.get("messages")), limit)
+    elif api is ApiKind.MESSAGES or api is ApiKind.COUNT_TOKENS:  # Anthropic: the system prompt comes first
+        system = body.get("system")
+        head: Sequence[str] = () if system is None else (f"<|system|>{_content_text(system)}\n",)
+        text = _join_until(chain(head, _rendered(body.get("messages"))), limit)
+    elif api is ApiKind.GENERATE:
+        text = json.dumps(body.get("token_ids"))[:limit]
+    elif api is ApiKind.COMPLETIONS:
         prompt = body.get("prompt")
         if isinstance(prompt, str):
             text = prompt[:limit]
@@ -66,12 +78,12 @@ def prompt_prefix_bytes(request: InferenceRequest, limit: int) -> bytes:
             text = _join_until((p if i == 0 else " " + p for i, p in enumerate(prompt)), limit)
         else:  # token ids (or nested lists of them)
             text = json.dumps(prompt)[:limit]
-    elif request.api is ApiKind.RESPONSES:
+    elif api is ApiKind.RESPONSES:
         head = [json.dumps({"instructions": body["instructions"]})] if "instructions" in body else []
         text = _join_until([*head, json.dumps(body.get("input"))], limit)
-    elif request.api is ApiKind.CONVERSATIONS:
+    elif api is ApiKind.CONVERSATIONS:
         text = json.dumps(body.get("items"))[:limit]
-    elif request.api is ApiKind.EMBEDDINGS:
+    elif api is ApiKind.EMBEDDINGS:
         text = json.dumps(body.get("input"))[:limit]
     else:
         return b""

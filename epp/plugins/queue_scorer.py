@@ -13,6 +13,7 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
+from epp.plugins._normalise import inverted_min_max
 from epp.plugins._params import Params
 
 __all__ = ["TYPE", "QueueScorer", "create"]
@@ -27,14 +28,7 @@ class QueueScorer(NamedPlugin):
     plugin_type = TYPE
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
-        queues = [c.metrics.waiting_queue for c in candidates]
-        if not queues:
-            return []
-        low, high = min(queues), max(queues)
-        if high == low:
-            return [1.0] * len(queues)
-        span = high - low
-        return [(high - q) / span for q in queues]
+        return inverted_min_max([c.metrics.waiting_queue for c in candidates])
 
 
 def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> QueueScorer:

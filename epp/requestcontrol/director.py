@@ -21,6 +21,9 @@ InferenceModel path for ``v1alpha2`` pools):
 6. schedule (429 when nothing fits), run PreRequest plugins, return the targets (and, with
    ``--emit-endpoint-scores``, the primary profile's weighted score of every candidate).
 
+Every decision counts the request in flight on its first target (one request, the configured
+token estimate) until ``finished``, which the stream calls exactly once however it ends.
+
 Everything is synchronous and reads the datastore and the current config once per request, so a
 config reload or a datastore change lands between requests, never inside one.
 """
@@ -39,7 +42,7 @@ from epp.errors import EppError, ErrorCode
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
-from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.framework.scheduling import CycleState
 from epp.requestcontrol.admission import admit
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
@@ -86,7 +89,9 @@ class PoolDirector:
         Traced requests get upstream's ``gateway.request_orchestration`` span around all of it.
         """
         with span("gateway.request_orchestration", REQUEST_CONTROL_SCOPE, server=True) as orchestration:
-            return self._route(request, subset, orchestration)
+            decision = self._route(request, subset, orchestration)
+        self._count_in(request, decision)
+        return decision
 
     def _route(
         self, request: InferenceRequest, subset: frozenset[str] | None, orchestration: Span | None
@@ -131,11 +136,20 @@ class PoolDirector:
         candidates = self._candidates(subset)
         if not candidates:
             raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
-        return RoutingDecision([self._rng.choice(candidates)])
+        decision = RoutingDecision([self._rng.choice(candidates)])
+        self._count_in(request, decision)
+        return decision
+
+    def api_for(self, path: str) -> ApiKind:
+        """The API of a body sent to ``path``, by the current configuration's parsers (400 when none takes it)."""
+        return self._config().parsers.resolve(path)
 
     def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
-        """The response ended (``completed``) or the stream stopped early: run PostResponse plugins."""
+        """The response ended (``completed``) or the stream stopped: release its in-flight load, run PostResponse."""
         endpoint = decision.targets[0] if decision is not None and decision.targets else None
+        if endpoint is not None:
+            endpoint.in_flight_requests -= 1
+            endpoint.in_flight_tokens -= request.in_flight_tokens
         for plugin in self._config().post_response:
             observe = self._observer("PostResponse", plugin.typed_name)
             start = time.perf_counter()
@@ -147,6 +161,14 @@ class PoolDirector:
                     extra={"plugin": str(plugin.typed_name), "completed": completed},
                 )
             observe(time.perf_counter() - start)
+
+    def _count_in(self, request: InferenceRequest, decision: RoutingDecision) -> None:
+        """The request is in flight on its first target from now until :meth:`finished`."""
+        if decision.targets:
+            target = decision.targets[0]
+            tokens = request.in_flight_tokens = self._config().in_flight.estimate_tokens(request)
+            target.in_flight_requests += 1
+            target.in_flight_tokens += tokens
 
     def _resolve_model_and_priority(self, request: InferenceRequest, datastore: DatastoreReader) -> None:
         incoming = request.model

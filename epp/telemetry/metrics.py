@@ -48,6 +48,7 @@ _OBJECTIVE = ("model_name", "target_model_name")
 _REQUEST = (*_OBJECTIVE, "fairness_id", "priority")
 """The llm-d request labels; values are always given in this order (GIE's series take a subset)."""
 _PLUGIN = ("plugin_name", "plugin_type")
+_ENDPOINT = ("endpoint_name", "namespace")
 
 
 def _request(gie: str, llm_d: str, gie_help: str, llm_d_help: str, *, gie_labels: tuple[str, ...]) -> Names:
@@ -203,6 +204,24 @@ class EppMetrics:
                 "llm_d_epp_ready_endpoints",
                 "The number of ready pods in the inference server pool.",
                 "The number of ready endpoints in the inference server pool.",
+            )
+        )
+        self.inflight_requests = f.gauge(  # values: endpoint name, namespace
+            Names(
+                None,
+                "llm_d_epp_inflight_requests",
+                "Current number of in-flight requests per endpoint, as tracked by the picker "
+                "(routed, response not yet ended).",
+                labels=_ENDPOINT,
+            )
+        )
+        self.inflight_tokens = f.gauge(  # values: endpoint name, namespace
+            Names(
+                None,
+                "llm_d_epp_inflight_tokens",
+                "Current number of in-flight tokens per endpoint (estimated prompt tokens, optionally plus "
+                "estimated output), as tracked by the picker.",
+                labels=_ENDPOINT,
             )
         )
         self.pool_per_pod_queue = f.gauge(

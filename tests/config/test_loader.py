@@ -79,7 +79,22 @@ def test_upstream_default_config_loads(registry: PluginRegistry, context: Plugin
     assert [p.typed_name.type for p in loaded.pre_request] == ["prefix-cache-scorer"]
     # The injected defaults are part of the effective config.
     types = [p.type for p in loaded.config.plugins]
-    assert types[-3:] == ["single-profile-handler", "max-score-picker", "utilization-detector"]
+    assert types[-7:] == [
+        "single-profile-handler",
+        "max-score-picker",
+        "utilization-detector",
+        "openai-parser",  # the llm-d router's default parsers, fallback last
+        "anthropic-parser",
+        "vllmhttp-parser",
+        "passthrough-parser",
+    ]
+    assert loaded.config.request_handler is not None
+    assert [r.plugin_ref for r in loaded.config.request_handler.parsers] == [
+        "openai-parser",
+        "anthropic-parser",
+        "vllmhttp-parser",
+        "passthrough-parser",
+    ]
     assert loaded.config.flow_control is not None and loaded.config.flow_control.saturation_detector is not None
     assert loaded.config.flow_control.saturation_detector.plugin_ref == "utilization-detector"
 

@@ -10,7 +10,9 @@ from epp.errors import EppError, ErrorCode
 from epp.extproc import pb
 from epp.extproc.server import ExtProcServer
 from epp.framework.endpoint import Endpoint, EndpointState
-from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.framework.parsing import ParserTable
+from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
+from epp.plugins.parsers import DEFAULT_PARSER_TYPES, ParserPlugin
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.stack.extproc_client import (  # noqa: F401 - re-exported for the tests
     ExtProcCall,
@@ -51,6 +53,7 @@ class RecordingDirector:
     routed: list[tuple[InferenceRequest, frozenset[str] | None]] = field(default_factory=list)
     headers_only: list[tuple[InferenceRequest, frozenset[str] | None]] = field(default_factory=list)
     finished_calls: list[FinishedCall] = field(default_factory=list)
+    parsers: ParserTable = field(default_factory=lambda: ParserTable(ParserPlugin(t) for t in DEFAULT_PARSER_TYPES))
 
     def director_for(self, request: InferenceRequest) -> RecordingDirector:
         return self
@@ -75,6 +78,9 @@ class RecordingDirector:
         if not self.targets:
             raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
         return self._decide(subset)
+
+    def api_for(self, path: str) -> ApiKind:
+        return self.parsers.resolve(path)
 
     def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
         self.finished_calls.append(FinishedCall(request, decision, completed))

@@ -82,6 +82,23 @@ def test_multi_turn_chat_extends_the_previous_turn() -> None:
     assert b.startswith(a)
 
 
+def test_anthropic_messages_render_system_then_turns_and_extend() -> None:
+    def messages(*turns: str) -> InferenceRequest:
+        body = {
+            "system": [{"type": "text", "text": "be terse"}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": t}]} for t in turns],
+        }
+        return InferenceRequest(request_id="r", model="m", api=ApiKind.MESSAGES, body=body)
+
+    turn1 = prompt_prefix_bytes(messages("hello"), 10_000)
+    assert turn1 == b"<|system|>be terse\n<|user|>hello\n"
+    assert prompt_prefix_bytes(messages("hello", "again"), 10_000).startswith(turn1)
+    generate = InferenceRequest(request_id="r", model="m", api=ApiKind.GENERATE, body={"token_ids": [1, 2]})
+    assert prompt_prefix_bytes(generate, 100) == b"[1, 2]"
+    passthrough = InferenceRequest(request_id="r", model="m", api=ApiKind.PASSTHROUGH)
+    assert prompt_prefix_bytes(passthrough, 100) == b""
+
+
 def test_completions_prompt_forms() -> None:
     req = InferenceRequest(request_id="r", model="m", api=ApiKind.COMPLETIONS, body={"prompt": ["ab", "cd"]})
     assert prompt_prefix_bytes(req, 100) == b"ab cd"

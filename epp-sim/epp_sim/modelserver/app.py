@@ -2,6 +2,7 @@
 
 ``/v1/completions`` and ``/v1/chat/completions`` (JSON with ``usage``, or SSE chunks ending in
 ``data: [DONE]`` with a usage chunk when ``stream_options.include_usage``), ``/v1/models``,
+``/v1/messages`` (Anthropic's Messages API, as vLLM serves it: ``anthropic.py``),
 ``/health``, ``/metrics``, vLLM's runtime adapter endpoints, and for tests ``/_sim/pin``
 (POST/DELETE) and ``/_sim/stats``. Errors use OpenAI's ``{"error": {...}}`` shape. Output text
 is a deterministic word sequence derived from the request's seed (or its prompt).
@@ -19,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .anthropic import MessagesError, error_response, message_body, parse_messages, stream_message
 from .config import Pins, PinsError
 from .engine import Engine, EngineStoppedError, GenerationRequest, InvalidRequestError, RequestHandle
 from .exposition import CONTENT_TYPE
@@ -35,7 +37,7 @@ _VOCAB = (
 )  # fmt: skip
 
 #: requests the HTTP instrumentator counts (vLLM excludes /metrics, /health and friends)
-_INSTRUMENTED = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
+_INSTRUMENTED = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/models"})
 
 
 def _dumps(obj: object) -> str:
@@ -95,6 +97,7 @@ class SimServer:
         app = web.Application(middlewares=[self._instrument], client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_post("/v1/messages", self._messages)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/load_lora_adapter", self._load_adapter)
         app.router.add_post("/v1/unload_lora_adapter", self._unload_adapter)
@@ -179,6 +182,32 @@ class SimServer:
             return _json(_full_response(handle, parsed, chat=chat, created=int(time.time())))
         except EngineStoppedError as exc:
             return _error(503, str(exc), "ServiceUnavailableError")
+        finally:
+            handle.abort()  # no-op when finished; frees the KV when the client went away
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        s = self._stats
+        s.last_path = request.path
+        s.last_headers = dict(request.headers)
+        try:
+            parsed = parse_messages(await request.read(), self.engine.config.model, self.engine.adapters)
+            handle = self.engine.submit(parsed.req)
+        except MessagesError as exc:
+            s.errors += 1
+            return error_response(exc.status, exc.message, exc.err_type)
+        except InvalidRequestError as exc:
+            s.errors += 1
+            return error_response(400, str(exc), "invalid_request_error")
+        s.requests += 1
+        s.by_model[parsed.model] += 1
+        s.last_model = parsed.model
+        try:
+            if parsed.req.stream:
+                return await stream_message(request, handle, parsed.model, token_text)
+            await handle.wait()
+            return _json(message_body(handle, parsed.model, token_text))
+        except EngineStoppedError as exc:
+            return error_response(503, str(exc), "overloaded_error")
         finally:
             handle.abort()  # no-op when finished; frees the KV when the client went away
 
