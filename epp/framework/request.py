@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,8 @@ class InferenceRequest:
     (after InferenceModel split / InferenceModelRewrite). ``priority`` < 0 is sheddable.
     ``body`` is the parsed JSON (never copied); ``headers`` are the client's, lower-case keys;
     ``upstream_headers`` are what the picker sets on the request it forwards (a request id it
-    made up, the trace context).
+    made up, the trace context). ``token_ids`` is the prompt as the engine tokenizes it, when a
+    ``token-producer`` produced it before scheduling (else None).
     """
 
     request_id: str
@@ -45,6 +46,7 @@ class InferenceRequest:
     headers: Mapping[str, str] = field(default_factory=dict)
     upstream_headers: dict[str, str] = field(default_factory=dict)
     size: int = 0
+    token_ids: Sequence[int] | None = None
 
     @property
     def sheddable(self) -> bool:

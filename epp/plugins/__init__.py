@@ -15,10 +15,12 @@ from epp.plugins import (
     markers,
     metrics_data_source,
     pickers,
+    precise_prefix_producer,
     prefix_cache_scorer,
     queue_scorer,
     session_affinity_scorer,
     single_profile,
+    token_producer,
     utilization_detector,
 )
 
@@ -31,6 +33,9 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (lora_affinity_scorer.TYPE, lora_affinity_scorer.create),
     (prefix_cache_scorer.TYPE, prefix_cache_scorer.create),
     (session_affinity_scorer.TYPE, session_affinity_scorer.create),
+    # llm-d's precise prefix-cache routing: token-producer → precise-prefix-cache-producer → prefix-cache-scorer.
+    (token_producer.TYPE, token_producer.create),
+    (precise_prefix_producer.TYPE, precise_prefix_producer.create),
     (pickers.MAX_SCORE_TYPE, pickers.create_max_score),
     (pickers.RANDOM_TYPE, pickers.create_random),
     (pickers.WEIGHTED_RANDOM_TYPE, pickers.create_weighted_random),
