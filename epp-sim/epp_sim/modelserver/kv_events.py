@@ -9,7 +9,9 @@ as one ``EventBatch`` ``[ts, [events...], data_parallel_rank]`` in vLLM's positi
 (``BlockStored`` ``[tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id,
 medium, lora_name]``), in frames ``[topic, seq (8 bytes BE, from 0), payload]``. The replay
 ROUTER answers a start seq with every buffered ``[seq, payload]`` from it, then ``[ff×8, ""]``.
-Sends never block: past ``hwm`` ZMQ drops, as in vLLM.
+Sends never block: past ``hwm`` ZMQ drops, as in vLLM. There is no send queue (batches go out
+from the engine step at once), so ``max_queue_size`` is only validated. ``drop_next`` lets a test
+lose messages on purpose.
 """
 
 from __future__ import annotations
@@ -105,6 +107,8 @@ class KvEventPublisher:
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
         self._topic = config.topic.encode()
         self.seq = 0
+        #: fault injection: the next N batches are buffered (replayable) but not sent, as if ZMQ dropped them
+        self.drop_next = 0
         self.endpoint = ""
         self.replay_endpoint = ""
 
@@ -151,6 +155,9 @@ class KvEventPublisher:
         seq = self.seq
         self.seq += 1
         self._buffer.append((seq, payload))
+        if self.drop_next > 0:
+            self.drop_next -= 1
+            return
         try:
             pub.send_multipart([self._topic, seq.to_bytes(8, "big"), payload], flags=zmq.NOBLOCK)
         except zmq.Again:
