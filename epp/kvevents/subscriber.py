@@ -9,7 +9,10 @@ the model of a chain's first block comes from the topic ``kv@<pod>@<model>`` (or
   with a replay endpoint the missing range is fetched from the pod's ROUTER socket, and if that
   fails (or there is none) the pod's entries are cleared, never silently kept;
 - seq going backwards is a publisher restart: the pod is cleared (its cache is new), then
-  replayed from 0 when possible; a first message past 0 (joining mid-stream) replays from 0.
+  replayed from 0 when possible; a first message past 0 (joining mid-stream) replays from 0;
+- a dropped connection (the socket monitor's DISCONNECTED) may be a restart whose first messages
+  are missed, which seq alone could mistake for a gap: the pod is cleared and the next message
+  treated as a first one (replayed from 0 when possible).
 
 ZMQ reconnects a dropped connection by itself with exponential back-off (100 ms up to 5 s);
 should the socket itself fail, the loop rebuilds it after ``retry_interval`` (5 s, as llm-d).
@@ -67,6 +70,7 @@ class Subscriber:
         self.restarts = 0
         self.decode_errors = 0
         self.replays = 0
+        self.disconnects = 0
 
     async def run(self) -> None:
         while True:
@@ -76,10 +80,18 @@ class Subscriber:
                 sock.setsockopt(zmq.RECONNECT_IVL, 100)
                 sock.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
                 sock.setsockopt(zmq.SUBSCRIBE, self._topic_filter)
+                monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                poller = zmq.asyncio.Poller()
+                poller.register(sock, zmq.POLLIN)
+                poller.register(monitor, zmq.POLLIN)
                 sock.connect(self.endpoint)
                 while True:
-                    frames = await sock.recv_multipart()
-                    await self._on_message(frames)
+                    ready = dict(await poller.poll())
+                    if monitor in ready:  # before any message of a new publisher
+                        await monitor.recv_multipart()
+                        self._disconnected()
+                    if sock in ready:
+                        await self._on_message(await sock.recv_multipart())
             except zmq.ZMQError:
                 log.warning(
                     "kv-events subscriber failed; retrying",
@@ -87,6 +99,7 @@ class Subscriber:
                     extra={"pod": self.pod, "endpoint": self.endpoint, "retry_in": self._retry_interval},
                 )
             finally:
+                sock.disable_monitor()
                 sock.close(linger=0)
             await asyncio.sleep(self._retry_interval)
 
@@ -111,6 +124,12 @@ class Subscriber:
                 self._unknown(f"missed seq {start}..{seq - 1}")
         self.last_seq = seq
         self._apply(topic, payload)
+
+    def _disconnected(self) -> None:
+        self.disconnects += 1
+        self.last_seq = None
+        self._index.clear(self.pod)
+        log.info("kv-events publisher disconnected: pod entries cleared", extra={"pod": self.pod})
 
     def _unknown(self, why: str) -> None:
         self._index.clear(self.pod)
