@@ -9,7 +9,8 @@ in the same step each pool's scrapers take its data layer (``ScraperManager.appl
 Start order: logging → metrics → API client → datastores and reconcilers → scrapers → config →
 directors → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
-(bounded) → config watcher → reconcilers → scrapers → gauges → metrics server → API client.
+(bounded) → config watcher → elector → plugins' background resources (KV-event subscribers) →
+reconcilers → scrapers → gauges → metrics server → API client.
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read.
 A graceful shutdown (SIGTERM, see ``epp/serve_command.py``) first calls :meth:`Runtime.drain`
 (health port NOT_SERVING, Lease released, everything else keeps running for ``--drain-timeout``),
@@ -43,11 +44,13 @@ from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.producers import AsyncClosable
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
 from epp.kube.standalone import standalone_pool_name
 from epp.plugins import register_in_tree
+from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp.requestcontrol.director import PoolDirector
 from epp.requestcontrol.pools import PoolDispatcher, PoolKey
@@ -120,6 +123,7 @@ class Runtime(Service):
         self.elector: LeaderElector | None = None
         self._cert_reloader: CertReloader | None = None
         self.tracing: Tracing | None = None  # None unless --tracing and an exporter is configured
+        self._closing: set[asyncio.Task[None]] = set()  # closing the plugins of replaced configs
 
     @property
     def server(self) -> ExtProcServer:
@@ -304,14 +308,32 @@ class Runtime(Service):
         def on_endpoints(added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
             if removed:
                 self._forget_endpoints(key, [s.endpoint.key for s in removed])
+            if added and self.configs is not None:
+                for observer in self.configs.current[key].endpoints_added:
+                    observer.endpoints_added(added)
 
         pool.unsubscribe = datastore.subscribe(on_endpoints)
         return pool
 
     def _apply_scrape_specs(self, old: Configs, new: Configs) -> None:
-        """A reloaded configuration: each pool's scrapers take its data layer (in the same loop step as the swap)."""
+        """A reloaded configuration, in the same loop step as the swap: each pool's scrapers take its data
+        layer, the new plugins learn the pool's endpoints (subscribers start), the old ones are closed."""
         for pool in self.pools:
             pool.scrapers.apply(new[pool.key].scrape)
+            present = pool.datastore.endpoints()
+            if present:
+                for observer in new[pool.key].endpoints_added:
+                    observer.endpoints_added(present)
+        closables = [c for config in old.values() for c in config.closables]
+        if closables:
+            self._closing.add(start_guarded(_close_all(closables), name="epp-close-replaced-plugins"))
+
+    async def _close_plugins(self) -> None:
+        """Stop step: plugins' background resources (KV-event subscribers, tokenizer clients)."""
+        await asyncio.gather(*self._closing)
+        self._closing.clear()
+        if self.configs is not None:
+            await _close_all([c for config in self.configs.current.values() for c in config.closables])
 
     def _forget_endpoints(self, key: PoolKey, keys: Collection[str]) -> None:
         """Endpoints left the pool: plugins drop their per-endpoint state (the prefix index)."""
@@ -327,7 +349,7 @@ class Runtime(Service):
             sizes: dict[tuple[str, str], int] = {}
             for config in self.configs.current.values():  # one plugin name may live in several pools
                 for p in config.plugins.values():
-                    if isinstance(p, PrefixCacheScorer):
+                    if isinstance(p, PrefixCacheScorer | PrecisePrefixCacheProducer):
                         key = (p.typed_name.name, p.typed_name.type)
                         sizes[key] = sizes.get(key, 0) + p.index_size
             self.metrics.set_prefix_indexer_sizes(sizes)
@@ -389,6 +411,7 @@ class Runtime(Service):
         if self.elector is not None:
             await self.elector.stop()
             self.elector = None
+        await self._close_plugins()
         for pool in reversed(self.pools):
             pool.unsubscribe()
             await pool.reconciler.stop()
@@ -401,3 +424,11 @@ class Runtime(Service):
         if self._api is not None:
             await close_api(self._api)
             self._api = None
+
+
+async def _close_all(closables: Sequence[AsyncClosable]) -> None:
+    for closable in closables:
+        try:
+            await closable.aclose()
+        except Exception:  # one plugin's failure must not keep the others open
+            log.exception("closing a plugin failed")

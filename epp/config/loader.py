@@ -61,6 +61,7 @@ from epp.config.picker_config import (
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.parsing import Parser, ParserTable
 from epp.framework.plugin import Plugin, PluginContext, PluginRegistry
+from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
     EndpointsObserver,
@@ -103,6 +104,12 @@ class LoadedConfig:
     """Plugins that add headers to the client's response (session affinity)."""
     endpoint_observers: tuple[EndpointsObserver, ...] = ()
     """Plugins with per-endpoint state to free when endpoints leave the pool (prefix index)."""
+    endpoints_added: tuple[EndpointsAddedObserver, ...] = ()
+    """Plugins told of every endpoint that joins (and, once the config is in force, of those present)."""
+    data_producers: tuple[DataProducer, ...] = ()
+    """Awaited, in config order, before each request's scheduling cycle (``token-producer``)."""
+    closables: tuple[AsyncClosable, ...] = ()
+    """Plugins holding background resources, closed when this config is replaced or the picker stops."""
     admission: bool = True
     """Whether the director sheds sheddable work on ``saturation_detector`` before scheduling:
     False when every profile runs a filter that sheds by itself (the v0.3 tree) and the config
@@ -336,6 +343,13 @@ class _Builder:
                 f"got {len(config.scheduling_profiles)}"
             )
 
+        for name, plugin in plugins.items():
+            if isinstance(plugin, PluginReferrer):
+                try:
+                    plugin.resolve_references(self._ref)
+                except ValueError as exc:
+                    raise ConfigError(f"plugin {name!r} (type {plugin.typed_name.type!r}).parameters: {exc}") from exc
+
         profiles: dict[str, SchedulerProfile] = {}
         for i, spec in enumerate(config.scheduling_profiles):
             profiles[spec.name] = self._build_profile(i, spec, metrics)
@@ -365,6 +379,9 @@ class _Builder:
             post_response=tuple(p for p in plugins.values() if isinstance(p, PostResponse)),
             response_headers=tuple(p for p in plugins.values() if isinstance(p, ResponseHeaderContributor)),
             endpoint_observers=tuple(p for p in plugins.values() if isinstance(p, EndpointsObserver)),
+            endpoints_added=tuple(p for p in plugins.values() if isinstance(p, EndpointsAddedObserver)),
+            data_producers=tuple(p for p in plugins.values() if isinstance(p, DataProducer)),
+            closables=tuple(p for p in plugins.values() if isinstance(p, AsyncClosable)),
             admission=self._detector_named or not self_admitting,
             notices=tuple(data_layer_notices),
             scrape=scrape,

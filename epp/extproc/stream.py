@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Protocol
@@ -37,7 +37,7 @@ from epp.errors import EppError, ErrorCode
 from epp.extproc import pb
 from epp.extproc.observe import RequestLabels, StreamMetrics
 from epp.extproc.replies import Replies
-from epp.extproc.request_body import parse_request_body, serialize_go
+from epp.extproc.request_body import ParsedBody, parse_request_body, serialize_go
 from epp.extproc.response_relay import ResponseRelay
 from epp.extproc.responses import (
     body_chunks,
@@ -96,6 +96,12 @@ class Director(Protocol):
         """Resolve target model, objective and priority onto ``request``, admit and schedule.
 
         Raises EppError (429, 503, 404...)."""
+        ...
+
+    def prepare(self, request: InferenceRequest) -> Awaitable[None] | None:
+        """Work to await before :meth:`route` (data producers such as tokenization), or None.
+
+        Never raises for the request's sake: a producer that fails leaves the request without its data."""
         ...
 
     def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
@@ -170,6 +176,7 @@ class Stream:
         "_running",
         "_relay",
         "_trace",
+        "_pending",
     )
 
     def __init__(self, processor: Processor) -> None:
@@ -189,6 +196,8 @@ class Stream:
         self._running: RequestLabels | None = None  # the labels the running gauge was raised under
         self._relay: ResponseRelay | None = None
         self._trace: RequestTrace | None = None  # the ``gateway.request`` span, ended in ``close``
+        # data producers to await before routing the parsed body, with what routing then needs
+        self._pending: tuple[Awaitable[None], Director, bytes, ParsedBody, float, float] | None = None
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -198,6 +207,8 @@ class Stream:
             async for message in requests:
                 try:
                     answers = self.handle(message)
+                    if self._pending is not None:
+                        answers = await self._route_prepared()
                 except EppError as err:
                     if log.isEnabledFor(logging.DEBUG):
                         log.debug("request rejected", extra={"error": str(err)})
@@ -369,6 +380,25 @@ class Stream:
         request.max_output_tokens = parsed.max_output_tokens
         request.size = len(raw)
         t_parsed = perf_counter()
+        pending = director.prepare(request)
+        if pending is not None:
+            self._pending = (pending, director, raw, parsed, t_last, t_parsed)
+            return ()
+        return self._route_parsed(director, raw, parsed, t_last, t_parsed)
+
+    async def _route_prepared(self) -> Sequence[pb.ProcessingResponse]:
+        """Await the request's data producers, then route it (``run`` awaits this; ``handle`` cannot)."""
+        assert self._pending is not None
+        pending, director, raw, parsed, t_last, t_parsed = self._pending
+        self._pending = None
+        await pending
+        return self._route_parsed(director, raw, parsed, t_last, t_parsed)
+
+    def _route_parsed(
+        self, director: Director, raw: bytes, parsed: ParsedBody, t_last: float, t_parsed: float
+    ) -> Sequence[pb.ProcessingResponse]:
+        request = self._request
+        assert request is not None
         decision = self._route(request, director, headers_only=False)
         t_scheduled = perf_counter()
         target_model = request.target_model

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,8 @@ class InferenceRequest:
     ``upstream_headers`` are what the picker sets on the request it forwards (a request id it
     made up, the trace context). ``max_output_tokens`` is the client's own output cap (the API's
     ``max_tokens`` field), None when it set none; ``in_flight_tokens`` is what the request added
-    to its endpoint's in-flight token count, released with it.
+    to its endpoint's in-flight token count, released with it. ``token_ids`` is the prompt as the
+    engine tokenizes it, when a ``token-producer`` produced it before scheduling (else None).
     """
 
     request_id: str
@@ -59,6 +60,7 @@ class InferenceRequest:
     size: int = 0
     max_output_tokens: int | None = None
     in_flight_tokens: int = 0
+    token_ids: Sequence[int] | None = None
 
     @property
     def sheddable(self) -> bool:

@@ -17,11 +17,13 @@ from epp.plugins import (
     metrics_data_source,
     parsers,
     pickers,
+    precise_prefix_producer,
     prefix_cache_scorer,
     queue_scorer,
     running_requests_scorer,
     session_affinity_scorer,
     single_profile,
+    token_producer,
     utilization_detector,
 )
 
@@ -39,6 +41,9 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (inflight_scorers.TOKEN_LOAD_TYPE, inflight_scorers.create_token_load),
     (inflight_scorers.ACTIVE_REQUEST_TYPE, inflight_scorers.create_active_request),
     (session_affinity_scorer.TYPE, session_affinity_scorer.create),
+    # llm-d's precise prefix-cache routing: token-producer → precise-prefix-cache-producer → prefix-cache-scorer.
+    (token_producer.TYPE, token_producer.create),
+    (precise_prefix_producer.TYPE, precise_prefix_producer.create),
     (pickers.MAX_SCORE_TYPE, pickers.create_max_score),
     (pickers.RANDOM_TYPE, pickers.create_random),
     (pickers.WEIGHTED_RANDOM_TYPE, pickers.create_weighted_random),

@@ -103,6 +103,19 @@ class Params:
             raise self._error(key, "must be a list", value)
         return [Params(key, item, where=f"{self._where}.{key}[{i}]") for i, item in enumerate(value)]
 
+    def nested(self, key: str) -> Params | None:
+        """A nested mapping as its own :class:`Params` (call its ``done``); None when absent."""
+        value = self._get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise self._error(key, "must be a mapping", value)
+        return Params(key, value, where=f"{self._where}.{key}")
+
+    def present(self, key: str) -> bool:
+        """Whether ``key`` is set (marks it read; for keys a plugin refuses by name)."""
+        return self._get(key) is not None
+
     def choice(self, key: str, default: str, choices: Sequence[str]) -> str:
         """One of ``choices``, spelt exactly."""
         value = self._get(key)

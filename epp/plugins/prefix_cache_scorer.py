@@ -1,20 +1,30 @@
 """prefix-cache-scorer: prefer endpoints that already hold the request's prompt prefix.
 
-score = matched leading blocks / total blocks of the prompt (0 when the prompt is shorter than
-one block). After each routing decision the chosen endpoint is recorded as holding every block
-of the prompt (``pre_request``), which is what makes requests sharing a system prompt or a chat
-history stick to one pod until its load outweighs the affinity in the weighted sum.
+llm-d's formula: ``score = w·min(1, match·blockSize/matchLengthScaleTokens)² + (1−w)·match/total``
+with ``matchLengthWeight`` w (default 0, i.e. matched / total leading blocks) and
+``matchLengthScaleTokens`` 8192; 0 when the prompt is shorter than one block.
+
+Where ``match`` comes from:
+
+- approximate (default): after each routing decision the chosen endpoint is recorded as holding
+  every block of the prompt (``pre_request``), which is what makes requests sharing a system
+  prompt or a chat history stick to one pod until its load outweighs the affinity;
+- precise: ``prefixMatchInfoProducerName`` names a producer (``precise-prefix-cache-producer``)
+  whose match info comes from the pods' KV events. A request the producer has no info for (its
+  tokenization failed, or it carries a ``cache_salt``) is scored from the approximate index,
+  which keeps learning from every decision for exactly that fallback.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from itertools import chain
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext
+from epp.framework.producers import PrefixMatchInfoProducer
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -103,8 +113,15 @@ class PrefixCacheScorer(NamedPlugin):
         max_prefix_blocks: int = 256,
         lru_capacity_per_server: int = 31_250,
         auto_tune: bool = True,
+        match_info_producer: str = "",
+        match_length_weight: float = 0.0,
+        match_length_scale_tokens: int = 8192,
     ) -> None:
         super().__init__(name)
+        self.match_info_producer_name = match_info_producer
+        self.producer: PrefixMatchInfoProducer | None = None
+        self.match_length_weight = match_length_weight
+        self.match_length_scale_tokens = match_length_scale_tokens
         self.block_size_tokens = block_size_tokens
         self.max_prefix_blocks = max_prefix_blocks
         self.auto_tune = auto_tune
@@ -133,13 +150,38 @@ class PrefixCacheScorer(NamedPlugin):
             cycle[self._cycle_key] = cached
         return cached
 
+    def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
+        name = self.match_info_producer_name
+        if not name:
+            return
+        plugin = lookup(f"{TYPE}.parameters.prefixMatchInfoProducerName", name)
+        if not isinstance(plugin, PrefixMatchInfoProducer):
+            raise PluginConfigError(
+                f"prefixMatchInfoProducerName: plugin {name!r} (type {plugin.typed_name.type!r}) "
+                "produces no prefix-match info"
+            )
+        self.producer = plugin
+
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
+        producer = self.producer
+        if producer is not None:
+            info = producer.prefix_match(cycle, request, candidates)
+            if info is not None:
+                return self._scores(info.match_blocks, info.total_blocks, info.block_size_tokens)
         hashes = self.hashes(cycle, request, candidates)
         if not hashes:
             return [0.0] * len(candidates)
-        total = len(hashes)
         match = self.index.match
-        return [match(c.endpoint.key, hashes) / total for c in candidates]
+        return self._scores([match(c.endpoint.key, hashes) for c in candidates], len(hashes), self.block_size_tokens)
+
+    def _scores(self, matches: Sequence[int], total: int, block_size: int) -> list[float]:
+        if total <= 0:
+            return [0.0] * len(matches)
+        w = self.match_length_weight
+        if not w:
+            return [m / total for m in matches]
+        scale = self.match_length_scale_tokens
+        return [w * min(1.0, m * block_size / scale) ** 2 + (1 - w) * m / total for m in matches]
 
     def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:
         hashes = cycle.get(self._cycle_key)
@@ -172,6 +214,9 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Pref
         max_blocks = max(1, max_tokens // block_tokens)
     capacity = p.integer("lruCapacityPerServer", 31_250, minimum=1)
     auto_tune = p.boolean("autoTune", True)
+    producer = p.text("prefixMatchInfoProducerName") or ""
+    weight = p.number("matchLengthWeight", 0.0, minimum=0.0, maximum=1.0)
+    scale = p.integer("matchLengthScaleTokens", 8192, minimum=1)
     p.done()
     return PrefixCacheScorer(
         name,
@@ -179,4 +224,7 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Pref
         max_prefix_blocks=max_blocks,
         lru_capacity_per_server=capacity,
         auto_tune=auto_tune,
+        match_info_producer=producer,
+        match_length_weight=weight,
+        match_length_scale_tokens=scale,
     )

@@ -5,6 +5,7 @@ resolves what the request *means*: target model, objective and priority. ``route
 requests), in order (upstream ``requestcontrol/director.go``, plus v0.3's
 InferenceModel path for ``v1alpha2`` pools):
 
+0. (``prepare``, awaited by the stream first, only when the config has data producers) run them;
 1. target model: header ``x-llm-d-model-name-rewrite`` (or ``x-gateway-…``), else the client's model; then the
    InferenceModelRewrite for the client's model (oldest exact rule, else oldest generic rule);
    then, for a v1alpha2 pool, the InferenceModel whose ``modelName`` is that name (unknown →
@@ -33,7 +34,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from epp.clock import Clock
 from epp.config.loader import LoadedConfig
@@ -42,6 +43,7 @@ from epp.errors import EppError, ErrorCode
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
+from epp.framework.producers import DataProducer
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.framework.scheduling import CycleState
 from epp.requestcontrol.admission import admit
@@ -127,6 +129,23 @@ class PoolDirector:
         for contributor in config.response_headers:
             decision.response_headers.update(contributor.response_headers(request, result))
         return decision
+
+    def prepare(self, request: InferenceRequest) -> Awaitable[None] | None:
+        """The config's data producers (``token-producer``) to await before :meth:`route`; None without any."""
+        producers = self._config().data_producers
+        if not producers:
+            return None
+        return self._produce(producers, request)
+
+    async def _produce(self, producers: Sequence[DataProducer], request: InferenceRequest) -> None:
+        for producer in producers:
+            observe = self._observer("PrepareData", producer.typed_name)
+            start = time.perf_counter()
+            try:
+                await producer.produce(request)
+            except Exception:  # a producer bug must not fail the request: it is scheduled without the data
+                log.exception("data producer failed", extra={"plugin": str(producer.typed_name)})
+            observe(time.perf_counter() - start)
 
     def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
         """A request without a body (e.g. GET /v1/models): any candidate, chosen at random."""

@@ -73,6 +73,9 @@ class RecordingDirector:
         request.priority = self.priority
         return self._decide(subset)
 
+    def prepare(self, request: InferenceRequest) -> None:
+        return None
+
     def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
         self.headers_only.append((request, subset))
         if not self.targets:

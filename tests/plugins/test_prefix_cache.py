@@ -7,7 +7,8 @@ import time
 import pytest
 
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
-from epp.framework.plugin import PluginConfigError, PluginContext
+from epp.framework.plugin import PluginConfigError, PluginContext, TypedName
+from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
 from epp.plugins import prefix_cache_scorer
@@ -154,3 +155,36 @@ def test_large_prompt_hashes_only_the_bounded_prefix() -> None:
     hashes = scorer.hashes(cycle, req, [_state("a")])
     assert len(hashes) == 256
     assert time.perf_counter() - start < 1.0  # sanity bound only; speed is measured by epp bench
+
+
+class _Producer:
+    """A prefix-match producer with info for requests that carry token ids only."""
+
+    typed_name = TypedName("p", "p")
+
+    def prefix_match(
+        self, cycle: CycleState, request: InferenceRequest, candidates: list[EndpointState]
+    ) -> PrefixMatchInfo | None:
+        if request.token_ids is None:
+            return None
+        return PrefixMatchInfo([0, 3], total_blocks=4, block_size_tokens=16)
+
+
+def test_match_info_producer_scores_and_the_approximate_index_is_the_fallback() -> None:
+    scorer = prefix_cache_scorer.create(
+        "s",
+        {"prefixMatchInfoProducerName": "p", "matchLengthWeight": 0.5, "matchLengthScaleTokens": 96},
+        PluginContext(),
+    )
+    producer = _Producer()
+    scorer.resolve_references(lambda where, name: producer)
+    cands = [_state("a"), _state("b")]
+    with_tokens = _chat("x" * 400)
+    with_tokens.token_ids = list(range(64))
+    # 0.5 · min(1, 3·16/96)² + 0.5 · 3/4
+    assert scorer.score(CycleState(), with_tokens, cands) == [0.0, 0.5 * 0.25 + 0.5 * 0.75]
+    # No tokens (tokenization failed): the approximate index, which learnt from the last decision.
+    _route(scorer, _chat("x" * 400), cands, pick=0)
+    assert scorer.score(CycleState(), _chat("x" * 400), cands)[0] > 0
+    with pytest.raises(PluginConfigError, match="produces no prefix-match info"):
+        scorer.resolve_references(lambda where, name: prefix_cache_scorer.create("other", {}, PluginContext()))

@@ -24,6 +24,7 @@ from .anthropic import MessagesError, error_response, message_body, parse_messag
 from .config import Pins, PinsError
 from .engine import Engine, EngineStoppedError, GenerationRequest, InvalidRequestError, RequestHandle
 from .exposition import CONTENT_TYPE
+from .tokenizer import SimTokenizer, TokenizerError
 
 __all__ = ["SimServer", "token_text"]
 
@@ -88,8 +89,9 @@ class _Parsed:
 class SimServer:
     """Routes and handlers over one :class:`Engine`; build the aiohttp app with :meth:`make_app`."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, tokenizer: SimTokenizer | None = None) -> None:
         self.engine = engine
+        self.tokenizer = tokenizer
         self._stats = _Stats()
         self._created = int(time.time())
 
@@ -98,6 +100,9 @@ class SimServer:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/completions/render", self._render_completion)
+        app.router.add_post("/v1/chat/completions/render", self._render_chat)
+        app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/load_lora_adapter", self._load_adapter)
         app.router.add_post("/v1/unload_lora_adapter", self._unload_adapter)
@@ -229,7 +234,7 @@ class SimServer:
                     404, f"The model `{model}` does not exist.", err_type="NotFoundError", param="model"
                 )
             adapter = model
-        prompt = _chat_prompt(body.get("messages")) if chat else _completion_prompt(body.get("prompt"))
+        prompt = self._prompt(body, chat=chat)
         max_tokens = body.get("max_completion_tokens") if chat else None
         if max_tokens is None:
             max_tokens = body.get("max_tokens")
@@ -248,6 +253,47 @@ class SimServer:
             stream=stream,
         )
         return _Parsed(model=model, req=req, include_usage=bool(stream_options.get("include_usage")))
+
+    def _prompt(self, body: Mapping[str, Any], *, chat: bool) -> str | list[int]:
+        """The prompt as the engine sees it: token ids when there is a tokenizer (chat via its template)."""
+        tokenizer = self.tokenizer
+        if chat:
+            text = _chat_prompt(body.get("messages"))  # validates the messages
+            if tokenizer is None:
+                return text
+            try:
+                return tokenizer.render_chat(body["messages"])
+            except TokenizerError as exc:
+                raise _BadRequestError(400, str(exc), param="messages") from exc
+        prompt = _completion_prompt(body.get("prompt"))
+        return tokenizer.encode(prompt) if tokenizer is not None and isinstance(prompt, str) else prompt
+
+    async def _render(self, request: web.Request, *, chat: bool) -> web.Response:
+        """vLLM's render endpoints: the prompt's token ids, templated and tokenized as a request would be."""
+        if self.tokenizer is None:
+            return _error(400, "this simulator has no tokenizer (start it with --tokenizer)", "BadRequestError")
+        try:
+            body = json.loads(await request.read())
+            if not isinstance(body, dict):
+                raise _BadRequestError(400, "request body must be a JSON object")
+            ids = self._prompt(body, chat=chat)
+        except ValueError as exc:
+            return _error(400, f"invalid JSON body: {exc}", "BadRequestError")
+        except _BadRequestError as exc:
+            return _error(exc.status, exc.message, exc.err_type, exc.param)
+        rendered = {"token_ids": ids}
+        return _json(rendered if chat else [rendered])
+
+    async def _render_completion(self, request: web.Request) -> web.Response:
+        return await self._render(request, chat=False)
+
+    async def _render_chat(self, request: web.Request) -> web.Response:
+        return await self._render(request, chat=True)
+
+    async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
+        if not self.engine.reset_prefix_cache():
+            return _error(400, "cannot reset the prefix cache while requests hold cached blocks", "BadRequestError")
+        return web.Response(status=200)
 
     async def _stream(
         self, request: web.Request, handle: RequestHandle, parsed: _Parsed, *, chat: bool

@@ -11,6 +11,8 @@ from typing import Any
 
 from .config import Pins, PinsError, SimConfig
 from .fixture import ModelServer
+from .kv_events import KvEventsConfig
+from .tokenizer import TokenizerError
 
 __all__ = ["add_parser", "config_from_args", "parse_lora_modules"]
 
@@ -31,6 +33,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0 = any free port)")
     p.add_argument("--model", default=d.model, help="base model name")
     p.add_argument("--served-model-name", default=None, help="name served and used in metrics (default: --model)")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="a tokenizer.json (or a directory with it and tokenizer_config.json): real token ids, "
+        "the render endpoints (default: 4 characters per token)",
+    )
+    p.add_argument(
+        "--kv-events-config",
+        default=None,
+        help='vLLM\'s KVEventsConfig JSON, e.g. \'{"enable_kv_cache_events":true,"topic":"kv@..."}\'',
+    )
     g = p.add_argument_group("engine")
     g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="max sequences in a batch")
     g.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens, help="token budget/step")
@@ -129,6 +142,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         seed=args.seed,
         time_scale=args.time_scale,
         pins=pins,
+        kv_events=KvEventsConfig.parse(args.kv_events_config) if args.kv_events_config else KvEventsConfig(),
+        tokenizer=args.tokenizer,
     )
 
 
@@ -142,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         asyncio.run(_serve(ModelServer(config, host=args.host, port=args.port)))
-    except OSError as exc:
+    except (OSError, TokenizerError) as exc:
         log.error("%s", exc)
         return 1
     return 0

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .kv_events import KvEventsConfig
+
 __all__ = ["Pins", "PinsError", "SimConfig"]
 
 
@@ -110,6 +112,10 @@ class SimConfig:
     #: wall seconds = simulated seconds / time_scale
     time_scale: float = 1.0
     pins: Pins = field(default_factory=Pins)
+    #: vLLM's ``--kv-events-config``: publish KV events over ZMQ (off by default, as in vLLM)
+    kv_events: KvEventsConfig = field(default_factory=KvEventsConfig)
+    #: ``--tokenizer``: a tokenizer.json (or its directory); None → 4 characters per token, no render endpoints
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         if not self.model:

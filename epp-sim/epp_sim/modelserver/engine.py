@@ -20,7 +20,7 @@ import asyncio
 import itertools
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,11 +50,24 @@ class _Step:
 class Engine:
     """One simulated vLLM engine core: queues, KV blocks, prefix cache, LoRA slots, metrics."""
 
-    def __init__(self, config: SimConfig, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        *,
+        clock: Clock | None = None,
+        on_kv_events: Callable[[list[list[Any]]], None] | None = None,
+    ) -> None:
+        """``on_kv_events`` receives each step's KV events (vLLM's positional form), when given."""
         self.config = config
         self._clock: Clock = clock or SystemClock()
         self._t0 = self._clock.now()
-        self._pool = BlockPool(config.num_gpu_blocks, enable_prefix_caching=config.enable_prefix_caching)
+        self._on_kv_events = on_kv_events
+        self._pool = BlockPool(
+            config.num_gpu_blocks,
+            enable_prefix_caching=config.enable_prefix_caching,
+            block_size=config.block_size,
+            record_events=on_kv_events is not None,
+        )
         self._lora = LoraSlots(config.max_loras, config.lora_load_time)
         self._adapters: dict[str, str] = dict(config.lora_modules)
         self._waiting: deque[Seq] = deque()
@@ -264,7 +277,20 @@ class Engine:
             await clock.sleep(deadline - clock.now())
             if step is not None:
                 self._complete(step, self.now())
+            self._publish_kv_events()
             self._record_lora()  # once per iteration, as vLLM's stat logger records
+
+    def _publish_kv_events(self) -> None:
+        if self._on_kv_events is not None:
+            events = self._pool.take_events()
+            if events:
+                self._on_kv_events(events)
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's ``POST /reset_prefix_cache``: False while running requests hold cached blocks."""
+        done = self._pool.reset()
+        self._publish_kv_events()
+        return done
 
     def _step_time(self, step: _Step) -> float:
         cfg = self.config
@@ -362,7 +388,7 @@ class Engine:
                 seq.computed += n
                 if seq.computed < seq.prefill_len:
                     continue
-                self._pool.commit(seq.holding, seq.hashes)
+                self._pool.commit(seq.holding, seq.hashes, seq.tokens, seq.adapter)
                 if seq.first_token_at is None:
                     seq.first_token_at = now
                     prompt_done += seq.prompt_tokens

@@ -24,6 +24,8 @@ from epp.clock import Clock
 from .app import SimServer
 from .config import Pins, SimConfig
 from .engine import Engine
+from .kv_events import KvEventPublisher
+from .tokenizer import SimTokenizer
 
 __all__ = ["ModelServer", "model_servers"]
 
@@ -48,6 +50,8 @@ class ModelServer:
         self._engine: Engine | None = None
         self._server: SimServer | None = None
         self._runner: web.AppRunner | None = None
+        #: the KV-event publisher while serving with ``kv_events`` enabled (its ``endpoint``, ``seq``)
+        self.kv_events: KvEventPublisher | None = None
 
     @property
     def port(self) -> int:
@@ -85,8 +89,18 @@ class ModelServer:
             sock.close()
             raise OSError(exc.errno, f"model server cannot bind {self.host}:{self._port}: {exc.strerror}") from exc
         self._port = sock.getsockname()[1]
-        engine = Engine(self.config, clock=self._clock)
-        server = SimServer(engine)
+        cfg = self.config
+        tokenizer = SimTokenizer(cfg.tokenizer) if cfg.tokenizer else None
+        publisher = None
+        if cfg.kv_events.effective_publisher == "zmq":
+            publisher = KvEventPublisher(cfg.kv_events, host=self.host)
+            try:
+                await publisher.start()
+            except OSError:
+                sock.close()
+                raise
+        engine = Engine(cfg, clock=self._clock, on_kv_events=publisher.publish if publisher is not None else None)
+        server = SimServer(engine, tokenizer)
         runner = web.AppRunner(
             server.make_app(),
             access_log=None,
@@ -103,9 +117,12 @@ class ModelServer:
         except BaseException:
             await runner.cleanup()
             await engine.stop()
+            if publisher is not None:
+                await publisher.stop()
             sock.close()
             raise
         self._engine, self._server, self._runner = engine, server, runner
+        self.kv_events = publisher
 
     async def stop(self) -> None:
         """Stop serving; in-flight requests end with 503 (or an error event if streaming)."""
@@ -116,6 +133,9 @@ class ModelServer:
             await self.engine.stop()
         finally:
             await runner.cleanup()
+            publisher, self.kv_events = self.kv_events, None
+            if publisher is not None:
+                await publisher.stop()
 
     async def __aenter__(self) -> ModelServer:
         await self.start()

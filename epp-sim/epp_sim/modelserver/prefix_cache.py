@@ -11,6 +11,10 @@ when the last holder finishes, a hashed block stays in the cache but joins the f
 (evictable, least recently used first), and is evicted only when a new allocation needs room.
 KV usage is therefore ``in-use blocks / total`` and drops to 0 when the server is idle, while
 the cached prefixes survive until pressure evicts them.
+
+With ``record_events`` the pool also notes what vLLM announces as KV events (``BlockStored``
+with each newly cached block's token ids, ``BlockRemoved`` on eviction, ``AllBlocksCleared`` on
+a reset), in vLLM's positional form, for the engine to publish once per step.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import xxhash
 
@@ -75,9 +80,14 @@ class KvHolding:
 class BlockPool:
     """``num_blocks`` KV blocks; a hash → refcount map of cached blocks; an LRU of evictable ones."""
 
-    def __init__(self, num_blocks: int, *, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self, num_blocks: int, *, enable_prefix_caching: bool = True, block_size: int = 16, record_events: bool = False
+    ) -> None:
         self.num_blocks = num_blocks
         self.enable_prefix_caching = enable_prefix_caching
+        self.block_size = block_size
+        #: KV events since the last :meth:`take_events` (None when not recording)
+        self.events: list[list[Any]] | None = [] if record_events else None
         self._free_uncached = num_blocks
         self._refs: dict[int, int] = {}  # cached block hash → holders (0 = evictable)
         self._evictable: OrderedDict[int, None] = OrderedDict()  # least recently freed first
@@ -132,23 +142,57 @@ class BlockPool:
             return False
         take = min(need, self._free_uncached)
         self._free_uncached -= take
+        evicted = []
         for _ in range(need - take):
             h, _ = self._evictable.popitem(last=False)
             del self._refs[h]
+            evicted.append(h)
+        if evicted and self.events is not None:
+            self.events.append(["BlockRemoved", evicted, "GPU"])
         holding.private += need
         return True
 
-    def commit(self, holding: KvHolding, hashes: Sequence[int]) -> None:
-        """Publish the sequence's computed full prompt blocks to the cache (after its prefill)."""
+    def commit(
+        self, holding: KvHolding, hashes: Sequence[int], tokens: Sequence[int] | None = None, lora: str | None = None
+    ) -> None:
+        """Publish the sequence's computed full prompt blocks to the cache (after its prefill).
+
+        ``tokens`` (the prompt's token ids) and ``lora`` (the adapter) only feed the BlockStored event."""
         if not self.enable_prefix_caching:
             return
-        for h in hashes[len(holding.cached) :]:
+        first = len(holding.cached)
+        for h in hashes[first:]:
             if holding.private == 0 or h in self._refs:
                 # Another sequence computed the same block meanwhile: ours stays private, as in vLLM.
                 break
             self._refs[h] = 1
             holding.private -= 1
             holding.cached.append(h)
+        last = len(holding.cached)
+        if self.events is not None and last > first:
+            bs = self.block_size
+            token_ids = list(tokens[first * bs : last * bs]) if tokens is not None else []
+            parent = hashes[first - 1] if first else None
+            self.events.append(["BlockStored", list(hashes[first:last]), parent, token_ids, bs, None, "GPU", lora])
+
+    def take_events(self) -> list[list[Any]]:
+        """The events recorded since the last call (empty when not recording)."""
+        events = self.events
+        if not events:
+            return []
+        self.events = []
+        return events
+
+    def reset(self) -> bool:
+        """vLLM's ``reset_prefix_cache``: drop every cached block; False while running sequences hold some."""
+        if any(self._refs.values()):
+            return False
+        self._free_uncached += len(self._evictable)
+        self._evictable.clear()
+        self._refs.clear()
+        if self.events is not None:
+            self.events.append(["AllBlocksCleared"])
+        return True
 
     def release(self, holding: KvHolding) -> None:
         """Drop every block ``holding`` has; cached ones become evictable, tail blocks first."""

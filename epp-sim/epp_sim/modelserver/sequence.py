@@ -70,12 +70,15 @@ class Seq:
         "stopped",
         "stream",
         "target",
+        "tokens",
     )
 
     def __init__(
         self, *, prompt_tokens: int, hashes: list[int], target: int, req: GenerationRequest, seed: int
     ) -> None:
         self.adapter = req.adapter
+        #: the prompt's token ids (None for a text prompt without a tokenizer): what BlockStored carries
+        self.tokens: Sequence[int] | None = None if isinstance(req.prompt, str) else req.prompt
         self.max_tokens = req.max_tokens
         self.n = req.n
         self.stream = req.stream

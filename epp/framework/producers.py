@@ -1,0 +1,83 @@
+"""Extension points around scheduling that llm-d adds: data producers, prefix-match info, lifecycles.
+
+- :class:`DataProducer` (upstream's ``PrepareRequestData``): awaited before the (synchronous)
+  scheduling cycle, e.g. ``token-producer`` tokenizing the prompt; a producer must not raise for
+  a request it cannot help (the request is scheduled without its data).
+- :class:`PrefixMatchInfoProducer`: what ``prefix-cache-scorer`` reads when its
+  ``prefixMatchInfoProducerName`` names a producer (``precise-prefix-cache-producer``).
+- :class:`PluginReferrer`: plugins whose parameters name other plugins resolve them after every
+  plugin of the config exists.
+- :class:`EndpointsAddedObserver` and :class:`AsyncClosable`: plugins that hold per-endpoint
+  resources (subscribers) start them when endpoints arrive and release everything when their
+  configuration is replaced or the picker stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import Plugin, TypedName
+from epp.framework.request import InferenceRequest
+from epp.framework.scheduling import CycleState
+
+__all__ = [
+    "AsyncClosable",
+    "DataProducer",
+    "EndpointsAddedObserver",
+    "PluginReferrer",
+    "PrefixMatchInfo",
+    "PrefixMatchInfoProducer",
+]
+
+
+@runtime_checkable
+class DataProducer(Protocol):
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    async def produce(self, request: InferenceRequest) -> None:
+        """Add data to ``request`` before scheduling; on failure leave it without and log."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatchInfo:
+    """Per candidate (in order): leading prompt blocks the endpoint holds; and the prompt's block count."""
+
+    match_blocks: Sequence[int]
+    total_blocks: int
+    block_size_tokens: int
+
+
+@runtime_checkable
+class PrefixMatchInfoProducer(Protocol):
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    def prefix_match(
+        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
+    ) -> PrefixMatchInfo | None:
+        """Match info for the candidates, or None when this request has none (e.g. no tokens)."""
+        ...
+
+
+@runtime_checkable
+class PluginReferrer(Protocol):
+    def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
+        """Resolve plugin names from parameters; ``lookup(parameter_path, name)`` raises when undefined."""
+        ...
+
+
+@runtime_checkable
+class EndpointsAddedObserver(Protocol):
+    def endpoints_added(self, states: Sequence[EndpointState]) -> None: ...
+
+
+@runtime_checkable
+class AsyncClosable(Protocol):
+    async def aclose(self) -> None:
+        """Release background resources (tasks, sockets, clients); safe to call twice."""
+        ...

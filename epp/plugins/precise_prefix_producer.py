@@ -1,0 +1,240 @@
+"""precise-prefix-cache-producer: prefix-match info from what the pods announce in their KV events.
+
+llm-d's producer (``pkg/kvevents``, ``preciseprefixcache``): one ZMQ subscriber per endpoint whose
+labels match ``kvEventsConfig.podDiscoveryConfig.podLabelSelector``, dialled at
+``tcp://<address>:<socketPort + rank>`` (and ``replaySocketPort`` when set), feeding a bounded
+:class:`~epp.kvevents.index.KvBlockIndex`; an endpoint that leaves is unsubscribed and its
+entries freed. Per request it hashes ``request.token_ids`` (from ``token-producer``) into block
+keys seeded with the target model and reports, per candidate, the leading blocks it holds
+(llm-d's ``LongestPrefix`` with one tier, GPU, weight 1.0). A request without tokens, or with a
+``cache_salt`` (the events' ``extra_keys`` are not indexed), has no match info: the scorer falls
+back to its approximate index.
+
+Settings this picker does not have are refused by name: central mode (``zmqEndpoint``,
+``discoverPods: false``), Redis or cost-aware indexes, CPU tiers (``kvCacheBackendConfigs``),
+``speculativeIndexing``, ``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import zmq.asyncio
+
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
+from epp.framework.producers import PrefixMatchInfo
+from epp.framework.request import InferenceRequest
+from epp.framework.scheduling import CycleState
+from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
+from epp.kvevents.subscriber import Subscriber
+from epp.labels import Selector, SelectorError, parse_selector
+from epp.plugins._params import Params
+
+__all__ = ["PrecisePrefixCacheProducer", "create"]
+
+TYPE = "precise-prefix-cache-producer"
+log = logging.getLogger(__name__)
+
+DEFAULT_POD_SELECTOR = "llm-d.ai/inference-serving=true"
+
+
+class PrecisePrefixCacheProducer(NamedPlugin):
+    """Owns the index and the subscribers; answers ``prefix_match`` for ``prefix-cache-scorer``."""
+
+    plugin_type = TYPE
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        block_size_tokens: int = 16,
+        hash_seed: str = "",
+        max_entries: int = 100_000_000,
+        topic_filter: str = "kv@",
+        pod_selector: Selector | None = None,
+        socket_port: int = 5557,
+        replay_port: int = 0,
+        max_prefix_blocks: int = 4096,
+    ) -> None:
+        super().__init__(name)
+        self.block_size_tokens = block_size_tokens
+        self.hash_seed = hash_seed
+        self.index = KvBlockIndex(block_size_tokens, max_entries=max_entries)
+        self.topic_filter = topic_filter
+        self.pod_selector = pod_selector if pod_selector is not None else parse_selector(DEFAULT_POD_SELECTOR)
+        self.socket_port = socket_port
+        self.replay_port = replay_port
+        self.max_prefix_blocks = max_prefix_blocks
+        self.subscribers: dict[str, Subscriber] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._context: zmq.asyncio.Context | None = None
+        self._cycle_key = f"{TYPE}/{name}/keys"
+        self._closed = False
+
+    # -- endpoint lifecycle (runtime hooks) ---------------------------------------------------------
+
+    def endpoints_added(self, states: Sequence[EndpointState]) -> None:
+        if self._closed:
+            return
+        for state in states:
+            endpoint = state.endpoint
+            key = endpoint.key
+            if key in self._tasks or not self.pod_selector.matches(endpoint.labels):
+                continue
+            if self._context is None:
+                self._context = zmq.asyncio.Context()
+            host = f"[{endpoint.address}]" if ":" in endpoint.address else endpoint.address
+            replay = f"tcp://{host}:{self.replay_port + endpoint.rank}" if self.replay_port > 0 else None
+            subscriber = Subscriber(
+                self._context,
+                self.index,
+                pod=key,
+                endpoint=f"tcp://{host}:{self.socket_port + endpoint.rank}",
+                replay_endpoint=replay,
+                topic_filter=self.topic_filter,
+            )
+            self.subscribers[key] = subscriber
+            task = asyncio.get_running_loop().create_task(subscriber.run(), name=f"kv-events {key}")
+            task.add_done_callback(_report)
+            self._tasks[key] = task
+
+    def endpoints_removed(self, keys: Collection[str]) -> None:
+        for key in keys:
+            task = self._tasks.pop(key, None)
+            if task is not None:
+                task.cancel()
+            self.subscribers.pop(key, None)
+            self.index.clear(key)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        tasks = list(self._tasks.values())
+        self.endpoints_removed(list(self._tasks))
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        context, self._context = self._context, None
+        if context is not None:
+            context.destroy(linger=0)
+
+    # -- per request ---------------------------------------------------------------------------------
+
+    def request_keys(self, cycle: CycleState, request: InferenceRequest) -> list[int] | None:
+        """The request's block keys (computed once per cycle), or None without tokens or with a salt."""
+        if self._cycle_key in cycle:
+            keys: list[int] | None = cycle[self._cycle_key]
+            return keys
+        tokens = request.token_ids
+        keys = None
+        if tokens is not None and not request.body.get("cache_salt"):
+            seed = chain_seed(self.hash_seed + (request.target_model or request.model))
+            keys = block_keys(tokens, self.block_size_tokens, seed, self.max_prefix_blocks)
+        cycle[self._cycle_key] = keys
+        return keys
+
+    def prefix_match(
+        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
+    ) -> PrefixMatchInfo | None:
+        keys = self.request_keys(cycle, request)
+        if keys is None:
+            return None
+        longest = self.index.longest_prefix
+        return PrefixMatchInfo(
+            match_blocks=[longest(c.endpoint.key, keys) for c in candidates] if keys else [0] * len(candidates),
+            total_blocks=len(keys),
+            block_size_tokens=self.block_size_tokens,
+        )
+
+    @property
+    def index_size(self) -> int:
+        return len(self.index)
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("kv-events subscriber %s failed", task.get_name(), exc_info=task.exception())
+
+
+def _refuse(where: str, what: str) -> PluginConfigError:
+    return PluginConfigError(f"{TYPE}.parameters.{where}: {what} is not supported by this picker")
+
+
+def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheProducer:
+    """Factory; llm-d's parameter names and defaults."""
+    p = Params(TYPE, params)
+    block_size, seed = 16, ""
+    tokens = p.nested("tokenProcessorConfig")
+    if tokens is not None:
+        block_size = tokens.integer("blockSizeTokens", 0, minimum=1) or tokens.integer("blockSize", 16, minimum=1)
+        seed = tokens.text("hashSeed") or ""
+        algorithm = tokens.text("hashAlgorithm") or "xxh64"
+        if algorithm != "xxh64":
+            raise _refuse("tokenProcessorConfig.hashAlgorithm", repr(algorithm) + " (keys here are XXH64)")
+        tokens.done()
+    max_entries = 100_000_000
+    indexer = p.nested("indexerConfig")
+    if indexer is not None:
+        if indexer.present("kvCacheBackendConfigs"):
+            raise _refuse("indexerConfig.kvCacheBackendConfigs", "a tier other than GPU")
+        if indexer.present("tokenizersPoolConfig"):
+            raise _refuse("indexerConfig.tokenizersPoolConfig", "tokenizing here (use a token-producer)")
+        block_index = indexer.nested("kvBlockIndexConfig")
+        if block_index is not None:
+            for other in ("redisConfig", "costAwareMemoryConfig"):
+                if block_index.present(other):
+                    raise _refuse(f"indexerConfig.kvBlockIndexConfig.{other}", "an index other than in-memory")
+            block_index.boolean("enableMetrics", False)  # the index size is always in prefix_indexer_size
+            if block_index.present("metricsLoggingInterval"):
+                raise _refuse("indexerConfig.kvBlockIndexConfig.metricsLoggingInterval", "logging index metrics")
+            memory = block_index.nested("inMemoryConfig")
+            if memory is not None:
+                max_entries = memory.integer("size", max_entries, minimum=1)
+                if memory.integer("podCacheSize", 10, minimum=1) != 10:
+                    raise _refuse("indexerConfig.kvBlockIndexConfig.inMemoryConfig.podCacheSize", "a pod cap per key")
+                memory.done()
+            block_index.done()
+        indexer.done()
+    topic, selector, port, replay = "kv@", parse_selector(DEFAULT_POD_SELECTOR), 5557, 0
+    events = p.nested("kvEventsConfig")
+    if events is not None:
+        if events.text("zmqEndpoint"):
+            raise _refuse("kvEventsConfig.zmqEndpoint", "central mode (pods connecting to the picker)")
+        if not events.boolean("discoverPods", True):
+            raise _refuse("kvEventsConfig.discoverPods", "false (central mode)")
+        topic_filter = events.text("topicFilter")
+        topic = topic if topic_filter is None else topic_filter
+        events.choice("engineType", "vllm", ("vllm", "sglang"))  # one decoder reads both (SGLang's is positional)
+        if events.present("concurrency"):
+            raise _refuse("kvEventsConfig.concurrency", "a worker pool (each endpoint has its own subscriber task)")
+        discovery = events.nested("podDiscoveryConfig")
+        if discovery is not None:
+            text = discovery.text("podLabelSelector")
+            if text is not None:
+                try:
+                    selector = parse_selector(text)
+                except SelectorError as e:
+                    raise PluginConfigError(f"{TYPE}.parameters.kvEventsConfig.podDiscoveryConfig: {e}") from e
+            if discovery.text("podNamespace"):
+                raise _refuse("kvEventsConfig.podDiscoveryConfig.podNamespace", "a namespace other than the pool's")
+            port = discovery.integer("socketPort", 5557, minimum=1)
+            replay = discovery.integer("replaySocketPort", 0)
+            discovery.done()
+        events.done()
+    if p.boolean("speculativeIndexing", False):
+        raise _refuse("speculativeIndexing", "true")
+    if p.present("speculativeTTL"):
+        raise _refuse("speculativeTTL", "speculative indexing")
+    p.done()
+    return PrecisePrefixCacheProducer(
+        name,
+        block_size_tokens=block_size,
+        hash_seed=seed,
+        max_entries=max_entries,
+        topic_filter=topic,
+        pod_selector=selector,
+        socket_port=port,
+        replay_port=max(replay, 0),
+    )

@@ -1,0 +1,67 @@
+"""token-producer: the vllm backend asks the model server to render, the local one agrees with it,
+and a failed tokenization only falls back (the request keeps being scheduled, never rejected)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from epp.framework.plugin import PluginConfigError, PluginContext
+from epp.framework.request import ApiKind, InferenceRequest
+from epp.plugins import token_producer
+from epp_sim.modelserver import ModelServer, SimConfig
+from epp_sim.tiny_tokenizer import sentence, write_tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+def _request(api: ApiKind, body: dict[str, object]) -> InferenceRequest:
+    request = InferenceRequest("r", model="m", api=api)
+    request.body = body
+    return request
+
+
+async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path) -> None:
+    text = sentence(random.Random(3), 40)
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
+    async with ModelServer(SimConfig(model="m", tokenizer=str(tokenizer_dir)), host="127.0.0.2") as server:
+        remote = token_producer.create("t", {"modelName": "m", "vllm": {"url": server.url}}, PluginContext())
+        local = token_producer.create("t", {"local": {"tokenizerPath": str(tokenizer_dir)}}, PluginContext())
+        try:
+            for api, body in (
+                (ApiKind.COMPLETIONS, {"prompt": text}),
+                (ApiKind.CHAT_COMPLETIONS, {"messages": messages}),
+            ):
+                a, b = _request(api, body), _request(api, body)
+                await remote.produce(a)
+                await local.produce(b)
+                assert a.token_ids is not None and len(a.token_ids) > 10
+                assert a.token_ids == b.token_ids
+            assert remote.failures == 0
+        finally:
+            await remote.aclose()
+
+
+async def test_failed_tokenization_leaves_the_request_without_tokens() -> None:
+    producer = token_producer.create(
+        "t", {"modelName": "m", "vllm": {"url": "http://127.0.0.1:9", "timeout": "200ms"}}, PluginContext()
+    )
+    try:
+        request = _request(ApiKind.COMPLETIONS, {"prompt": "hello"})
+        await producer.produce(request)  # never raises
+        assert request.token_ids is None
+        assert producer.failures == 1
+    finally:
+        await producer.aclose()
+
+
+def test_fake_token_backends_are_refused() -> None:
+    with pytest.raises(PluginConfigError, match="estimate"):
+        token_producer.create("t", {"estimate": {}}, PluginContext())
+    with pytest.raises(PluginConfigError, match="vllm"):
+        token_producer.create("t", {}, PluginContext())
