@@ -44,7 +44,7 @@ def _model_renames(served: str, client: str) -> tuple[tuple[bytes, bytes], ...]:
 
 
 class ResponseRelay:
-    """Relays one response; ``done``, ``usage``, ``size`` and ``upstream_error`` say how it went.
+    """Relays one response; ``done``, ``usage``, ``size``, ``status`` and ``upstream_error`` say how it went.
 
     ``mode`` is Envoy's response body mode; ``sse`` when the request asked for a stream;
     ``rename`` is (served model, client model) when they differ; ``extra_headers`` are the
@@ -63,6 +63,7 @@ class ResponseRelay:
         "size",
         "done",
         "usage",
+        "status",
         "upstream_error",
     )
 
@@ -87,6 +88,7 @@ class ResponseRelay:
         self.size = 0
         self.done = False
         self.usage: Usage | None = None
+        self.status = 0
         self.upstream_error = False
         if sse:
             self._pass_sse()
@@ -101,7 +103,9 @@ class ResponseRelay:
         for header in http_headers.headers.headers:
             key = header.key
             if key == ":status" or key == "status":
-                self.upstream_error = (header.raw_value or header.value.encode()).strip() != b"200"
+                raw = (header.raw_value or header.value.encode()).strip()
+                self.status = status = int(raw) if raw.isdigit() else 0
+                self.upstream_error = status != 200
             elif key == "content-type" and b"text/event-stream" in (header.raw_value or header.value.encode()):
                 self._pass_sse()
         extra = self._extra_headers

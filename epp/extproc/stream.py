@@ -101,11 +101,14 @@ class Director(Protocol):
         """Header-only request: a random endpoint; EppError(INTERNAL, 'no pods available in datastore') if none."""
         ...
 
-    def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
+    def finished(
+        self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool, status: int = 0
+    ) -> None:
         """Called exactly once per request that reached its director, when the stream is over with it.
 
         ``decision`` is None when routing itself raised; ``completed`` is True only when the
-        response was seen to its end.
+        response was seen to its end; ``status`` is the response's HTTP status (Envoy's own 503
+        for an upstream it could not reach), 0 when no response headers came.
         """
         ...
 
@@ -437,6 +440,7 @@ class Stream:
         request = self._request
         assert request is not None
         try:
-            director.finished(request, self._decision, completed=completed)
+            relay = self._relay
+            director.finished(request, self._decision, completed=completed, status=relay.status if relay else 0)
         except Exception:
             log.exception("director.finished failed")

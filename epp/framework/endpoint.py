@@ -1,9 +1,10 @@
-"""What the scheduler knows about a serving endpoint: identity and its latest metrics.
+"""What the scheduler knows about a serving endpoint: identity, its latest metrics and its health.
 
 An :class:`Endpoint` is one (pod, target port) pair (upstream's "rank"); it is immutable and
 replaced when the pod changes. :class:`EndpointState` pairs it with the most recent
 :class:`MetricsSnapshot`, which the scraper swaps in as one reference assignment, so a scheduling
-cycle (synchronous, on the event loop) always reads a consistent snapshot.
+cycle (synchronous, on the event loop) always reads a consistent snapshot. Its
+:class:`~epp.framework.health.EndpointHealth` is fed by the scraper and the response path.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from epp.framework.health import EndpointHealth, HealthPolicy
 
 __all__ = ["ENGINE_TYPE_LABEL", "Endpoint", "EndpointState", "MetricsSnapshot", "join_host_port"]
 
@@ -79,13 +82,16 @@ class MetricsSnapshot:
 
 
 class EndpointState:
-    """An endpoint and its latest metrics; the scraper replaces ``metrics`` wholesale."""
+    """An endpoint, its latest metrics (the scraper replaces ``metrics`` wholesale) and its health."""
 
-    __slots__ = ("endpoint", "metrics")
+    __slots__ = ("endpoint", "metrics", "health")
 
-    def __init__(self, endpoint: Endpoint, metrics: MetricsSnapshot | None = None) -> None:
+    def __init__(
+        self, endpoint: Endpoint, metrics: MetricsSnapshot | None = None, health: HealthPolicy | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.metrics = metrics if metrics is not None else MetricsSnapshot()
+        self.health = EndpointHealth(endpoint.key, health)
 
     def __repr__(self) -> str:
         m = self.metrics

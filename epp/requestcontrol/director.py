@@ -15,14 +15,17 @@ InferenceModel path for ``v1alpha2`` pools):
 3. candidates: every endpoint, or those whose IP is in the Envoy subset hint; with
    ``--enable-conformance-test-hooks`` a ``test-epp-endpoint-selection`` header instead names
    them, and they are taken in turn, without admission or scheduling (``conformance.py``);
+   then by health (``healthy.py``): those in service, else the degraded, else all (fail open);
 4. admission: sheddable (priority < 0) work is shed (429) when the saturation detector puts the
    candidates' saturation at >= 1.0 (skipped when the config sheds by itself: the v0.3 tree);
 5. no candidates → 503;
 6. schedule (429 when nothing fits), run PreRequest plugins, return the targets (and, with
    ``--emit-endpoint-scores``, the primary profile's weighted score of every candidate).
 
-Everything is synchronous and reads the datastore and the current config once per request, so a
-config reload or a datastore change lands between requests, never inside one.
+``finished`` feeds the response's status back to the chosen endpoint's health (a 5xx counts as a
+failure, anything else as a success). Everything is synchronous and reads the datastore and the
+current config once per request, so a config reload or a datastore change lands between
+requests, never inside one.
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ from epp.datastore.types import DatastoreReader
 from epp.errors import EppError, ErrorCode
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
+from epp.framework.health import Health
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.framework.scheduling import CycleState
 from epp.requestcontrol.admission import admit
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
+from epp.requestcontrol.healthy import healthy_candidates
 from epp.requestcontrol.rewrites import ModelRewriter, weighted_target
 from epp.scheduling.profile import Observe, plugin_observer
 from epp.telemetry.metrics import EppMetrics
@@ -69,8 +74,14 @@ class PoolDirector:
         *,
         conformance_hooks: bool = False,
         emit_endpoint_scores: bool = False,
+        staleness_threshold: float = 2.0,
+        pool_name: str = "",
     ) -> None:
+        """``staleness_threshold``: metrics older than this make an endpoint degraded (``healthy.py``);
+        ``pool_name`` labels the fail-open count."""
         self._datastore = datastore
+        self._staleness = staleness_threshold
+        self._fail_open = metrics.endpoint_health_fail_open.labels(pool_name)
         self._emit_scores = emit_endpoint_scores
         self._round_robin = RoundRobin() if conformance_hooks else None
         self._config = config_provider
@@ -133,9 +144,18 @@ class PoolDirector:
             raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
         return RoutingDecision([self._rng.choice(candidates)])
 
-    def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
-        """The response ended (``completed``) or the stream stopped early: run PostResponse plugins."""
+    def finished(
+        self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool, status: int = 0
+    ) -> None:
+        """The response ended (``completed``) or the stream stopped early: tell the endpoint's health
+        the response's HTTP ``status`` (0: none came), run PostResponse plugins."""
         endpoint = decision.targets[0] if decision is not None and decision.targets else None
+        if endpoint is not None and status:
+            health = endpoint.health
+            if status >= 500:
+                health.response_failed(f"HTTP {status}", self._clock.now())
+            elif health.state is not Health.HEALTHY or health.failures:
+                health.response_ok(self._clock.now())
         for plugin in self._config().post_response:
             observe = self._observer("PostResponse", plugin.typed_name)
             start = time.perf_counter()
@@ -190,9 +210,12 @@ class PoolDirector:
 
     def _candidates(self, subset: frozenset[str] | None) -> Sequence[EndpointState]:
         endpoints = self._datastore.endpoints()
-        if subset is None:
-            return endpoints
-        return [e for e in endpoints if e.endpoint.address in subset]
+        if subset is not None:
+            endpoints = [e for e in endpoints if e.endpoint.address in subset]
+        candidates, fail_open = healthy_candidates(endpoints, self._clock.now(), self._staleness)
+        if fail_open:
+            self._fail_open.inc()
+        return candidates
 
     def _observer(self, extension_point: str, typed_name: TypedName) -> Observe:
         key = (extension_point, typed_name)

@@ -38,6 +38,7 @@ class FinishedCall:
     request: InferenceRequest
     decision: RoutingDecision | None
     completed: bool
+    status: int = 0
 
 
 @dataclass
@@ -76,8 +77,10 @@ class RecordingDirector:
             raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
         return self._decide(subset)
 
-    def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
-        self.finished_calls.append(FinishedCall(request, decision, completed))
+    def finished(
+        self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool, status: int = 0
+    ) -> None:
+        self.finished_calls.append(FinishedCall(request, decision, completed, status))
 
 
 @dataclass
