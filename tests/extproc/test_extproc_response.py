@@ -80,7 +80,19 @@ async def test_sse_chunks_pass_through_one_by_one_with_usage_split_across_chunks
     assert running.sample("inference_objective_normalized_time_per_output_token_seconds_count", **labels) == 1
     assert running.sample("inference_objective_request_duration_seconds_count", **labels) == 1
     assert running.sample("inference_objective_response_sizes_sum", **labels) == len(events)
-    assert [f.completed for f in running.director.finished_calls] == [True]
+    assert [(f.completed, f.status) for f in running.director.finished_calls] == [(True, 200)]
+
+
+async def test_the_director_is_told_the_status_of_envoys_own_503(running: Running) -> None:
+    # What Envoy 1.40 sends when it cannot connect to the chosen endpoint: a local reply with
+    # only these headers (no response flags, no x-envoy-* header), then its text body.
+    call = await _routed(running, CHAT)
+    await call.send(response_headers({":status": "503", "content-length": "98", "content-type": "text/plain"}))
+    await call.recv_one()
+    await call.send(response_body(b"upstream connect error or disconnect/reset before headers.", eos=True))
+    await call.recv_one()
+    await wait_until(lambda: len(running.director.finished_calls) == 1)
+    assert [(f.completed, f.status) for f in running.director.finished_calls] == [(True, 503)]
 
 
 async def test_json_response_is_buffered_parsed_and_sent_back_in_chunks(running: Running) -> None:
