@@ -245,7 +245,7 @@ class ScraperManager:
         """Refused or reset: unreachable; a timeout or a bad answer: suspect; unusable metrics: neither."""
         health = target.state.health
         if error.unreachable:
-            health.scrape_refused(f"scrape {error.reason}: {error}", self._clock.now())
+            health.unreachable(f"scrape {error.reason}: {error}", self._clock.now())
         elif error.reason != "parse":
             health.scrape_failed(f"scrape {error.reason}: {error}")
 

@@ -102,13 +102,20 @@ class Director(Protocol):
         ...
 
     def finished(
-        self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool, status: int = 0
+        self,
+        request: InferenceRequest,
+        decision: RoutingDecision | None,
+        *,
+        completed: bool,
+        status: int = 0,
+        gateway_reply: bool = False,
     ) -> None:
         """Called exactly once per request that reached its director, when the stream is over with it.
 
         ``decision`` is None when routing itself raised; ``completed`` is True only when the
-        response was seen to its end; ``status`` is the response's HTTP status (Envoy's own 503
-        for an upstream it could not reach), 0 when no response headers came.
+        response was seen to its end; ``status`` is the response's HTTP status, 0 when no response
+        headers came; ``gateway_reply``: Envoy made that answer itself (it could not reach the
+        endpoint, or the connection was reset), the model server never answered.
         """
         ...
 
@@ -441,6 +448,15 @@ class Stream:
         assert request is not None
         try:
             relay = self._relay
-            director.finished(request, self._decision, completed=completed, status=relay.status if relay else 0)
+            if relay is None:
+                director.finished(request, self._decision, completed=completed)
+            else:
+                director.finished(
+                    request,
+                    self._decision,
+                    completed=completed,
+                    status=relay.status,
+                    gateway_reply=not relay.from_upstream,
+                )
         except Exception:
             log.exception("director.finished failed")

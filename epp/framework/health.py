@@ -9,8 +9,9 @@ endpoint, read by scheduling, admission and the fallback list:
 - ``healthy``: routable;
 - ``suspect``: a scrape timed out or answered non-200; routable, never preferred (a good scrape
   clears it);
-- ``unreachable``: a scrape was refused, reset or could not resolve; not routable until a scrape
-  or response succeeds;
+- ``unreachable``: a scrape was refused, reset or could not resolve, or Envoy itself answered a
+  request routed there with 502/503 (not the model server: it could not connect, or was reset);
+  not routable until a scrape or response succeeds;
 - ``ejected``: ``consecutive_failures`` routed requests in a row failed (5xx); not routable for a
   back-off, as Envoy's outlier detection ejects a host. Once the back-off is over, one good
   scrape or response brings it back.
@@ -108,8 +109,9 @@ class EndpointHealth:
         elif self.state is not Health.EJECTED:  # answering again, but still held out for its back-off
             self._move(Health.EJECTED, f"answering again, held out for {self.until - now:.1f}s more")
 
-    def scrape_refused(self, reason: str, now: float) -> None:
-        """A scrape could not connect (refused, reset, DNS): unreachable at once."""
+    def unreachable(self, reason: str, now: float) -> None:
+        """Nothing answers there: a scrape was refused, reset or could not resolve, or Envoy itself
+        answered a routed request with 502/503 (it could not connect, or was reset): unreachable at once."""
         state = self.state
         if state is Health.UNREACHABLE:
             return

@@ -23,9 +23,9 @@ InferenceModel path for ``v1alpha2`` pools):
    ``--emit-endpoint-scores``, the primary profile's weighted score of every candidate).
 
 ``finished`` feeds the response's status back to the chosen endpoint's health (a 5xx counts as a
-failure, anything else as a success). Everything is synchronous and reads the datastore and the
-current config once per request, so a config reload or a datastore change lands between
-requests, never inside one.
+failure, Envoy's own 502/503 makes it unreachable at once, anything else is a success).
+Everything is synchronous and reads the datastore and the current config once per request, so a
+config reload or a datastore change lands between requests, never inside one.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 
 CRITICALITY_PRIORITY = {"Critical": 1, "Standard": 0, "Sheddable": -1}
 _NO_CANDIDATES = "failed to find endpoint candidates for serving the request"
+_UNREACHABLE_REPLIES = frozenset((502, 503))  # Envoy's own: connect failure, reset before headers
 
 
 class PoolDirector:
@@ -145,17 +146,20 @@ class PoolDirector:
         return RoutingDecision([self._rng.choice(candidates)])
 
     def finished(
-        self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool, status: int = 0
+        self,
+        request: InferenceRequest,
+        decision: RoutingDecision | None,
+        *,
+        completed: bool,
+        status: int = 0,
+        gateway_reply: bool = False,
     ) -> None:
         """The response ended (``completed``) or the stream stopped early: tell the endpoint's health
-        the response's HTTP ``status`` (0: none came), run PostResponse plugins."""
+        the response's HTTP ``status`` (0: none came; ``gateway_reply``: Envoy's own), run
+        PostResponse plugins."""
         endpoint = decision.targets[0] if decision is not None and decision.targets else None
         if endpoint is not None and status:
-            health = endpoint.health
-            if status >= 500:
-                health.response_failed(f"HTTP {status}", self._clock.now())
-            elif health.state is not Health.HEALTHY or health.failures:
-                health.response_ok(self._clock.now())
+            self._tell_health(endpoint, status, gateway_reply)
         for plugin in self._config().post_response:
             observe = self._observer("PostResponse", plugin.typed_name)
             start = time.perf_counter()
@@ -167,6 +171,17 @@ class PoolDirector:
                     extra={"plugin": str(plugin.typed_name), "completed": completed},
                 )
             observe(time.perf_counter() - start)
+
+    def _tell_health(self, endpoint: EndpointState, status: int, gateway_reply: bool) -> None:
+        """5xx: a failure (Envoy's own 502/503: unreachable at once); anything else: a success."""
+        health = endpoint.health
+        if status < 500:
+            if health.state is not Health.HEALTHY or health.failures:
+                health.response_ok(self._clock.now())
+        elif gateway_reply and status in _UNREACHABLE_REPLIES:
+            health.unreachable(f"Envoy answered {status} itself: could not reach it", self._clock.now())
+        else:
+            health.response_failed(f"HTTP {status}", self._clock.now())
 
     def _resolve_model_and_priority(self, request: InferenceRequest, datastore: DatastoreReader) -> None:
         incoming = request.model

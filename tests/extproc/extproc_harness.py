@@ -39,6 +39,7 @@ class FinishedCall:
     decision: RoutingDecision | None
     completed: bool
     status: int = 0
+    gateway_reply: bool = False
 
 
 @dataclass
@@ -78,9 +79,15 @@ class RecordingDirector:
         return self._decide(subset)
 
     def finished(
-        self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool, status: int = 0
+        self,
+        request: InferenceRequest,
+        decision: RoutingDecision | None,
+        *,
+        completed: bool,
+        status: int = 0,
+        gateway_reply: bool = False,
     ) -> None:
-        self.finished_calls.append(FinishedCall(request, decision, completed, status))
+        self.finished_calls.append(FinishedCall(request, decision, completed, status, gateway_reply))
 
 
 @dataclass

@@ -20,9 +20,9 @@ def tracked(**policy: float) -> tuple[EndpointHealth, Seen]:
 
 def test_refused_scrape_is_unreachable_at_once_and_one_good_scrape_brings_it_back() -> None:
     health, seen = tracked()
-    health.scrape_refused("scrape connect: refused", now=10.0)
+    health.unreachable("scrape connect: refused", now=10.0)
     assert health.state is Health.UNREACHABLE and not health.routable(10.0)
-    health.scrape_refused("again", now=10.05)  # no new transition while it stays down
+    health.unreachable("again", now=10.05)  # no new transition while it stays down
     health.scrape_ok(10.1)
     assert health.state is Health.HEALTHY and health.routable(10.1)
     assert [(old, new) for old, new, _ in seen] == [
@@ -77,10 +77,10 @@ def test_a_flapping_endpoint_is_held_out_longer_each_fall() -> None:
 
 def test_refused_scrapes_that_keep_coming_back_are_held_too() -> None:
     health, _ = tracked(base_ejection=1.0)
-    health.scrape_refused("refused", 0.0)
+    health.unreachable("refused", 0.0)
     health.scrape_ok(0.05)  # first fall: back at the first good scrape
     assert health.state is Health.HEALTHY
-    health.scrape_refused("refused", 0.1)
+    health.unreachable("refused", 0.1)
     health.scrape_ok(0.15)  # second fall in a row: held out for the base back-off
     assert health.state is Health.EJECTED and not health.routable(0.15)
     health.scrape_ok(1.2)
@@ -89,8 +89,8 @@ def test_refused_scrapes_that_keep_coming_back_are_held_too() -> None:
 
 def test_stragglers_after_a_fall_change_nothing() -> None:
     health, seen = tracked(consecutive_failures=1)
-    health.scrape_refused("refused", 0.0)
-    health.scrape_refused("refused", 0.0)
+    health.unreachable("refused", 0.0)
+    health.unreachable("refused", 0.0)
     health.response_failed("HTTP 503", 0.01)
     health.scrape_ok(0.05)
     health.response_failed("HTTP 503", 0.06)  # now routable again: this one counts
@@ -100,7 +100,7 @@ def test_stragglers_after_a_fall_change_nothing() -> None:
 def test_refused_while_ejected_is_the_same_fall() -> None:
     health, _ = tracked(consecutive_failures=1, base_ejection=1.0)
     health.response_failed("HTTP 503", 0.0)
-    health.scrape_refused("refused", 0.1)
+    health.unreachable("refused", 0.1)
     assert health.state is Health.UNREACHABLE and health.falls == 1 and health.until == 1.0
 
 

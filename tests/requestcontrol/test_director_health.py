@@ -82,11 +82,11 @@ def test_unreachable_and_ejected_endpoints_are_not_candidates_nor_fallbacks() ->
     pool = Pool(FALLBACKS)
     first, *fallbacks = pool.picked()  # the fallback list, best first
     assert first == "pod-0" and sorted(fallbacks) == ["pod-1", "pod-2"]
-    pool.state(0).health.scrape_refused("refused", pool.clock.now())
+    pool.state(0).health.unreachable("refused", pool.clock.now())
     assert sorted(pool.picked()) == ["pod-1", "pod-2"]
     pool.state(0).health.scrape_ok(pool.clock.now())
     assert pool.picked()[0] == "pod-0"
-    pool.state(1).health.scrape_refused("refused", pool.clock.now())
+    pool.state(1).health.unreachable("refused", pool.clock.now())
     assert sorted(pool.picked()) == ["pod-0", "pod-2"]
     assert pool.fail_open() == 0
 
@@ -103,6 +103,17 @@ def test_failed_responses_eject_the_endpoint_for_its_back_off() -> None:
     assert pool.picked() != ["pod-0"]  # the back-off is over, but it is not preferred until proven good
     pool.state(0).health.scrape_ok(pool.clock.now())
     assert pool.state(0).health.state is Health.HEALTHY and pool.picked() == ["pod-0"]
+
+
+def test_envoys_own_503_makes_it_unreachable_at_once_the_model_servers_counts_as_one_failure() -> None:
+    pool = Pool()
+    request, decision = pool.route()
+    pool.director.finished(request, decision, completed=True, status=503)
+    assert pool.state(0).health.state is Health.HEALTHY and pool.state(0).health.failures == 1
+    request, decision = pool.route()
+    pool.director.finished(request, decision, completed=True, status=503, gateway_reply=True)
+    assert pool.state(0).health.state is Health.UNREACHABLE
+    assert "Envoy answered 503 itself" in pool.state(0).health.reason
 
 
 def test_a_success_between_failures_and_4xx_keep_it_in_service() -> None:
@@ -133,7 +144,7 @@ def test_stale_and_suspect_endpoints_are_never_preferred_but_used_when_alone() -
 def test_when_no_endpoint_is_routable_every_one_is_a_candidate_and_it_is_counted() -> None:
     pool = Pool()
     for s in pool.store.endpoints():
-        s.health.scrape_refused("refused", pool.clock.now())
+        s.health.unreachable("refused", pool.clock.now())
     assert pool.picked() == ["pod-0"]
     assert pool.fail_open() == 1
 
