@@ -147,7 +147,7 @@ async def test_killed_favourite_gets_no_more_requests_within_two_scrapes(epp_poo
         await wait_until(lambda: routed.last_change > 0 and load.count_after(0) >= 50, timeout=10)
         killed_at, before = time.monotonic(), routed.count()
         pod.kill()
-        await wait_until(lambda: load.count_after(killed_at) >= 300, timeout=15)
+        await wait_until(lambda: load.count_after(killed_at) >= 200, timeout=15)
     late = routed.last_change - killed_at
     after = routed.count() - before
     # Every request the dead pod costs is Envoy's 503 (refused, or reset in flight); one sent just
@@ -172,7 +172,7 @@ async def test_frozen_favourite_gets_no_more_requests_within_the_staleness_thres
         frozen_at = time.monotonic()
         pod.freeze()
         await wait_until(lambda: health_of(env, pod.address) is Health.SUSPECT, timeout=5)
-        await wait_until(lambda: load.count_after(frozen_at) >= 300, timeout=15)
+        await wait_until(lambda: load.count_after(frozen_at) >= 250, timeout=15)
         late = routed.last_change - frozen_at
         print(f"freeze: last routed {late * 1000:.0f} ms after; {load.failures_after(frozen_at)} requests hung")
         assert late <= 2.0  # the staleness threshold (the scrape times out after 1 s: suspect)

@@ -159,7 +159,9 @@ class PoolDirector:
         PostResponse plugins."""
         endpoint = decision.targets[0] if decision is not None and decision.targets else None
         if endpoint is not None and status:
-            self._tell_health(endpoint, status, gateway_reply)
+            health = endpoint.health
+            if status >= 500 or health.state is not Health.HEALTHY or health.failures:
+                self._tell_health(endpoint, status, gateway_reply)
         for plugin in self._config().post_response:
             observe = self._observer("PostResponse", plugin.typed_name)
             start = time.perf_counter()
@@ -176,8 +178,7 @@ class PoolDirector:
         """5xx: a failure (Envoy's own 502/503: unreachable at once); anything else: a success."""
         health = endpoint.health
         if status < 500:
-            if health.state is not Health.HEALTHY or health.failures:
-                health.response_ok(self._clock.now())
+            health.response_ok(self._clock.now())
         elif gateway_reply and status in _UNREACHABLE_REPLIES:
             health.unreachable(f"Envoy answered {status} itself: could not reach it", self._clock.now())
         else:

@@ -33,9 +33,12 @@ def healthy_candidates(
 ) -> tuple[Sequence[EndpointState], bool]:
     """The tier to schedule and whether it is the fail-open one (no candidate routable)."""
     fresh_since = now - staleness
-    in_service = [s for s in candidates if s.health.state is _HEALTHY and s.metrics.updated_at >= fresh_since]
-    if len(in_service) == len(candidates):
+    for s in candidates:  # the usual case, all in service, allocates nothing
+        if s.health.state is not _HEALTHY or s.metrics.updated_at < fresh_since:
+            break
+    else:
         return candidates, False
+    in_service = [s for s in candidates if s.health.state is _HEALTHY and s.metrics.updated_at >= fresh_since]
     if in_service:
         return in_service, False
     routable = [s for s in candidates if s.health.routable(now)]
