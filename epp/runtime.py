@@ -43,6 +43,7 @@ from epp.extproc.server import ExtProcOptions, ExtProcServer
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
 from epp.framework.endpoint import EndpointState
+from epp.framework.health import HealthPolicy
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.framework.producers import AsyncClosable
 from epp.kube.client import Api, close_api, make_api
@@ -55,6 +56,7 @@ from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp.requestcontrol.director import PoolDirector
 from epp.requestcontrol.pools import PoolDispatcher, PoolKey
 from epp.tasks import Service, cancel_and_wait, start_guarded
+from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
 from epp.telemetry.metrics_server import MetricsServer
@@ -264,7 +266,10 @@ class Runtime(Service):
     def _build_pool(self, key: PoolKey, holder: ConfigHolder[Configs]) -> PoolRuntime:
         o = self.options
         assert self._api is not None
-        datastore = Datastore(metrics_port=o.model_server_metrics.port or 0)
+        health = HealthRecorder(self.metrics, key[1])
+        datastore = Datastore(
+            metrics_port=o.model_server_metrics.port or 0, health=HealthPolicy(on_transition=health.transition)
+        )
         reconciler: PoolReconcilers | StandaloneReconciler
         if o.standalone:
             reconciler = StandaloneReconciler(
@@ -302,10 +307,13 @@ class Runtime(Service):
             self.rng,
             conformance_hooks=o.conformance_test_hooks,
             emit_endpoint_scores=o.emit_endpoint_scores,
+            staleness_threshold=o.metrics_staleness_threshold,
+            pool_name=key[1],
         )
         pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, director)
 
         def on_endpoints(added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
+            health.on_endpoints(added, removed)
             if removed:
                 self._forget_endpoints(key, [s.endpoint.key for s in removed])
             if added and self.configs is not None:

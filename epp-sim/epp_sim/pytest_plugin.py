@@ -169,7 +169,8 @@ async def epp_pool(epp_cluster: FakeCluster, _epp_hosts: _LoopbackHosts) -> Asyn
     async with AsyncExitStack() as stack:
 
         async def make(mode: PoolMode = "v1", *, pods: int = 3, **options: Any) -> HermeticPool:
-            pool = HermeticPool(mode, pods=pods, cluster=epp_cluster, first_host=_epp_hosts.take(pods), **options)
+            first_host = _epp_hosts.take(pods + options.get("process_pods", 0))
+            pool = HermeticPool(mode, pods=pods, cluster=epp_cluster, first_host=first_host, **options)
             return await stack.enter_async_context(pool)
 
         yield make

@@ -6,6 +6,11 @@ the picker's parser and engine tables (``epp.datalayer``): no Prometheus needed.
 ``namespace`` and ``model_name``) when ``--prometheus-url`` is given. Both return readings only for
 the pods the controller asks about, so pods of deleted or foreign Deployments never count.
 
+:class:`ScrapeSource` keeps each pod's health with the picker's state machine
+(:mod:`epp.framework.health`): a refused or reset scrape makes it unreachable, a timeout or a
+non-200 suspect, and a pod held out of service (one that keeps falling) gives no reading until
+its back-off is over, as the picker routes nothing to it; each change logs one line.
+
 Idleness (for scale-to-zero) needs positive evidence: Prometheus's request count over the window
 is 0, or the scraper has watched the group for the whole window without seeing a running or
 waiting request or a rise in ``vllm:request_success_total``. Unknown is ``None``, never "idle".
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,6 +33,7 @@ from epp.clock import Clock
 from epp.datalayer.engines import engine_spec, extract
 from epp.datalayer.promtext import parse
 from epp.framework.endpoint import join_host_port
+from epp.framework.health import EndpointHealth, Health, HealthPolicy
 
 __all__ = ["InputError", "MetricsSource", "PodTarget", "PrometheusSource", "ScrapeSource"]
 
@@ -78,19 +85,37 @@ class ScrapeSource:
         self._timeout = timeout
         self._activity: dict[ModelKey, _Activity] = {}
         self._totals: dict[ModelKey, dict[str, float]] = {}  # request counter per pod, per group
+        self._health: dict[ModelKey, dict[str, EndpointHealth]] = {}  # per pod asked about last, per group
+        self._policy = HealthPolicy(on_transition=_log_transition)
 
-    async def _scrape(self, pod: PodTarget, totals: dict[str, float]) -> tuple[ReplicaMetrics, bool] | None:
+    def health(self, key: ModelKey, pod: str) -> Health | None:
+        """The pod's health as of the group's last collection (None: not asked about then)."""
+        health = self._health.get(key, {}).get(pod)
+        return None if health is None else health.state
+
+    async def _scrape(
+        self, pod: PodTarget, totals: dict[str, float], health: EndpointHealth
+    ) -> tuple[ReplicaMetrics, bool] | None:
         url = f"http://{join_host_port(pod.address, pod.port)}/metrics"
         spec = engine_spec(pod.engine)
         try:
             async with asyncio.timeout(self._timeout), self._session.get(url) as resp:
                 if resp.status != 200:
                     log.debug("scrape failed", extra={"url": url, "status": resp.status})
+                    health.scrape_failed(f"scrape http: HTTP {resp.status}")
                     return None
                 body = await resp.read()
+        except (aiohttp.ClientConnectionError, ConnectionError, socket.gaierror) as e:
+            log.debug("scrape failed", extra={"url": url, "error": repr(e)})
+            health.unreachable(f"scrape connect: {e!r}", self._clock.now())
+            return None
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             log.debug("scrape failed", extra={"url": url, "error": repr(e)})
+            health.scrape_failed(f"scrape: {e!r}")
             return None
+        health.scrape_ok(self._clock.now())
+        if not health.routable(self._clock.now()):
+            return None  # answering again, but held out for its back-off
         result = parse(body, spec.names | {_REQUESTS_TOTAL})
         extraction = extract(result, spec)
         if not extraction.updated:
@@ -108,7 +133,10 @@ class ScrapeSource:
     async def collect(self, key: ModelKey, pods: Sequence[PodTarget]) -> dict[str, ReplicaMetrics]:
         previous = self._totals.get(key, {})
         totals = {p.name: previous[p.name] for p in pods if p.name in previous}  # pods gone: forgotten
-        results = await asyncio.gather(*(self._scrape(p, totals) for p in pods))
+        known = self._health.get(key, {})
+        healths = {p.name: known.get(p.name) or EndpointHealth(f"{p.namespace}/{p.name}", self._policy) for p in pods}
+        self._health[key] = healths  # pods gone: forgotten
+        results = await asyncio.gather(*(self._scrape(p, totals, healths[p.name]) for p in pods))
         self._totals[key] = totals
         now = self._clock.now()
         activity = self._activity.setdefault(key, _Activity(first_seen=now, last_active=now))
@@ -124,6 +152,13 @@ class ScrapeSource:
         if a is None or not a.reported or now - a.first_seen < window:
             return None
         return now - a.last_active >= window
+
+
+def _log_transition(health: EndpointHealth, old: Health, new: Health, reason: str) -> None:
+    level = logging.INFO if new is Health.HEALTHY else logging.WARNING
+    log.log(
+        level, "Replica health changed", extra={"pod": health.key, "from": old.value, "to": new.value, "reason": reason}
+    )
 
 
 def _escape(value: str) -> str:

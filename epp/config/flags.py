@@ -186,7 +186,12 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     _flag(
         scraping, "--refresh-prometheus-metrics-interval", default="5s", help="interval of the inference_pool_* gauges"
     )
-    _flag(scraping, "--metrics-staleness-threshold", default="2s", help="metrics older than this are stale")
+    _flag(
+        scraping,
+        "--metrics-staleness-threshold",
+        default="2s",
+        help="metrics older than this are stale: the endpoint is saturated to admission and never preferred",
+    )
     _flag(
         scraping,
         "--model-server-metrics-scheme",

@@ -19,6 +19,7 @@ of a scrape spec.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 
 from epp.framework.endpoint import join_host_port
@@ -29,11 +30,22 @@ _MAX_HEAD = 64 * 1024
 
 
 class FetchError(Exception):
-    """A failed GET; ``reason`` is ``connect`` or ``http`` (the scrape-error label)."""
+    """A failed GET; ``reason`` is ``connect`` or ``http`` (the scrape-error label).
 
-    def __init__(self, reason: str, detail: str) -> None:
+    ``unreachable``: nothing listens there any more (connection refused or reset, no route, the
+    name does not resolve), as opposed to a server that answered badly or a TLS mismatch.
+    """
+
+    def __init__(self, reason: str, detail: str, *, unreachable: bool = False) -> None:
         super().__init__(detail)
         self.reason = reason
+        self.unreachable = unreachable
+
+
+def _unreachable(e: BaseException) -> bool:
+    return isinstance(e, (ConnectionError, socket.gaierror, asyncio.IncompleteReadError)) or (
+        type(e) is OSError and e.errno is not None  # EHOSTUNREACH, ENETUNREACH and friends
+    )
 
 
 class TlsFileError(ValueError):
@@ -94,22 +106,18 @@ class MetricsConnection:
             raise
 
     async def _get(self) -> bytes:
-        if self._writer is None or self._writer.is_closing():
-            try:
-                self._reader, self._writer = await asyncio.open_connection(
-                    self.host, self.port, ssl=self._ssl, limit=_MAX_HEAD
-                )
-            except OSError as e:
-                raise FetchError("connect", f"{type(e).__name__}: {e} ({self.where})") from e
-        reader, writer = self._reader, self._writer
-        assert reader is not None
+        reused = self._writer is not None and not self._writer.is_closing()
         try:
-            writer.write(self._request)
-            head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, OSError) as e:  # OSError: ConnectionError, ssl.SSLError
-            raise FetchError("connect", f"connection lost before an answer ({self.where}): {e}") from e
-        except asyncio.LimitOverrunError as e:
-            raise FetchError("http", f"response head over {_MAX_HEAD} bytes from {self.where}") from e
+            head = await self._send(fresh=not reused)
+        except FetchError as e:
+            if not reused or e.reason != "connect":
+                raise
+            # A kept-alive connection the server closed meanwhile (idle timeout, restart): one
+            # retry on a new connection tells that apart from a server that is gone.
+            self.close()
+            head = await self._send(fresh=True)
+        reader = self._reader
+        assert reader is not None
         status, length, chunked, close = self._parse_head(head)
         try:
             if chunked:
@@ -122,12 +130,37 @@ class MetricsConnection:
                 body = await self._read_to_close(reader)
                 close = True
         except (asyncio.IncompleteReadError, OSError) as e:  # OSError: ConnectionError, ssl.SSLError
-            raise FetchError("connect", f"connection lost mid-body ({self.where}): {e}") from e
+            raise FetchError(
+                "connect", f"connection lost mid-body ({self.where}): {e}", unreachable=_unreachable(e)
+            ) from e
         if close:
             self.close()
         if status != 200:
             raise FetchError("http", f"HTTP {status} from {self.where}")
         return body
+
+    async def _send(self, *, fresh: bool) -> bytes:
+        """Write the request (on a new connection if ``fresh``) and read the answer's head."""
+        if fresh:
+            try:
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self._ssl, limit=_MAX_HEAD
+                )
+            except OSError as e:
+                raise FetchError(
+                    "connect", f"{type(e).__name__}: {e} ({self.where})", unreachable=_unreachable(e)
+                ) from e
+        reader, writer = self._reader, self._writer
+        assert reader is not None and writer is not None
+        try:
+            writer.write(self._request)
+            return await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, OSError) as e:  # OSError: ConnectionError, ssl.SSLError
+            raise FetchError(
+                "connect", f"connection lost before an answer ({self.where}): {e}", unreachable=_unreachable(e)
+            ) from e
+        except asyncio.LimitOverrunError as e:
+            raise FetchError("http", f"response head over {_MAX_HEAD} bytes from {self.where}") from e
 
     def _parse_head(self, head: bytes) -> tuple[int, int | None, bool, bool]:
         lines = head.split(b"\r\n")

@@ -4,7 +4,9 @@ Scrapers follow the datastore: a task starts when an endpoint is added and is ca
 is removed (or replaced), so removing an endpoint frees everything it held. Each poll has its own
 deadline and each endpoint its own task, so a dead or hanging server only delays itself; failures
 keep the last metrics (their age grows, which staleness checks see), are counted in
-``epp_scrape_errors_total{reason}`` and back off exponentially up to ``max_backoff``.
+``epp_scrape_errors_total{reason}`` and back off exponentially up to ``max_backoff``. Each
+outcome also feeds the endpoint's health (:mod:`epp.framework.health`): a refused or reset
+connection makes it unreachable at once, a timeout or a non-200 suspect, a good scrape healthy.
 
 What to scrape is a :class:`~epp.framework.datalayer.ScrapeSpec` (the configuration's
 ``metrics-data-source`` and ``core-metrics-extractor`` over GIE's flags): scheme and TLS (one
@@ -55,11 +57,12 @@ class EndpointSource(Protocol):
 
 
 class _ScrapeError(Exception):
-    """A failed poll: ``reason`` is the ``epp_scrape_errors_total`` label."""
+    """A failed poll: ``reason`` is the ``epp_scrape_errors_total`` label; ``unreachable`` as FetchError's."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, *, unreachable: bool = False) -> None:
         super().__init__(detail)
         self.reason = reason
+        self.unreachable = unreachable
 
 
 @dataclass(slots=True)
@@ -221,6 +224,7 @@ class ScraperManager:
                     self._errors[e.reason].inc()
                     target.failures += 1
                     self._note_problem(target, f"{e.reason}: {e}")
+                    self._tell_health(target, e)
                 except Exception:  # task boundary: an unforeseen error costs one poll, never the loop
                     _log.exception("Scrape failed unexpectedly", extra={"endpoint": key})
                     self._errors["http"].inc()
@@ -236,6 +240,14 @@ class ScraperManager:
                 await self._clock.sleep(delay)
         finally:
             target.conn.close()
+
+    def _tell_health(self, target: _Target, error: _ScrapeError) -> None:
+        """Refused or reset: unreachable; a timeout or a bad answer: suspect; unusable metrics: neither."""
+        health = target.state.health
+        if error.unreachable:
+            health.unreachable(f"scrape {error.reason}: {error}", self._clock.now())
+        elif error.reason != "parse":
+            health.scrape_failed(f"scrape {error.reason}: {error}")
 
     def _note_problem(self, target: _Target, problem: str) -> None:
         if problem != target.problem:
@@ -253,6 +265,7 @@ class ScraperManager:
             raise _ScrapeError("parse", f"{type(e).__name__}: {e}") from e
         if extraction.updated:
             state.metrics = extraction.snapshot
+            state.health.scrape_ok(extraction.snapshot.updated_at)
         if extraction.errors:
             problem = "; ".join(extraction.errors)
             if not extraction.updated:
@@ -269,4 +282,4 @@ class ScraperManager:
         except TimeoutError as e:
             raise _ScrapeError("timeout", f"no answer from {conn.where} within {self._timeout}s") from e
         except FetchError as e:
-            raise _ScrapeError(e.reason, str(e)) from e
+            raise _ScrapeError(e.reason, str(e), unreachable=e.unreachable) from e

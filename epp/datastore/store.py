@@ -10,7 +10,8 @@ Invariants kept here (upstream ``pkg/epp/datastore/datastore.go``):
 - every pod upserted is remembered, even before the pool exists or while it does not match, so a
   pool that appears or changes selector or ports resyncs at once without another API call;
 - a pod whose address, ports or labels change gets a new :class:`EndpointState` (listeners see a
-  remove and an add); its metrics carry over only when address and port are unchanged;
+  remove and an add); its metrics carry over only when address and port are unchanged, its
+  health never (a new state starts healthy, under the pool's :class:`HealthPolicy`);
 - InferenceModels: per ``modelName`` the oldest object wins (ties by namespace/name); every
   object is kept by key, so deleting the winner backfills from the rest;
 - objectives are keyed by object name; rewrites are returned oldest first;
@@ -33,6 +34,7 @@ from epp.datastore.types import (
     RewriteSpec,
 )
 from epp.framework.endpoint import Endpoint, EndpointState
+from epp.framework.health import HealthPolicy
 from epp.labels import Requirement, Selector
 
 __all__ = ["Datastore"]
@@ -60,9 +62,11 @@ def _model_age(model: ModelSpec) -> tuple[float, str, str]:
 class Datastore:
     """Pool, endpoints, models, objectives and rewrites; implements DatastoreWriter and DatastoreReader."""
 
-    def __init__(self, *, metrics_port: int = 0) -> None:
-        """``metrics_port``: the deprecated ``--model-server-metrics-port`` (single-port pools only)."""
+    def __init__(self, *, metrics_port: int = 0, health: HealthPolicy | None = None) -> None:
+        """``metrics_port``: the deprecated ``--model-server-metrics-port`` (single-port pools only);
+        ``health``: the policy (and transition listener) of every endpoint's health."""
         self._metrics_port = metrics_port
+        self._health = health
         self._pool: PoolSpec | None = None
         self._pods: dict[_PodKey, PodInfo] = {}
         self._endpoints: dict[str, EndpointState] = {}
@@ -209,7 +213,7 @@ class Datastore:
                 old = current.endpoint
                 if old.address == ep.address and old.port == ep.port:
                     metrics = current.metrics
-            state = EndpointState(ep, metrics)
+            state = EndpointState(ep, metrics, self._health)
             self._endpoints[ep.key] = state
             added.append(state)
         for stale in self._pod_endpoint_keys.get(key, ()):

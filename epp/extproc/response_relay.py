@@ -32,11 +32,13 @@ from epp.extproc.responses import (
     response_trailers_response,
 )
 from epp.extproc.usage import SseUsageScanner, Usage, usage_from_json
+from epp.framework import headers
 
 __all__ = ["ResponseRelay"]
 
 _FULL_DUPLEX = pb.BODY_FULL_DUPLEX_STREAMED
 _BODY_NONE = pb.BODY_NONE
+_UPSTREAM_SERVICE_TIME = headers.UPSTREAM_SERVICE_TIME
 
 
 def _model_renames(served: str, client: str) -> tuple[tuple[bytes, bytes], ...]:
@@ -47,7 +49,8 @@ def _model_renames(served: str, client: str) -> tuple[tuple[bytes, bytes], ...]:
 
 
 class ResponseRelay:
-    """Relays one response; ``done``, ``usage``, ``size`` and ``upstream_error`` say how it went.
+    """Relays one response; ``done``, ``usage``, ``size``, ``status``, ``upstream_error`` and
+    ``from_upstream`` (the model server answered, not Envoy itself) say how it went.
 
     ``mode`` is Envoy's response body mode; ``sse`` when the request asked for a stream;
     ``read_body`` False for a passthrough request (nothing held or scanned);
@@ -68,7 +71,9 @@ class ResponseRelay:
         "size",
         "done",
         "usage",
+        "status",
         "upstream_error",
+        "from_upstream",
     )
 
     def __init__(
@@ -94,7 +99,9 @@ class ResponseRelay:
         self.size = 0
         self.done = False
         self.usage: Usage | None = None
+        self.status = 0
         self.upstream_error = False
+        self.from_upstream = False  # Envoy's own replies (could not connect, reset) are not
         if sse:
             self._pass_sse()
 
@@ -108,9 +115,13 @@ class ResponseRelay:
         for header in http_headers.headers.headers:
             key = header.key
             if key == ":status" or key == "status":
-                self.upstream_error = (header.raw_value or header.value.encode()).strip() != b"200"
+                raw = (header.raw_value or header.value.encode()).strip()
+                self.status = status = int(raw) if raw.isdigit() else 0
+                self.upstream_error = status != 200
             elif key == "content-type" and b"text/event-stream" in (header.raw_value or header.value.encode()):
                 self._pass_sse()
+            elif key == _UPSTREAM_SERVICE_TIME:
+                self.from_upstream = True
         extra = self._extra_headers
         if added:
             extra = {**extra, **added}

@@ -112,11 +112,21 @@ class Director(Protocol):
         """The API of a body sent to ``path``, by the configured parsers; EppError(BAD_REQUEST) if none takes it."""
         ...
 
-    def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
+    def finished(
+        self,
+        request: InferenceRequest,
+        decision: RoutingDecision | None,
+        *,
+        completed: bool,
+        status: int = 0,
+        gateway_reply: bool = False,
+    ) -> None:
         """Called exactly once per request that reached its director, when the stream is over with it.
 
         ``decision`` is None when routing itself raised; ``completed`` is True only when the
-        response was seen to its end.
+        response was seen to its end; ``status`` is the response's HTTP status, 0 when no response
+        headers came; ``gateway_reply``: Envoy made that answer itself (it could not reach the
+        endpoint, or the connection was reset), the model server never answered.
         """
         ...
 
@@ -474,6 +484,16 @@ class Stream:
         request = self._request
         assert request is not None
         try:
-            director.finished(request, self._decision, completed=completed)
+            relay = self._relay
+            if relay is None:
+                director.finished(request, self._decision, completed=completed)
+            else:
+                director.finished(
+                    request,
+                    self._decision,
+                    completed=completed,
+                    status=relay.status,
+                    gateway_reply=not relay.from_upstream,
+                )
         except Exception:
             log.exception("director.finished failed")

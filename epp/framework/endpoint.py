@@ -1,9 +1,10 @@
-"""What the scheduler knows about a serving endpoint: identity and its latest metrics.
+"""What the scheduler knows about a serving endpoint: identity, its latest metrics and its health.
 
 An :class:`Endpoint` is one (pod, target port) pair (upstream's "rank"); it is immutable and
 replaced when the pod changes. :class:`EndpointState` pairs it with the most recent
 :class:`MetricsSnapshot`, which the scraper swaps in as one reference assignment, so a scheduling
-cycle (synchronous, on the event loop) always reads a consistent snapshot.
+cycle (synchronous, on the event loop) always reads a consistent snapshot. Its
+:class:`~epp.framework.health.EndpointHealth` is fed by the scraper and the response path.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from epp.framework.health import EndpointHealth, HealthPolicy
 
 __all__ = ["ENGINE_TYPE_LABEL", "Endpoint", "EndpointState", "MetricsSnapshot", "join_host_port"]
 
@@ -79,7 +82,7 @@ class MetricsSnapshot:
 
 
 class EndpointState:
-    """An endpoint and its latest metrics; the scraper replaces ``metrics`` wholesale.
+    """An endpoint, its latest metrics (the scraper replaces ``metrics`` wholesale) and its health.
 
     ``in_flight_requests`` and ``in_flight_tokens`` are what the picker itself has sent here and
     not yet seen end (the request director adds at routing, subtracts when the stream is over):
@@ -87,13 +90,16 @@ class EndpointState:
     already reads, so counting costs no lookup and no allocation.
     """
 
-    __slots__ = ("endpoint", "in_flight_requests", "in_flight_tokens", "metrics")
+    __slots__ = ("endpoint", "health", "in_flight_requests", "in_flight_tokens", "metrics")
 
-    def __init__(self, endpoint: Endpoint, metrics: MetricsSnapshot | None = None) -> None:
+    def __init__(
+        self, endpoint: Endpoint, metrics: MetricsSnapshot | None = None, health: HealthPolicy | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.metrics = metrics if metrics is not None else MetricsSnapshot()
         self.in_flight_requests = 0
         self.in_flight_tokens = 0
+        self.health = EndpointHealth(endpoint.key, health)
 
     def __repr__(self) -> str:
         m = self.metrics

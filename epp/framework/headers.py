@@ -37,6 +37,7 @@ __all__ = [
     "SUBSET_HINT_NAMESPACE",
     "SYSTEM_OWNED",
     "TEST_ENDPOINT_SELECTION",
+    "UPSTREAM_SERVICE_TIME",
     "WENT_INTO_RESP_HEADERS",
     "read",
 ]
@@ -86,6 +87,10 @@ DESTINATION_ENDPOINT_SERVED = "x-gateway-destination-endpoint-served"
 
 WENT_INTO_RESP_HEADERS = "x-went-into-resp-headers"
 """Upstream's marker on every response the picker processed."""
+
+UPSTREAM_SERVICE_TIME = "x-envoy-upstream-service-time"
+"""Envoy's router adds it to every response a model server sent; its own replies (a 503 when it
+could not connect, a reset before headers) lack it, and nothing else marks them (Envoy 1.40)."""
 
 TEST_ENDPOINT_SELECTION = "test-epp-endpoint-selection"
 """Conformance suite, request (``--enable-conformance-test-hooks``): ``IP`` or ``IP:port`` list to pick from."""

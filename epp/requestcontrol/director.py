@@ -16,6 +16,7 @@ InferenceModel path for ``v1alpha2`` pools):
 3. candidates: every endpoint, or those whose IP is in the Envoy subset hint; with
    ``--enable-conformance-test-hooks`` a ``test-epp-endpoint-selection`` header instead names
    them, and they are taken in turn, without admission or scheduling (``conformance.py``);
+   then by health (``healthy.py``): those in service, else the degraded, else all (fail open);
 4. admission: sheddable (priority < 0) work is shed (429) when the saturation detector puts the
    candidates' saturation at >= 1.0 (skipped when the config sheds by itself: the v0.3 tree);
 5. no candidates → 503;
@@ -25,6 +26,8 @@ InferenceModel path for ``v1alpha2`` pools):
 Every decision counts the request in flight on its first target (one request, the configured
 token estimate) until ``finished``, which the stream calls exactly once however it ends.
 
+``finished`` feeds the response's status back to the chosen endpoint's health (a 5xx counts as a
+failure, Envoy's own 502/503 makes it unreachable at once, anything else is a success).
 Everything is synchronous and reads the datastore and the current config once per request, so a
 config reload or a datastore change lands between requests, never inside one.
 """
@@ -42,12 +45,14 @@ from epp.datastore.types import DatastoreReader
 from epp.errors import EppError, ErrorCode
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
+from epp.framework.health import Health
 from epp.framework.plugin import TypedName
 from epp.framework.producers import DataProducer
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.framework.scheduling import CycleState
 from epp.requestcontrol.admission import admit
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
+from epp.requestcontrol.healthy import healthy_candidates
 from epp.requestcontrol.rewrites import ModelRewriter, weighted_target
 from epp.scheduling.profile import Observe, plugin_observer
 from epp.telemetry.metrics import EppMetrics
@@ -59,6 +64,7 @@ log = logging.getLogger(__name__)
 
 CRITICALITY_PRIORITY = {"Critical": 1, "Standard": 0, "Sheddable": -1}
 _NO_CANDIDATES = "failed to find endpoint candidates for serving the request"
+_UNREACHABLE_REPLIES = frozenset((502, 503))  # Envoy's own: connect failure, reset before headers
 
 
 class PoolDirector:
@@ -74,8 +80,14 @@ class PoolDirector:
         *,
         conformance_hooks: bool = False,
         emit_endpoint_scores: bool = False,
+        staleness_threshold: float = 2.0,
+        pool_name: str = "",
     ) -> None:
+        """``staleness_threshold``: metrics older than this make an endpoint degraded (``healthy.py``);
+        ``pool_name`` labels the fail-open count."""
         self._datastore = datastore
+        self._staleness = staleness_threshold
+        self._fail_open = metrics.endpoint_health_fail_open.labels(pool_name)
         self._emit_scores = emit_endpoint_scores
         self._round_robin = RoundRobin() if conformance_hooks else None
         self._config = config_provider
@@ -163,12 +175,26 @@ class PoolDirector:
         """The API of a body sent to ``path``, by the current configuration's parsers (400 when none takes it)."""
         return self._config().parsers.resolve(path)
 
-    def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
-        """The response ended (``completed``) or the stream stopped: release its in-flight load, run PostResponse."""
+    def finished(
+        self,
+        request: InferenceRequest,
+        decision: RoutingDecision | None,
+        *,
+        completed: bool,
+        status: int = 0,
+        gateway_reply: bool = False,
+    ) -> None:
+        """The response ended (``completed``) or the stream stopped early: release its in-flight load,
+        tell the endpoint's health the response's HTTP ``status`` (0: none came; ``gateway_reply``:
+        Envoy's own), run PostResponse plugins."""
         endpoint = decision.targets[0] if decision is not None and decision.targets else None
         if endpoint is not None:
             endpoint.in_flight_requests -= 1
             endpoint.in_flight_tokens -= request.in_flight_tokens
+            if status:
+                health = endpoint.health
+                if status >= 500 or health.state is not Health.HEALTHY or health.failures:
+                    self._tell_health(endpoint, status, gateway_reply)
         for plugin in self._config().post_response:
             observe = self._observer("PostResponse", plugin.typed_name)
             start = time.perf_counter()
@@ -188,6 +214,16 @@ class PoolDirector:
             tokens = request.in_flight_tokens = self._config().in_flight.estimate_tokens(request)
             target.in_flight_requests += 1
             target.in_flight_tokens += tokens
+
+    def _tell_health(self, endpoint: EndpointState, status: int, gateway_reply: bool) -> None:
+        """5xx: a failure (Envoy's own 502/503: unreachable at once); anything else: a success."""
+        health = endpoint.health
+        if status < 500:
+            health.response_ok(self._clock.now())
+        elif gateway_reply and status in _UNREACHABLE_REPLIES:
+            health.unreachable(f"Envoy answered {status} itself: could not reach it", self._clock.now())
+        else:
+            health.response_failed(f"HTTP {status}", self._clock.now())
 
     def _resolve_model_and_priority(self, request: InferenceRequest, datastore: DatastoreReader) -> None:
         incoming = request.model
@@ -231,9 +267,12 @@ class PoolDirector:
 
     def _candidates(self, subset: frozenset[str] | None) -> Sequence[EndpointState]:
         endpoints = self._datastore.endpoints()
-        if subset is None:
-            return endpoints
-        return [e for e in endpoints if e.endpoint.address in subset]
+        if subset is not None:
+            endpoints = [e for e in endpoints if e.endpoint.address in subset]
+        candidates, fail_open = healthy_candidates(endpoints, self._clock.now(), self._staleness)
+        if fail_open:
+            self._fail_open.inc()
+        return candidates
 
     def _observer(self, extension_point: str, typed_name: TypedName) -> Observe:
         key = (extension_point, typed_name)

@@ -363,6 +363,25 @@ class EppMetrics:
             ("pool", "kind"),
             registry=r,
         )
+        self.endpoint_health = Gauge(
+            "epp_endpoint_health",
+            "1 for the health state each endpoint is in (healthy, suspect, unreachable, ejected), 0 for the "
+            "others; from scrapes and the responses of requests routed there.",
+            ("namespace", "endpoint_name", "state"),
+            registry=r,
+        )
+        self.endpoint_health_transitions = Counter(
+            "epp_endpoint_health_transitions_total",
+            "Endpoint health state changes, by endpoint and the states left and entered (the log says why).",
+            ("namespace", "endpoint_name", "from_state", "to_state"),
+            registry=r,
+        )
+        self.endpoint_health_fail_open = Counter(
+            "epp_endpoint_health_fail_open_total",
+            "Requests scheduled over every candidate because none was routable (all unreachable or ejected).",
+            ("name",),
+            registry=r,
+        )
         self._prefix_plugins: set[tuple[str, str]] = set()
 
     def set_prefix_indexer_sizes(self, sizes: Mapping[tuple[str, str], int]) -> None:

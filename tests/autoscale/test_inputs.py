@@ -12,6 +12,7 @@ from aiohttp import web
 from epp.autoscale.inputs import InputError, PodTarget, PrometheusSource, ScrapeSource
 from epp.autoscale.types import ModelKey, ReplicaMetrics
 from epp.clock import ManualClock
+from epp.framework.health import Health
 from epp_sim.modelserver.config import SimConfig
 from epp_sim.modelserver.fixture import model_servers
 
@@ -37,6 +38,30 @@ async def test_scrape_reads_kv_and_queue_and_skips_dead_pods(session: aiohttp.Cl
         "p0": ReplicaMetrics("p0", 0.85, 6.0),
         "p1": ReplicaMetrics("p1", 0.25, 0.0),
     }
+    assert source.health(KEY, "dead") is Health.UNREACHABLE and source.health(KEY, "p0") is Health.HEALTHY
+
+
+async def test_scrape_reads_the_pickers_health_a_pod_that_keeps_falling_is_held_out(
+    session: aiohttp.ClientSession,
+) -> None:
+    clock = ManualClock()
+    source = ScrapeSource(session, clock, timeout=1.0)
+    async with model_servers(1, start=216, config=SimConfig(model="llama")) as [server]:
+        pod = PodTarget("ns", "p0", server.host, server.port)
+        port = server.port
+        assert set(await source.collect(KEY, [pod])) == {"p0"}
+        await server.stop()
+        assert await source.collect(KEY, [pod]) == {} and source.health(KEY, "p0") is Health.UNREACHABLE
+        async with model_servers(1, start=216, port=port, config=SimConfig(model="llama")):
+            assert set(await source.collect(KEY, [pod])) == {"p0"}  # first fall: back at once
+        assert await source.collect(KEY, [pod]) == {}
+        async with model_servers(1, start=216, port=port, config=SimConfig(model="llama")):
+            assert await source.collect(KEY, [pod]) == {}  # second fall in a row: held out for 1 s
+            assert source.health(KEY, "p0") is Health.EJECTED
+            clock.advance(1.0)
+            assert set(await source.collect(KEY, [pod])) == {"p0"}
+    await source.collect(KEY, [])
+    assert source.health(KEY, "p0") is None  # a pod no longer asked about is forgotten
 
 
 async def test_scrape_idle_needs_a_full_window_of_evidence(session: aiohttp.ClientSession) -> None:

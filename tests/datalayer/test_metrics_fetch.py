@@ -12,6 +12,7 @@ import pytest
 from model_server_tls import server_tls as model_server_tls
 
 from epp.datalayer.metrics_fetch import FetchError, MetricsConnection, tls_context
+from epp_sim.waits import wait_until
 
 Answer = Callable[[int], bytes]  # request number on this connection → raw response bytes
 
@@ -94,7 +95,7 @@ async def test_errors_name_the_problem_and_drop_the_connection() -> None:
     async with scripted(fixed(b"nope", status="503 Service Unavailable")) as (port, _):
         with pytest.raises(FetchError, match="HTTP 503") as e:
             await conn(port).get()
-        assert e.value.reason == "http"
+        assert e.value.reason == "http" and not e.value.unreachable
     async with scripted(fixed(b"y" * 100)) as (port, _):
         with pytest.raises(FetchError, match="exceeds 10 bytes"):
             await conn(port, max_body=10).get()
@@ -108,7 +109,21 @@ async def test_errors_name_the_problem_and_drop_the_connection() -> None:
     c = MetricsConnection("127.0.0.2", 1, "/metrics", max_body=10)
     with pytest.raises(FetchError, match="ConnectionRefusedError") as e:
         await c.get()
-    assert e.value.reason == "connect"
+    assert e.value.reason == "connect" and e.value.unreachable
+
+
+async def test_a_kept_alive_connection_the_server_dropped_is_retried_once_on_a_new_one() -> None:
+    # The server closes after each answer without saying so (an idle timeout, a restart): the
+    # next GET finds the old connection dead and must not report the endpoint unreachable.
+    async with scripted(fixed(b"ok"), close_after=1) as (port, connections):
+        c = conn(port)
+        assert await c.get() == b"ok"
+        await wait_until(lambda: c._reader is not None and c._reader.at_eof())
+        assert await c.get() == b"ok"
+        assert connections == [1, 1]
+    with pytest.raises(FetchError) as e:  # gone for good: the retry is refused too
+        await c.get()
+    assert e.value.unreachable
 
 
 async def test_a_body_without_framing_is_read_until_the_server_closes() -> None:

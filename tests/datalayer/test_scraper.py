@@ -16,6 +16,7 @@ from epp.datalayer.scraper import ScraperManager
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import ENGINE_TYPE_LABEL, EndpointState
+from epp.framework.health import Health
 from epp.labels import parse_selector
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.waits import wait_until
@@ -168,6 +169,31 @@ async def test_hanging_endpoint_times_out_without_delaying_others() -> None:
             await wait_until(lambda: errors(metrics, "timeout") == 1, timeout=5)
             assert state(store, "slow").metrics.updated_at == 0.0
             assert state(store, "fast").metrics.waiting_queue == 3
+
+
+async def test_health_follows_scrapes_refused_unreachable_timeout_and_503_suspect_then_healthy() -> None:
+    clock = ManualClock()
+    metrics = EppMetrics()
+    async with model_servers("127.0.0.2", "127.0.0.3") as (port, (failing, hanging)):
+        store = make_store(port, ("failing", "127.0.0.2"), ("hanging", "127.0.0.3"), ("dead", "127.0.0.4"))
+        async with running(ScraperManager(store, clock, metrics, timeout=0.2)):
+            await wait_until(lambda: state(store, "dead").health.state is Health.UNREACHABLE)
+            await wait_until(lambda: clock.sleepers == 3)
+            assert state(store, "failing").health.state is Health.HEALTHY
+            failing.status = 503
+            hanging.hang = True
+            clock.advance(0.05)
+            await wait_until(lambda: state(store, "failing").health.state is Health.SUSPECT)
+            await wait_until(lambda: state(store, "hanging").health.state is Health.SUSPECT, timeout=5)
+            assert "HTTP 503" in state(store, "failing").health.reason
+            assert "timeout" in state(store, "hanging").health.reason
+            failing.status = 200
+            async with model_servers("127.0.0.4", port=port):
+                for _ in range(8):  # past the failing ones' back-off
+                    await wait_until(lambda: clock.sleepers == 3)
+                    clock.advance(0.5)
+                await wait_until(lambda: state(store, "dead").health.state is Health.HEALTHY)
+                await wait_until(lambda: state(store, "failing").health.state is Health.HEALTHY)
 
 
 async def test_removal_cancels_the_task_and_frees_the_endpoint() -> None:

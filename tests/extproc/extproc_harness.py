@@ -40,6 +40,8 @@ class FinishedCall:
     request: InferenceRequest
     decision: RoutingDecision | None
     completed: bool
+    status: int = 0
+    gateway_reply: bool = False
 
 
 @dataclass
@@ -85,8 +87,16 @@ class RecordingDirector:
     def api_for(self, path: str) -> ApiKind:
         return self.parsers.resolve(path)
 
-    def finished(self, request: InferenceRequest, decision: RoutingDecision | None, *, completed: bool) -> None:
-        self.finished_calls.append(FinishedCall(request, decision, completed))
+    def finished(
+        self,
+        request: InferenceRequest,
+        decision: RoutingDecision | None,
+        *,
+        completed: bool,
+        status: int = 0,
+        gateway_reply: bool = False,
+    ) -> None:
+        self.finished_calls.append(FinishedCall(request, decision, completed, status, gateway_reply))
 
 
 @dataclass

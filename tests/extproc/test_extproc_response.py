@@ -57,7 +57,8 @@ async def test_response_headers_are_answered_at_once_with_the_marker_only(runnin
 
 async def test_sse_chunks_pass_through_one_by_one_with_usage_split_across_chunks(running: Running) -> None:
     call = await _routed(running, {**CHAT, "stream": True})
-    await call.send(response_headers({":status": "200", "content-type": "text/event-stream"}))
+    sse = {":status": "200", "content-type": "text/event-stream", "x-envoy-upstream-service-time": "2"}
+    await call.send(response_headers(sse))
     await call.recv_one()
     events = (
         b'data: {"object":"chat.completion.chunk","choices":[{"delta":{"content":"a"}}],"usage":null}\n\n'
@@ -80,7 +81,19 @@ async def test_sse_chunks_pass_through_one_by_one_with_usage_split_across_chunks
     assert running.sample("inference_objective_normalized_time_per_output_token_seconds_count", **labels) == 1
     assert running.sample("inference_objective_request_duration_seconds_count", **labels) == 1
     assert running.sample("inference_objective_response_sizes_sum", **labels) == len(events)
-    assert [f.completed for f in running.director.finished_calls] == [True]
+    assert [(f.completed, f.status, f.gateway_reply) for f in running.director.finished_calls] == [(True, 200, False)]
+
+
+async def test_the_director_is_told_the_status_of_envoys_own_503(running: Running) -> None:
+    # What Envoy 1.40 sends when it cannot connect to the chosen endpoint: a local reply with
+    # only these headers (no response flags, no x-envoy-* header), then its text body.
+    call = await _routed(running, CHAT)
+    await call.send(response_headers({":status": "503", "content-length": "98", "content-type": "text/plain"}))
+    await call.recv_one()
+    await call.send(response_body(b"upstream connect error or disconnect/reset before headers.", eos=True))
+    await call.recv_one()
+    await wait_until(lambda: len(running.director.finished_calls) == 1)
+    assert [(f.completed, f.status, f.gateway_reply) for f in running.director.finished_calls] == [(True, 503, True)]
 
 
 async def test_json_response_is_buffered_parsed_and_sent_back_in_chunks(running: Running) -> None:

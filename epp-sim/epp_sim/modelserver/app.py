@@ -4,7 +4,9 @@
 ``data: [DONE]`` with a usage chunk when ``stream_options.include_usage``), ``/v1/models``,
 ``/v1/messages`` (Anthropic's Messages API, as vLLM serves it: ``anthropic.py``),
 ``/health``, ``/metrics``, vLLM's runtime adapter endpoints, and for tests ``/_sim/pin``
-(POST/DELETE) and ``/_sim/stats``. Errors use OpenAI's ``{"error": {...}}`` shape. Output text
+(POST/DELETE), ``/_sim/fail`` (POST ``{"status": 500}``: every completion is answered with that
+status while ``/metrics`` keeps answering, as a vLLM whose engine died does; DELETE: serve again)
+and ``/_sim/stats``. Errors use OpenAI's ``{"error": {...}}`` shape. Output text
 is a deterministic word sequence derived from the request's seed (or its prompt).
 """
 
@@ -94,6 +96,7 @@ class SimServer:
         self.tokenizer = tokenizer
         self._stats = _Stats()
         self._created = int(time.time())
+        self.failing = 0  # the status every completion gets while set (/_sim/fail)
 
     def make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._instrument], client_max_size=64 * 1024 * 1024)
@@ -110,6 +113,8 @@ class SimServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/_sim/pin", self._pin)
         app.router.add_delete("/_sim/pin", self._unpin)
+        app.router.add_post("/_sim/fail", self._fail)
+        app.router.add_delete("/_sim/fail", self._recover)
         app.router.add_get("/_sim/stats", self._get_stats)
         return app
 
@@ -168,6 +173,9 @@ class SimServer:
         s = self._stats
         s.last_path = request.path
         s.last_headers = dict(request.headers)
+        if self.failing:
+            s.errors += 1
+            return _error(self.failing, "simulated failure (/_sim/fail)", "InternalServerError")
         try:
             parsed = self._parse(await request.read(), chat=chat)
             handle = self.engine.submit(parsed.req)
@@ -412,6 +420,17 @@ class SimServer:
     async def _unpin(self, request: web.Request) -> web.Response:
         self.engine.set_pins(Pins())
         return _json({"pins": {}})
+
+    async def _fail(self, request: web.Request) -> web.Response:
+        status = (await _json_object(request)).get("status", 500)
+        if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
+            return _error(400, f"status must be an HTTP error status (400-599), got {status!r}", "BadRequestError")
+        self.failing = status
+        return _json({"failing": status})
+
+    async def _recover(self, request: web.Request) -> web.Response:
+        self.failing = 0
+        return _json({"failing": 0})
 
     async def _get_stats(self, request: web.Request) -> web.Response:
         return _json(self.stats())

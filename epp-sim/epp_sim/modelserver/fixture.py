@@ -156,6 +156,19 @@ class ModelServer:
         """Report the model's own values again."""
         self.engine.set_pins(Pins())
 
+    def fail(self, status: int = 500) -> None:
+        """Answer every completion with ``status`` (``/metrics`` still answers) until :meth:`recover`."""
+        if self._server is None:
+            raise RuntimeError("model server not started")
+        if not 400 <= status <= 599:
+            raise ValueError(f"status must be an HTTP error status (400-599), got {status}")
+        self._server.failing = status
+
+    def recover(self) -> None:
+        """Serve completions again."""
+        if self._server is not None:
+            self._server.failing = 0
+
     def stats(self) -> dict[str, Any]:
         """What ``GET /_sim/stats`` returns."""
         if self._server is None:

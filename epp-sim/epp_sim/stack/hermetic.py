@@ -8,7 +8,9 @@ pool and scraped every pod. It is :class:`~epp_sim.stack.local.LocalStack` (one 
 every use) with the picker on the test's event loop, so a test can also look inside it.
 Requests go in through :meth:`HermeticPool.route` exactly as Envoy would send them; the answer
 says which endpoint was picked, with which headers, metadata and body. ``envoy=True`` puts a
-real Envoy in front as well.
+real Envoy in front as well; ``process_pods=N`` adds N pods whose simulators run as their own
+processes (:class:`~epp_sim.stack.pod_process.PodProcess`, serving the first simulator
+configuration's model), for tests that kill or freeze one.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from epp_sim.stack.cluster import FakeCluster
 from epp_sim.stack.extproc_client import ExtProcClient, Routed
 from epp_sim.stack.local import LocalStack, StackConfig
 from epp_sim.stack.picker import InProcessPicker
+from epp_sim.stack.pod_process import PodProcess
 from epp_sim.stack.pods import SimulatedPods
 from epp_sim.stack.pool_spec import DEFAULT_POOL, PoolSpec
 from epp_sim.stack.started import require
@@ -59,6 +62,7 @@ class HermeticPool(LocalStack):
         envoy: bool = False,
         first_host: int = 2,
         ready_timeout: float = 15.0,
+        process_pods: int = 0,
     ) -> None:
         spec = PoolSpec(
             name=pool,
@@ -82,7 +86,17 @@ class HermeticPool(LocalStack):
             apiserver=dict(apiserver_options or {}),
             ready_timeout=ready_timeout,
         )
-        super().__init__(config, pool=spec, cluster=cluster)
+        model = (spec.sim_config if isinstance(spec.sim_config, SimConfig) else spec.sim_config[0]).model
+        self.processes = [
+            PodProcess(
+                f"{spec.pod_prefix}-{pods + i}",
+                f"127.0.0.{first_host + pods + i}",
+                sim_args=["--model", model],
+                ready_timeout=ready_timeout,
+            )
+            for i in range(process_pods)
+        ]
+        super().__init__(config, pool=spec, cluster=cluster, components=self.processes)
         self._client: ExtProcClient | None = None
 
     # ------------------------------------------------------------------ parts
@@ -118,7 +132,7 @@ class HermeticPool(LocalStack):
     async def _start_all(self) -> None:
         await super()._start_all()
         self._client = await self._exit.enter_async_context(ExtProcClient(self.picker.grpc_target))
-        expected = set(self.simulated_pods.addresses)
+        expected = {*self.simulated_pods.addresses, *(p.address for p in self.processes)}
         await wait_until(
             lambda: self.runtime.ready and self.addresses() == expected,
             timeout=self.config.ready_timeout,

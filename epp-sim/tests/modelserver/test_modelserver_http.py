@@ -263,6 +263,28 @@ async def test_pins_over_http_appear_exactly(server: ModelServer, http: aiohttp.
     assert newest == {"max_lora": "1", "running_lora_adapters": "", "waiting_lora_adapters": ""}
 
 
+async def test_fail_answers_completions_with_the_status_while_metrics_still_answer(
+    server: ModelServer, http: aiohttp.ClientSession
+) -> None:
+    completion = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    status, body = await _post(http, server.url + "/_sim/fail", {"status": 503})
+    assert status == 200 and body == {"failing": 503}
+    status, err = await _post(http, server.url + "/v1/completions", completion)
+    assert status == 503 and err["error"]["type"] == "InternalServerError"
+    await _metrics(http, server)  # still 200
+    status, err = await _post(http, server.url + "/_sim/fail", {"status": 200})
+    assert status == 400 and "400-599" in err["error"]["message"]
+    async with http.delete(server.url + "/_sim/fail") as resp:
+        assert resp.status == 200
+    status, _ = await _post(http, server.url + "/v1/completions", completion)
+    assert status == 200
+    server.fail()  # the in-process spelling
+    assert (await _post(http, server.url + "/v1/completions", completion))[0] == 500
+    server.recover()
+    assert (await _post(http, server.url + "/v1/completions", completion))[0] == 200
+    assert server.stats()["errors"] == 2
+
+
 async def test_stats_report_who_served_what_and_prefix_hits(server: ModelServer, http: aiohttp.ClientSession) -> None:
     prompt = "shared system prompt. " * 60
     for model in (MODEL, "sql-lora", MODEL):

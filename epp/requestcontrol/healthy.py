@@ -1,0 +1,47 @@
+"""Which candidates scheduling may see, by endpoint health: the healthy first, everyone if none is.
+
+Upstream hands every Ready pod to the scheduler; a pod whose server died or froze keeps its last
+(often best) metrics and attracts the pool's traffic until the kubelet notices, 10–30 s later.
+Here the candidates pass through three tiers, and the first non-empty one is scheduled:
+
+1. **in service**: health ``healthy`` and metrics no older than ``--metrics-staleness-threshold``;
+2. **degraded**: routable but ``suspect`` or stale, or back from an ejection and not yet proven
+   good: scored as if saturated, that is never preferred over an endpoint in service, so only
+   when no endpoint is in service;
+3. **everyone**: when no candidate is routable (all unreachable or ejected), every candidate
+   again, counted in ``epp_endpoint_health_fail_open_total``: a request sent to a doubtful
+   endpoint beats one refused by the picker.
+
+When every candidate is in service (the usual case) the candidates are returned as they came,
+with no copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from epp.framework.endpoint import EndpointState
+from epp.framework.health import Health
+
+__all__ = ["healthy_candidates"]
+
+_HEALTHY = Health.HEALTHY
+
+
+def healthy_candidates(
+    candidates: Sequence[EndpointState], now: float, staleness: float
+) -> tuple[Sequence[EndpointState], bool]:
+    """The tier to schedule and whether it is the fail-open one (no candidate routable)."""
+    fresh_since = now - staleness
+    for s in candidates:  # the usual case, all in service, allocates nothing
+        if s.health.state is not _HEALTHY or s.metrics.updated_at < fresh_since:
+            break
+    else:
+        return candidates, False
+    in_service = [s for s in candidates if s.health.state is _HEALTHY and s.metrics.updated_at >= fresh_since]
+    if in_service:
+        return in_service, False
+    routable = [s for s in candidates if s.health.routable(now)]
+    if routable:
+        return routable, False
+    return candidates, bool(candidates)
