@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from epp.clock import Clock, SystemClock
 from epp.config.compat import log_notices
-from epp.config.loader import LoadedConfig, load_config, load_default_config
+from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
 from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
@@ -41,6 +41,7 @@ from epp.extproc.cert_reload import CertReloader
 from epp.extproc.server import ExtProcOptions, ExtProcServer
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
+from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.kube.client import Api, close_api, make_api
@@ -83,6 +84,7 @@ class PoolRuntime:
     scrapers: ScraperManager
     gauges: PoolGauges
     director: PoolDirector
+    flow_control: FlowController | None = None
     unsubscribe: Callable[[], None] = field(default=lambda: None)
 
     @property
@@ -183,6 +185,8 @@ class Runtime(Service):
             await pool.reconciler.start()
             await pool.scrapers.start()
             await pool.gauges.start()
+            if pool.flow_control is not None:
+                await pool.flow_control.start()
         if o.leader_election:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
@@ -227,7 +231,7 @@ class Runtime(Service):
             self._watcher = ConfigWatcher(
                 o.config_file,
                 holder,
-                lambda t: self._load_configs(t, keys),
+                lambda t: self._reloaded(t, keys),
                 clock=self.clock,
                 metrics=self.metrics,
                 on_swap=self._apply_scrape_specs,
@@ -243,6 +247,19 @@ class Runtime(Service):
                 "metrics_port": self.ports.metrics,
             },
         )
+
+    def _reloaded(self, text: str, keys: Sequence[PoolKey]) -> Configs:
+        """A changed config file, loaded; refused when it changes flow control, which is read once at startup."""
+        configs = self._load_configs(text, keys)
+        for pool in self.pools:
+            running = pool.flow_control.settings.fingerprint() if pool.flow_control is not None else None
+            new = configs[pool.key].flow_control
+            if (new.fingerprint() if new is not None else None) != running:
+                raise ConfigError(
+                    "flowControl: the flow-control gate and settings are read once at startup (queued requests "
+                    "stay where they are); restart the picker to change them"
+                )
+        return configs
 
     async def _server_tls(self) -> ServerTls:
         """The ext_proc port's certificate: mounted (and watched with --enable-cert-reload) or self-signed."""
@@ -290,6 +307,17 @@ class Runtime(Service):
             interval=o.refresh_prometheus_metrics_interval,
             staleness_threshold=o.metrics_staleness_threshold,
         )
+        flow_settings = holder.current[key].flow_control
+        flow_control = None
+        if flow_settings is not None:
+            flow_control = FlowController(
+                flow_settings,
+                pool_name=key[1],
+                endpoints=datastore.endpoints,
+                detector=lambda: holder.current[key].saturation_detector,
+                clock=self.clock,
+                metrics=self.metrics,
+            )
         director = PoolDirector(
             datastore,
             lambda: holder.current[key],
@@ -298,8 +326,9 @@ class Runtime(Service):
             self.rng,
             conformance_hooks=o.conformance_test_hooks,
             emit_endpoint_scores=o.emit_endpoint_scores,
+            flow_control=flow_control,
         )
-        pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, director)
+        pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, director, flow_control)
 
         def on_endpoints(added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
             if removed:
@@ -376,6 +405,9 @@ class Runtime(Service):
         """
         await cancel_and_wait(self._readiness)
         self._readiness = None
+        for pool in self.pools:  # queued requests end with 503 rejected-shutting-down before the grace starts
+            if pool.flow_control is not None:
+                await pool.flow_control.stop()
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None

@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Protocol
@@ -37,7 +37,7 @@ from epp.errors import EppError, ErrorCode
 from epp.extproc import pb
 from epp.extproc.observe import RequestLabels, StreamMetrics
 from epp.extproc.replies import Replies
-from epp.extproc.request_body import parse_request_body, serialize_go
+from epp.extproc.request_body import ParsedBody, parse_request_body, serialize_go
 from epp.extproc.response_relay import ResponseRelay
 from epp.extproc.responses import (
     body_chunks,
@@ -91,10 +91,14 @@ class StreamOptions:
 class Director(Protocol):
     """What one request needs from its pool's request control (``requestcontrol.PoolDirector``)."""
 
-    def route(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
+    def route(
+        self, request: InferenceRequest, subset: frozenset[str] | None
+    ) -> RoutingDecision | Awaitable[RoutingDecision]:
         """Resolve target model, objective and priority onto ``request``, admit and schedule.
 
-        Raises EppError (429, 503, 404...)."""
+        Raises EppError (429, 503, 404...). With flow control a request that must wait comes
+        back as an awaitable: the stream awaits it (the decision, or the EppError of the way the
+        request left the queue); cancelling it takes the request out of the queue."""
         ...
 
     def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
@@ -165,6 +169,7 @@ class Stream:
         "_running",
         "_relay",
         "_trace",
+        "_waiting",
     )
 
     def __init__(self, processor: Processor) -> None:
@@ -184,6 +189,7 @@ class Stream:
         self._running: RequestLabels | None = None  # the labels the running gauge was raised under
         self._relay: ResponseRelay | None = None
         self._trace: RequestTrace | None = None  # the ``gateway.request`` span, ended in ``close``
+        self._waiting: Awaitable[Sequence[pb.ProcessingResponse]] | None = None  # the answers once dispatched
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -193,6 +199,10 @@ class Stream:
             async for message in requests:
                 try:
                     answers = self.handle(message)
+                    waiting = self._waiting
+                    if waiting is not None:  # queued by flow control: the stream waits, the loop does not
+                        self._waiting = None
+                        answers = await waiting
                 except EppError as err:
                     if log.isEnabledFor(logging.DEBUG):
                         log.debug("request rejected", extra={"error": str(err)})
@@ -331,14 +341,14 @@ class Stream:
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return self._route_body(raw, t_last)
 
-    def _route(self, request: InferenceRequest, *, headers_only: bool) -> RoutingDecision:
-        """Ask the request's pool director for a destination; from here on it is owed ``finished``."""
+    def _director_for(self, request: InferenceRequest) -> Director:
+        """The request's pool director; from here on it is owed ``finished``."""
         director = self._p.directors.director_for(request)
         self._director = director
         self._phase = Phase.ROUTED
-        route = director.route_headers_only if headers_only else director.route
-        with activated(self._trace):
-            decision = route(request, self._subset)
+        return director
+
+    def _accept(self, decision: RoutingDecision) -> RoutingDecision:
         if not decision.targets:
             raise EppError(ErrorCode.INTERNAL, "director returned a routing decision without endpoints")
         self._decision = decision
@@ -347,7 +357,9 @@ class Stream:
     def _route_headers_only(self, request: InferenceRequest) -> Sequence[pb.ProcessingResponse]:
         t_last = self._t_start
         request.api = ApiKind.NONE
-        decision = self._route(request, headers_only=True)
+        director = self._director_for(request)
+        with activated(self._trace):
+            decision = self._accept(director.route_headers_only(request, self._subset))
         t_scheduled = perf_counter()
         answer = routing_headers_response(request.upstream_headers, decision.destination, 0)
         self._overhead = (t_last, None, t_scheduled, perf_counter())
@@ -363,7 +375,36 @@ class Stream:
         request.stream = parsed.stream
         request.size = len(raw)
         t_parsed = perf_counter()
-        decision = self._route(request, headers_only=False)
+        director = self._director_for(request)
+        with activated(self._trace):
+            routed = director.route(request, self._subset)
+        if isinstance(routed, RoutingDecision):
+            return self._routed_body(request, raw, parsed, self._accept(routed), t_last, t_parsed)
+        self._waiting = self._after_queue(routed, request, raw, parsed, t_last, t_parsed)
+        return ()
+
+    async def _after_queue(
+        self,
+        queued: Awaitable[RoutingDecision],
+        request: InferenceRequest,
+        raw: bytes,
+        parsed: ParsedBody,
+        t_last: float,
+        t_parsed: float,
+    ) -> Sequence[pb.ProcessingResponse]:
+        """Flow control held the request: once it is dispatched and scheduled, the same answers as at once."""
+        decision = self._accept(await queued)
+        return self._routed_body(request, raw, parsed, decision, t_last, t_parsed)
+
+    def _routed_body(
+        self,
+        request: InferenceRequest,
+        raw: bytes,
+        parsed: ParsedBody,
+        decision: RoutingDecision,
+        t_last: float,
+        t_parsed: float,
+    ) -> Sequence[pb.ProcessingResponse]:
         t_scheduled = perf_counter()
         target_model = request.target_model
         rewritten: bytes | None = None

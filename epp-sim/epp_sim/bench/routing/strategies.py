@@ -17,7 +17,7 @@ from epp.clock import SystemClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.datastore.store import Datastore
 from epp.framework.plugin import PluginContext, PluginRegistry
-from epp.framework.request import ApiKind, InferenceRequest
+from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.plugins import register_in_tree
 from epp.requestcontrol.director import PoolDirector
 from epp.telemetry.metrics import EppMetrics
@@ -93,6 +93,7 @@ def router(strategy: str, store: Datastore, seed: int) -> Route:
             size=len(arrival.data),
         )
         decision = director.route(request, None)
+        assert isinstance(decision, RoutingDecision)  # no flow control here: never queued
         return decision.targets[0].endpoint.hostport, lambda: director.finished(request, decision, completed=True)
 
     return route
