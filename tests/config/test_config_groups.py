@@ -145,14 +145,20 @@ def test_settings_we_run_without_are_reported_and_counted(registry: PluginRegist
         "dataLayer: {injectDefaults: false}\n"
     )
     loaded = load_config(text, registry, context, metrics=metrics)
-    assert [n.setting for n in loaded.notices] == ["flowControl", "featureGates.haPopulateNonLeaderDatastore", "dataLayer"]
+    assert [n.setting for n in loaded.notices] == [
+        "flowControl",
+        "featureGates.haPopulateNonLeaderDatastore",
+        "dataLayer",
+    ]
     assert loaded.feature_gates == set() and loaded.flow_control is None
 
     def ignored(setting: str) -> float | None:
         return metrics.registry.get_sample_value("epp_config_ignored_settings", {"setting": setting})
 
     assert ignored("flowControl") == 1 and ignored("dataLayer") == 1
-    gated = load_config(LLM_D + "featureGates: [flowControl]\n" + text.split("\n", 3)[3], registry, context, metrics=metrics)
+    gated = load_config(
+        LLM_D + "featureGates: [flowControl]\n" + text.split("\n", 3)[3], registry, context, metrics=metrics
+    )
     assert gated.flow_control is not None and gated.flow_control.max_requests == 1000
     assert ignored("flowControl") == 0  # with the gate the section takes effect
     load_config(LLM_D + "flowControl: {saturationDetector: {}}\n", registry, context, metrics=metrics)
