@@ -4,7 +4,10 @@ Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool
 plugin instances (so per-endpoint plugin state never crosses pools) and a director. Shared: the
 metrics registry, the kr8s API, the ext_proc/health servers, the
 metrics server and the configuration watcher. A reloaded configuration is swapped in whole, and
-in the same step each pool's scrapers take its data layer (``ScraperManager.apply``).
+in the same step each pool's scrapers take its data layer (``ScraperManager.apply``) and stateful
+plugins hand their state to their new instances (``StatefulPlugin.inherit``). Each pool's flow
+controller (the ``flowControl`` gate) belongs to the pool, not the config: a reload keeps its queue,
+and one that changes the flow-control settings is refused.
 
 Start order: logging → metrics → API client → datastores and reconcilers → scrapers → config →
 directors → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
@@ -43,7 +46,7 @@ from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
 from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.plugin import PluginContext, PluginRegistry, StatefulPlugin
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
@@ -234,7 +237,7 @@ class Runtime(Service):
                 lambda t: self._reloaded(t, keys),
                 clock=self.clock,
                 metrics=self.metrics,
-                on_swap=self._apply_scrape_specs,
+                on_swap=self._apply_reload,
             )
             await self._watcher.start(text)
         self._readiness = start_guarded(self._follow_readiness(), name="epp-readiness")
@@ -337,10 +340,20 @@ class Runtime(Service):
         pool.unsubscribe = datastore.subscribe(on_endpoints)
         return pool
 
-    def _apply_scrape_specs(self, old: Configs, new: Configs) -> None:
-        """A reloaded configuration: each pool's scrapers take its data layer (in the same loop step as the swap)."""
+    def _apply_reload(self, old: Configs, new: Configs) -> None:
+        """A reloaded configuration, in the same loop step as the swap: each pool's scrapers take its data
+        layer, and stateful plugins (same name and type) hand their state to their new instances."""
         for pool in self.pools:
             pool.scrapers.apply(new[pool.key].scrape)
+            previous = old[pool.key].plugins
+            for name, plugin in new[pool.key].plugins.items():
+                before = previous.get(name)
+                if (
+                    isinstance(plugin, StatefulPlugin)
+                    and before is not None
+                    and before.typed_name.type == plugin.typed_name.type
+                ):
+                    plugin.inherit(before)
 
     def _forget_endpoints(self, key: PoolKey, keys: Collection[str]) -> None:
         """Endpoints left the pool: plugins drop their per-endpoint state (the prefix index)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -125,6 +126,27 @@ async def test_ttl_capacity_and_cancel(epp_pool: PoolFactory) -> None:
     answer = await expiring  # its TTL (1 s) runs out while the pod stays busy
     assert (answer.status, answer.headers[REASON]) == (429, b"rejected-ttl-expired")  # type: ignore[attr-defined]
     await busy.end()
+
+
+async def test_a_reload_keeps_queued_requests_and_refuses_new_flow_control(
+    epp_pool: PoolFactory, tmp_path: Path
+) -> None:
+    path = tmp_path / "config.yaml"
+    config = CONFIG.format(ttl="30s", max_requests=0, concurrency=1)
+    path.write_text(config)
+    env = await epp_pool("v1", pods=1, picker_args=["--config-file", str(path)])
+    busy = await hold(env)
+    waiting = route(env)
+    await wait_until(lambda: queued(env) == 1)
+
+    path.write_text(config.replace("{pluginRef: queue-scorer}", "{pluginRef: queue-scorer, weight: 3}"))
+    await wait_until(lambda: env.sample("epp_config_reloads_total", result="success") == 1, message="reloaded")
+    path.write_text(config.replace("defaultRequestTTL: 30s", "defaultRequestTTL: 10s"))
+    await wait_until(lambda: env.sample("epp_config_reloads_total", result="rejected") == 1, message="refused")
+    assert queued(env) == 1 and not waiting.done()  # still queued, through both
+
+    await busy.end()
+    assert (await waiting).status == 200  # type: ignore[attr-defined]
 
 
 async def test_a_burst_through_envoy_is_queued_not_refused(epp_pool: PoolFactory) -> None:

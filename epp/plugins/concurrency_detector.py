@@ -7,7 +7,8 @@ a profile references it) it keeps endpoints whose in-flight count is below ``max
 (1 + headroom)``, with no fail-open: an empty result fails the profile, as upstream.
 
 The count is kept through the request's life: +1 at PreRequest on the chosen endpoint, -1 when
-the director reports the request finished (PostResponse). Only ``concurrencyMode: requests`` is
+the director reports the request finished (PostResponse); a config reload hands the counts to the
+new instance (``inherit``), so requests routed before it still count. Only ``concurrencyMode: requests`` is
 implemented; ``tokens`` and ``hybrid`` need upstream's token estimator and are refused at load.
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -38,6 +39,11 @@ class ConcurrencyDetector(NamedPlugin):
         self.max_concurrency = max_concurrency
         self._limit = max_concurrency * (1.0 + headroom)
         self._inflight: dict[str, int] = {}
+
+    def inherit(self, previous: Plugin) -> None:
+        """A reload: keep counting the requests the previous instance saw routed."""
+        if isinstance(previous, ConcurrencyDetector):
+            self._inflight = previous._inflight
 
     def inflight(self, endpoint_key: str) -> int:
         """Requests routed to ``endpoint_key`` and not finished yet."""
