@@ -8,6 +8,7 @@ and whose HTTP status comes from the code. Anything else reaching the boundary i
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 __all__ = ["EppError", "ErrorCode"]
 
@@ -32,12 +33,16 @@ class ErrorCode(enum.Enum):
 
 
 class EppError(Exception):
-    """An error with an upstream code; ``str()`` is the body the client sees."""
+    """An error with an upstream code; ``str()`` is the body the client sees.
 
-    def __init__(self, code: ErrorCode, msg: str) -> None:
+    ``headers`` go on the error response (flow control's ``x-llm-d-request-dropped-reason``).
+    """
+
+    def __init__(self, code: ErrorCode, msg: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(msg)
         self.code = code
         self.msg = msg
+        self.headers = headers
 
     def __str__(self) -> str:
         return f"inference error: {self.code.label} - {self.msg}"

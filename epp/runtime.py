@@ -4,7 +4,10 @@ Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool
 plugin instances (so per-endpoint plugin state never crosses pools) and a director. Shared: the
 metrics registry, the kr8s API, the ext_proc/health servers, the
 metrics server and the configuration watcher. A reloaded configuration is swapped in whole, and
-in the same step each pool's scrapers take its data layer (``ScraperManager.apply``).
+in the same step each pool's scrapers take its data layer (``ScraperManager.apply``) and stateful
+plugins hand their state to their new instances (``StatefulPlugin.inherit``). Each pool's flow
+controller (the ``flowControl`` gate) belongs to the pool, not the config: a reload keeps its queue,
+and one that changes the flow-control settings is refused.
 
 Start order: logging → metrics → API client → datastores and reconcilers → scrapers → config →
 directors → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 
 from epp.clock import Clock, SystemClock
 from epp.config.compat import log_notices
-from epp.config.loader import LoadedConfig, load_config, load_default_config
+from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
 from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
@@ -42,9 +45,10 @@ from epp.extproc.cert_reload import CertReloader
 from epp.extproc.server import ExtProcOptions, ExtProcServer
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
+from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
 from epp.framework.health import HealthPolicy
-from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.plugin import PluginContext, PluginRegistry, StatefulPlugin
 from epp.framework.producers import AsyncClosable
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
@@ -88,6 +92,7 @@ class PoolRuntime:
     scrapers: ScraperManager
     gauges: PoolGauges
     director: PoolDirector
+    flow_control: FlowController | None = None
     unsubscribe: Callable[[], None] = field(default=lambda: None)
 
     @property
@@ -189,6 +194,8 @@ class Runtime(Service):
             await pool.reconciler.start()
             await pool.scrapers.start()
             await pool.gauges.start()
+            if pool.flow_control is not None:
+                await pool.flow_control.start()
         if o.leader_election:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
@@ -233,10 +240,10 @@ class Runtime(Service):
             self._watcher = ConfigWatcher(
                 o.config_file,
                 holder,
-                lambda t: self._load_configs(t, keys),
+                lambda t: self._reloaded(t, keys),
                 clock=self.clock,
                 metrics=self.metrics,
-                on_swap=self._apply_scrape_specs,
+                on_swap=self._apply_reload,
             )
             await self._watcher.start(text)
         self._readiness = start_guarded(self._follow_readiness(), name="epp-readiness")
@@ -249,6 +256,19 @@ class Runtime(Service):
                 "metrics_port": self.ports.metrics,
             },
         )
+
+    def _reloaded(self, text: str, keys: Sequence[PoolKey]) -> Configs:
+        """A changed config file, loaded; refused when it changes flow control, which is read once at startup."""
+        configs = self._load_configs(text, keys)
+        for pool in self.pools:
+            running = pool.flow_control.settings.fingerprint() if pool.flow_control is not None else None
+            new = configs[pool.key].flow_control
+            if (new.fingerprint() if new is not None else None) != running:
+                raise ConfigError(
+                    "flowControl: the flow-control gate and settings are read once at startup (queued requests "
+                    "stay where they are); restart the picker to change them"
+                )
+        return configs
 
     async def _server_tls(self) -> ServerTls:
         """The ext_proc port's certificate: mounted (and watched with --enable-cert-reload) or self-signed."""
@@ -299,6 +319,17 @@ class Runtime(Service):
             interval=o.refresh_prometheus_metrics_interval,
             staleness_threshold=o.metrics_staleness_threshold,
         )
+        flow_settings = holder.current[key].flow_control
+        flow_control = None
+        if flow_settings is not None:
+            flow_control = FlowController(
+                flow_settings,
+                pool_name=key[1],
+                endpoints=datastore.endpoints,
+                detector=lambda: holder.current[key].saturation_detector,
+                clock=self.clock,
+                metrics=self.metrics,
+            )
         director = PoolDirector(
             datastore,
             lambda: holder.current[key],
@@ -309,8 +340,9 @@ class Runtime(Service):
             emit_endpoint_scores=o.emit_endpoint_scores,
             staleness_threshold=o.metrics_staleness_threshold,
             pool_name=key[1],
+            flow_control=flow_control,
         )
-        pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, director)
+        pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, director, flow_control)
 
         def on_endpoints(added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
             health.on_endpoints(added, removed)
@@ -323,11 +355,21 @@ class Runtime(Service):
         pool.unsubscribe = datastore.subscribe(on_endpoints)
         return pool
 
-    def _apply_scrape_specs(self, old: Configs, new: Configs) -> None:
+    def _apply_reload(self, old: Configs, new: Configs) -> None:
         """A reloaded configuration, in the same loop step as the swap: each pool's scrapers take its data
-        layer, the new plugins learn the pool's endpoints (subscribers start), the old ones are closed."""
+        layer, stateful plugins (same name and type) hand their state to their new instances, the new
+        plugins learn the pool's endpoints (subscribers start), and the old ones are closed."""
         for pool in self.pools:
             pool.scrapers.apply(new[pool.key].scrape)
+            previous = old[pool.key].plugins
+            for name, plugin in new[pool.key].plugins.items():
+                before = previous.get(name)
+                if (
+                    isinstance(plugin, StatefulPlugin)
+                    and before is not None
+                    and before.typed_name.type == plugin.typed_name.type
+                ):
+                    plugin.inherit(before)
             present = pool.datastore.endpoints()
             if present:
                 for observer in new[pool.key].endpoints_added:
@@ -406,6 +448,9 @@ class Runtime(Service):
         """
         await cancel_and_wait(self._readiness)
         self._readiness = None
+        for pool in self.pools:  # queued requests end with 503 rejected-shutting-down before the grace starts
+            if pool.flow_control is not None:
+                await pool.flow_control.stop()
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None

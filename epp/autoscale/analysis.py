@@ -44,7 +44,8 @@ class Reason(enum.Enum):
     IDLE = "idle"  # scale-to-zero: no requests for the retention period
     STEADY = "steady"  # nothing to do
     NO_METRICS = "no-metrics"  # no Ready replica of the group reported load
-    INACTIVE = "inactive"  # the Deployment is at zero replicas; scale-from-zero is not ours
+    INACTIVE = "inactive"  # the Deployment is at zero replicas and nothing waits for it
+    WAKE = "scale-from-zero"  # 0 → 1: the picker holds requests for the model (WVA's scale-from-zero)
 
     @property
     def condition_reason(self) -> str:

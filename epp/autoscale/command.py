@@ -21,6 +21,7 @@ from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.peak import PeakSource
 from epp.autoscale.resources import KubeCluster
 from epp.autoscale.thresholds import SATURATION_CONFIGMAP
+from epp.autoscale.wake import QueueReader
 from epp.clock import SystemClock
 from epp.datalayer.http_client import create_session
 from epp.durations import parse_duration
@@ -80,6 +81,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=os.environ.get("WVA_SCALE_TO_ZERO", "").lower() == "true",
         help="enable scale-to-zero unless the ConfigMap says otherwise (env WVA_SCALE_TO_ZERO)",
     )
+    p.add_argument(
+        "--epp-metrics-url",
+        action="append",
+        default=[],
+        help="a picker's /metrics: a variant at zero replicas is scaled to 1 while the picker queues requests "
+        "for its model (flow control's queue_size; WVA's scale-from-zero); repeat for several pickers",
+    )
     p.add_argument("--prometheus-url", default="", help="read load with upstream PromQL instead of scraping pods")
     p.add_argument("--scrape-port", type=int, default=8000, help="pod metrics port when the pod declares none")
     p.add_argument(
@@ -135,7 +143,8 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
             if args.peak_window > 0:
                 source = PeakSource(source, clock, window=args.peak_window)
         cluster = KubeCluster(api, watch_namespace=args.watch_namespace, controller_instance=args.controller_instance)
-        controller = Controller(cluster, source, clock=clock, metrics=metrics, options=options)
+        wake = QueueReader(session, args.epp_metrics_url, timeout=args.scrape_timeout) if args.epp_metrics_url else None
+        controller = Controller(cluster, source, clock=clock, metrics=metrics, options=options, wake=wake)
         if args.once:
             try:
                 outcomes = await controller.run_cycle()

@@ -51,6 +51,7 @@ from epp.autoscale.thresholds import (
     parse_scale_to_zero_configmap,
 )
 from epp.autoscale.types import ModelKey, VariantKey
+from epp.autoscale.wake import QueueReader
 from epp.clock import Clock
 from epp.framework.endpoint import ENGINE_TYPE_LABEL
 from epp.kube.client import KubeError
@@ -60,7 +61,7 @@ __all__ = ["DEFAULT_CONFIG_NAMESPACE", "Controller", "ControllerOptions", "Outco
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_NAMESPACE = "workload-variant-autoscaler-system"
-_ACTUATING = frozenset({Reason.SATURATED, Reason.TIMEOUT, Reason.SCALE_DOWN, Reason.LIMIT, Reason.IDLE})
+_ACTUATING = frozenset({Reason.SATURATED, Reason.TIMEOUT, Reason.SCALE_DOWN, Reason.LIMIT, Reason.IDLE, Reason.WAKE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +118,11 @@ class Controller:
         clock: Clock,
         metrics: AutoscalerMetrics | None = None,
         options: ControllerOptions | None = None,
+        wake: QueueReader | None = None,
     ) -> None:
         self._cluster = cluster
         self._source = source
+        self._wake = wake
         self._clock = clock
         self._metrics = metrics if metrics is not None else AutoscalerMetrics()
         self.options = options or ControllerOptions()
@@ -162,11 +165,13 @@ class Controller:
             zip(namespaces, await asyncio.gather(*(self._read_namespace(ns) for ns in namespaces)), strict=True)
         )
         resolver = await self._resolver(namespaces)
+        queued = await self._wake.queued() if self._wake is not None else {}
         groups: dict[ModelKey, list[VariantSpec]] = {}
         for v in variants:
             groups.setdefault(v.model, []).append(v)
         for model in sorted(groups):
-            for outcome in await self._run_group(model, groups[model], views[model.namespace], resolver, now):
+            group = await self._run_group(model, groups[model], views[model.namespace], resolver, now, queued)
+            for outcome in group:
                 outcomes[outcome.variant] = outcome
         by_key = {v.key: v for v in variants}
         for key, outcome in list(outcomes.items()):
@@ -255,7 +260,13 @@ class Controller:
         ]
 
     async def _run_group(
-        self, key: ModelKey, members: Sequence[VariantSpec], ns: _Namespace, resolver: ThresholdResolver, now: float
+        self,
+        key: ModelKey,
+        members: Sequence[VariantSpec],
+        ns: _Namespace,
+        resolver: ThresholdResolver,
+        now: float,
+        queued: Mapping[str, float],
     ) -> list[Outcome]:
         outcomes: list[Outcome] = []
         active: list[tuple[VariantSpec, DeploymentView, list[PodTarget]]] = []
@@ -263,8 +274,13 @@ class Controller:
             dep = ns.deployments.get(va.deployment)
             if dep is None:
                 outcomes.append(Outcome(va.key, None, error=f"Deployment {key.namespace}/{va.deployment} not found"))
+            elif dep.spec_replicas == 0 and queued.get(key.model_id, 0) > 0:
+                msg = f"the picker holds {queued[key.model_id]:g} request(s) for {key.model_id}"
+                outcomes.append(Outcome(va.key, Decision(va.key, 0, 1, Reason.WAKE, msg)))
             elif dep.spec_replicas == 0:
-                msg = "the Deployment is at zero replicas; scale-from-zero is not handled by epp autoscale"
+                msg = "the Deployment is at zero replicas and no picker holds a request for its model"
+                if self._wake is None:
+                    msg = "the Deployment is at zero replicas; scale-from-zero needs --epp-metrics-url"
                 outcomes.append(Outcome(va.key, Decision(va.key, 0, 0, Reason.INACTIVE, msg)))
             else:
                 active.append((va, dep, self._targets(ns.pods.get(dep.name, ()))))
@@ -315,7 +331,8 @@ class Controller:
         assert d is not None
         dep = ns.deployments.get(va.deployment)
         actuated = False
-        if self.options.actuate and dep is not None and d.reason in _ACTUATING and d.target != dep.spec_replicas:
+        direct = self.options.actuate or d.reason is Reason.WAKE  # WVA scales from zero directly, always
+        if direct and dep is not None and d.reason in _ACTUATING and d.target != dep.spec_replicas:
             try:
                 await self._cluster.scale_deployment(va.key.namespace, va.deployment, d.target)
                 actuated = True

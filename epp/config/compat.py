@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
     {
-        # llm-d router and GIE: queue requests by fairness id and priority. Not implemented here.
+        # llm-d router and GIE: queue requests by fairness id and priority (epp.flowcontrol).
         "flowControl": False,
         # llm-d router: followers keep their datastore populated. Ours always do.
         "haPopulateNonLeaderDatastore": True,
@@ -55,7 +55,6 @@ FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
 _METRICS_DATA_SOURCE = "metrics-data-source"
 
 IGNORABLE_SETTINGS = (
-    "featureGates.flowControl",
     "flowControl",
     "featureGates.haPopulateNonLeaderDatastore",
     "dataLayer",
@@ -135,20 +134,12 @@ def ignored_settings(
     ``plugin_types`` maps each plugin name to its type.
     """
     notices: list[ConfigNotice] = []
-    if gates["flowControl"]:
-        notices.append(
-            ConfigNotice(
-                "featureGates.flowControl",
-                "flow control (queueing by fairness id and priority) is not implemented: requests are admitted "
-                "or shed at once, as without the gate",
-            )
-        )
-    if config.flow_control is not None and config.flow_control.queueing_configured:
-        notices.append(
+    if not gates["flowControl"] and config.flow_control is not None and config.flow_control.queueing_configured:
+        notices.append(  # the llm-d router warns the same way (fc/README.md)
             ConfigNotice(
                 "flowControl",
-                "only flowControl.saturationDetector takes effect: the other settings configure the flow-control "
-                "layer, which this picker does not have",
+                "the flowControl feature gate is off, so only flowControl.saturationDetector takes effect: add "
+                "'flowControl' to featureGates to queue requests",
             )
         )
     if not gates["haPopulateNonLeaderDatastore"]:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from typing import Any
 
+from epp import quantities
 from epp.config.options import (
     LEASE_NAME_STYLES,
     METRICS_NAMINGS,
@@ -38,10 +38,6 @@ from epp.config.options import (
 )
 
 __all__ = ["add_serve_flags", "logging_options_from_args", "no_effect_flags", "options_from_args", "parse_quantity"]
-
-_QUANTITY = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?$")
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
 def _bool(text: str) -> bool:
@@ -63,15 +59,10 @@ def _unquote(text: str) -> str:
 
 def parse_quantity(text: str, *, flag: str) -> int:
     """A Kubernetes quantity of bytes (``10Mi``, ``25M``; a trailing ``B`` as in ``10MiB`` is dropped)."""
-    value = text.strip()
-    if len(value) > 1 and value[-1] in "Bb":
-        value = value[:-1]
-    match = _QUANTITY.match(value)
-    if match is None:
-        raise OptionsError(f"--{flag}: invalid size {text!r} (use e.g. 4Mi, 10MiB, 25MB)")
-    suffix = match["suffix"] or ""
-    scale = _BINARY.get(suffix) or _DECIMAL.get(suffix) or 1
-    return int(float(match["number"]) * scale)
+    try:
+        return quantities.parse_quantity(text)
+    except ValueError:
+        raise OptionsError(f"--{flag}: invalid size {text!r} (use e.g. 4Mi, 10MiB, 25MB)") from None
 
 
 def _flag(group: Any, name: str, **kw: Any) -> None:

@@ -46,6 +46,7 @@ from epp.config.defaults import (
     DEFAULT_SCORER_WEIGHT,
     default_config,
 )
+from epp.config.flow_control import FlowControlSettings, flow_control_settings
 from epp.config.picker_config import (
     ConfigError,
     EndpointPickerConfig,
@@ -125,6 +126,9 @@ class LoadedConfig:
     """Request path → API, from ``requestHandler.parsers`` (upstream's four when none are listed)."""
     in_flight: InFlightEstimator = field(default_factory=InFlightLoadProducer)
     """Each routed request's in-flight token estimate: the ``inflight-load-producer`` declared, else its defaults."""
+    flow_control: FlowControlSettings | None = None
+    """The queue's settings when the ``flowControl`` gate is on (requests then queue instead of
+    being shed); None without the gate."""
 
 
 def load_config(
@@ -180,6 +184,7 @@ def build_config(
         _check_stability(config, registry)
     builder = _Builder(config, registry, context)
     builder.apply_system_defaults()
+    flow_control = builder.flow_control() if gates["flowControl"] else None
     loaded = builder.build(metrics, build_scrape)
     notices += ignored_settings(config, gates, {p.name: p.type for p in config.plugins})
     notices += loaded.notices
@@ -188,7 +193,10 @@ def build_config(
         for setting in IGNORABLE_SETTINGS:
             metrics.config_ignored_settings.labels(setting).set(1 if setting in ignored else 0)
     return dataclasses.replace(
-        loaded, feature_gates=frozenset(g for g, on in gates.items() if on), notices=tuple(notices)
+        loaded,
+        feature_gates=frozenset(g for g, on in gates.items() if on),
+        notices=tuple(notices),
+        flow_control=flow_control,
     )
 
 
@@ -268,6 +276,15 @@ class _Builder:
         self.plugins[type_name] = self._create(spec, "(system default)")
         self.config = self.config.model_copy(update={"plugins": (*self.config.plugins, spec)})
         return type_name
+
+    def _default_plugin(self, type_name: str) -> str:
+        """The plugin named ``type_name`` if declared, else a new one with default parameters."""
+        return type_name if type_name in self.plugins else self._add_default_plugin(type_name)
+
+    def flow_control(self) -> FlowControlSettings:
+        """The ``flowControl`` section (gate on), with its default policies declared."""
+        section = self.config.flow_control or FlowControlConfig()
+        return flow_control_settings(section, self._ref, self._default_plugin)
 
     def apply_system_defaults(self) -> None:
         plugins = self.plugins

@@ -175,4 +175,8 @@ def error_response(err: EppError) -> pb.ProcessingResponse:
     immediate = response.immediate_response
     immediate.status.code = err.code.http_status
     immediate.body = str(err).encode()
+    if err.headers:
+        set_headers = immediate.headers.set_headers
+        for key, value in err.headers.items():
+            _set_header(set_headers, key, value.encode())
     return response

@@ -92,10 +92,14 @@ class StreamOptions:
 class Director(Protocol):
     """What one request needs from its pool's request control (``requestcontrol.PoolDirector``)."""
 
-    def route(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
+    def route(
+        self, request: InferenceRequest, subset: frozenset[str] | None
+    ) -> RoutingDecision | Awaitable[RoutingDecision]:
         """Resolve target model, objective and priority onto ``request``, admit and schedule.
 
-        Raises EppError (429, 503, 404...)."""
+        Raises EppError (429, 503, 404...). With flow control a request that must wait comes
+        back as an awaitable: the stream awaits it (the decision, or the EppError of the way the
+        request left the queue); cancelling it takes the request out of the queue."""
         ...
 
     def prepare(self, request: InferenceRequest) -> Awaitable[None] | None:
@@ -186,7 +190,7 @@ class Stream:
         "_running",
         "_relay",
         "_trace",
-        "_pending",
+        "_waiting",
     )
 
     def __init__(self, processor: Processor) -> None:
@@ -206,8 +210,7 @@ class Stream:
         self._running: RequestLabels | None = None  # the labels the running gauge was raised under
         self._relay: ResponseRelay | None = None
         self._trace: RequestTrace | None = None  # the ``gateway.request`` span, ended in ``close``
-        # data producers to await before routing the parsed body, with what routing then needs
-        self._pending: tuple[Awaitable[None], Director, bytes, ParsedBody, float, float] | None = None
+        self._waiting: Awaitable[Sequence[pb.ProcessingResponse]] | None = None  # answers after a wait
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -217,8 +220,10 @@ class Stream:
             async for message in requests:
                 try:
                     answers = self.handle(message)
-                    if self._pending is not None:
-                        answers = await self._route_prepared()
+                    waiting = self._waiting
+                    if waiting is not None:  # producers or the flow-control queue: the stream waits, not the loop
+                        self._waiting = None
+                        answers = await waiting
                 except EppError as err:
                     if log.isEnabledFor(logging.DEBUG):
                         log.debug("request rejected", extra={"error": str(err)})
@@ -357,13 +362,13 @@ class Stream:
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return self._route_body(raw, t_last)
 
-    def _route(self, request: InferenceRequest, director: Director, *, headers_only: bool) -> RoutingDecision:
-        """Ask the request's pool director for a destination; from here on it is owed ``finished``."""
+    def _owe(self, director: Director) -> Director:
+        """From here on ``director`` is owed ``finished``."""
         self._director = director
         self._phase = Phase.ROUTED
-        route = director.route_headers_only if headers_only else director.route
-        with activated(self._trace):
-            decision = route(request, self._subset)
+        return director
+
+    def _accept(self, decision: RoutingDecision) -> RoutingDecision:
         if not decision.targets:
             raise EppError(ErrorCode.INTERNAL, "director returned a routing decision without endpoints")
         self._decision = decision
@@ -372,7 +377,9 @@ class Stream:
     def _route_headers_only(self, request: InferenceRequest) -> Sequence[pb.ProcessingResponse]:
         t_last = self._t_start
         request.api = ApiKind.NONE
-        decision = self._route(request, self._p.directors.director_for(request), headers_only=True)
+        director = self._owe(self._p.directors.director_for(request))
+        with activated(self._trace):
+            decision = self._accept(director.route_headers_only(request, self._subset))
         t_scheduled = perf_counter()
         answer = routing_headers_response(request.upstream_headers, decision.destination, 0)
         self._overhead = (t_last, None, t_scheduled, perf_counter())
@@ -390,26 +397,67 @@ class Stream:
         request.max_output_tokens = parsed.max_output_tokens
         request.size = len(raw)
         t_parsed = perf_counter()
+        self._owe(director)
         pending = director.prepare(request)
         if pending is not None:
-            self._pending = (pending, director, raw, parsed, t_last, t_parsed)
+            self._waiting = self._after_producers(pending, director, request, raw, parsed, t_last, t_parsed)
             return ()
-        return self._route_parsed(director, raw, parsed, t_last, t_parsed)
+        return self._route_parsed(director, request, raw, parsed, t_last, t_parsed)
 
-    async def _route_prepared(self) -> Sequence[pb.ProcessingResponse]:
-        """Await the request's data producers, then route it (``run`` awaits this; ``handle`` cannot)."""
-        assert self._pending is not None
-        pending, director, raw, parsed, t_last, t_parsed = self._pending
-        self._pending = None
+    async def _after_producers(
+        self,
+        pending: Awaitable[None],
+        director: Director,
+        request: InferenceRequest,
+        raw: bytes,
+        parsed: ParsedBody,
+        t_last: float,
+        t_parsed: float,
+    ) -> Sequence[pb.ProcessingResponse]:
+        """The request's data producers (e.g. tokenization) ran; route it, waiting in the queue if need be."""
         await pending
-        return self._route_parsed(director, raw, parsed, t_last, t_parsed)
+        answers = self._route_parsed(director, request, raw, parsed, t_last, t_parsed)
+        queued, self._waiting = self._waiting, None
+        return answers if queued is None else await queued
 
     def _route_parsed(
-        self, director: Director, raw: bytes, parsed: ParsedBody, t_last: float, t_parsed: float
+        self,
+        director: Director,
+        request: InferenceRequest,
+        raw: bytes,
+        parsed: ParsedBody,
+        t_last: float,
+        t_parsed: float,
     ) -> Sequence[pb.ProcessingResponse]:
-        request = self._request
-        assert request is not None
-        decision = self._route(request, director, headers_only=False)
+        with activated(self._trace):
+            routed = director.route(request, self._subset)
+        if isinstance(routed, RoutingDecision):
+            return self._routed_body(request, raw, parsed, self._accept(routed), t_last, t_parsed)
+        self._waiting = self._after_queue(routed, request, raw, parsed, t_last, t_parsed)
+        return ()
+
+    async def _after_queue(
+        self,
+        queued: Awaitable[RoutingDecision],
+        request: InferenceRequest,
+        raw: bytes,
+        parsed: ParsedBody,
+        t_last: float,
+        t_parsed: float,
+    ) -> Sequence[pb.ProcessingResponse]:
+        """Flow control held the request: once it is dispatched and scheduled, the same answers as at once."""
+        decision = self._accept(await queued)
+        return self._routed_body(request, raw, parsed, decision, t_last, t_parsed)
+
+    def _routed_body(
+        self,
+        request: InferenceRequest,
+        raw: bytes,
+        parsed: ParsedBody,
+        decision: RoutingDecision,
+        t_last: float,
+        t_parsed: float,
+    ) -> Sequence[pb.ProcessingResponse]:
         t_scheduled = perf_counter()
         target_model = request.target_model
         rewritten: bytes | None = None

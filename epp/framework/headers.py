@@ -33,6 +33,7 @@ __all__ = [
     "LLM_D_OBJECTIVE",
     "MODEL_NAME_REWRITE",
     "OBJECTIVE",
+    "REQUEST_DROPPED_REASON",
     "REQUEST_ID",
     "SUBSET_HINT_NAMESPACE",
     "SYSTEM_OWNED",
@@ -56,6 +57,9 @@ FAIRNESS_ID = "x-gateway-inference-fairness-id"
 
 DEFAULT_FAIRNESS_ID = "default-flow"
 """The flow of a request that names none."""
+
+REQUEST_DROPPED_REASON = "x-llm-d-request-dropped-reason"
+"""On a flow-control rejection: why (``rejected-saturated``, ``rejected-ttl-expired``, ...), as the llm-d router."""
 
 LLM_D_OBJECTIVE = "x-llm-d-inference-objective"
 LLM_D_MODEL_NAME_REWRITE = "x-llm-d-model-name-rewrite"

@@ -21,6 +21,7 @@ __all__ = [
     "PluginContext",
     "PluginFactory",
     "PluginRegistry",
+    "StatefulPlugin",
     "TypedName",
 ]
 
@@ -52,6 +53,17 @@ class NamedPlugin:
 
     def __init__(self, name: str = "") -> None:
         self.typed_name = TypedName(self.plugin_type, name or self.plugin_type)
+
+
+@runtime_checkable
+class StatefulPlugin(Protocol):
+    """A plugin whose state must outlive a configuration reload (the concurrency detector's in-flight counts).
+
+    On a reload, the new instance of the same name and type is handed the old one, in the same
+    loop step as the swap, so requests routed before the reload are still counted after it.
+    """
+
+    def inherit(self, previous: Plugin) -> None: ...
 
 
 class PluginConfigError(ValueError):

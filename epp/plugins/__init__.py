@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from epp.framework.plugin import PluginFactory, PluginRegistry
 from epp.plugins import (
+    concurrency_detector,
     core_metrics_extractor,
+    flow_policies,
     inflight_load,
     inflight_scorers,
     kv_cache_scorer,
@@ -50,6 +52,13 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (single_profile.TYPE, single_profile.create),
     (utilization_detector.TYPE, utilization_detector.create),
     (legacy_filter_tree.TYPE, legacy_filter_tree.create),
+    (concurrency_detector.TYPE, concurrency_detector.create),
+    # Flow control (used with the flowControl feature gate).
+    (flow_policies.FCFS_TYPE, flow_policies.create_fcfs),
+    (flow_policies.EDF_TYPE, flow_policies.create_edf),
+    (flow_policies.GLOBAL_STRICT_TYPE, flow_policies.create_global_strict),
+    (flow_policies.ROUND_ROBIN_TYPE, flow_policies.create_round_robin),
+    (flow_policies.STATIC_USAGE_LIMIT_TYPE, flow_policies.create_static_usage_limit),
     # The data layer: what the scraper runs (wired by the loader as dataLayer.sources says).
     (metrics_data_source.TYPE, metrics_data_source.create),
     (core_metrics_extractor.TYPE, core_metrics_extractor.create),

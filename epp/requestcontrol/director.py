@@ -19,6 +19,8 @@ InferenceModel path for ``v1alpha2`` pools):
    then by health (``healthy.py``): those in service, else the degraded, else all (fail open);
 4. admission: sheddable (priority < 0) work is shed (429) when the saturation detector puts the
    candidates' saturation at >= 1.0 (skipped when the config sheds by itself: the v0.3 tree);
+   with flow control (``flow_control``, the ``flowControl`` gate) every request is queued
+   instead, and one the queue holds is returned as an awaitable that schedules once released;
 5. no candidates → 503;
 6. schedule (429 when nothing fits), run PreRequest plugins, return the targets (and, with
    ``--emit-endpoint-scores``, the primary profile's weighted score of every candidate).
@@ -28,8 +30,9 @@ token estimate) until ``finished``, which the stream calls exactly once however 
 
 ``finished`` feeds the response's status back to the chosen endpoint's health (a 5xx counts as a
 failure, Envoy's own 502/503 makes it unreachable at once, anything else is a success).
-Everything is synchronous and reads the datastore and the current config once per request, so a
-config reload or a datastore change lands between requests, never inside one.
+Everything but the wait in the queue is synchronous and reads the datastore and the current
+config once per request (after the wait, for a queued request), so a config reload or a
+datastore change lands between requests, never inside one.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from epp.clock import Clock
 from epp.config.loader import LoadedConfig
 from epp.datastore.types import DatastoreReader
 from epp.errors import EppError, ErrorCode
+from epp.flowcontrol.controller import FlowController
+from epp.flowcontrol.queues import Item
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.health import Health
@@ -82,12 +87,14 @@ class PoolDirector:
         emit_endpoint_scores: bool = False,
         staleness_threshold: float = 2.0,
         pool_name: str = "",
+        flow_control: FlowController | None = None,
     ) -> None:
         """``staleness_threshold``: metrics older than this make an endpoint degraded (``healthy.py``);
         ``pool_name`` labels the fail-open count."""
         self._datastore = datastore
         self._staleness = staleness_threshold
         self._fail_open = metrics.endpoint_health_fail_open.labels(pool_name)
+        self._flow_control = flow_control
         self._emit_scores = emit_endpoint_scores
         self._round_robin = RoundRobin() if conformance_hooks else None
         self._config = config_provider
@@ -97,19 +104,24 @@ class PoolDirector:
         self._rewriter = ModelRewriter(metrics, rng)
         self._observers: dict[tuple[str, TypedName], Observe] = {}
 
-    def route(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
+    def route(
+        self, request: InferenceRequest, subset: frozenset[str] | None
+    ) -> RoutingDecision | Awaitable[RoutingDecision]:
         """Resolve, admit and schedule a request with a body; raises :class:`EppError`.
 
-        Traced requests get upstream's ``gateway.request_orchestration`` span around all of it.
+        With flow control, a request the queue holds comes back as an awaitable of its decision.
+        Traced requests get upstream's ``gateway.request_orchestration`` span around the
+        synchronous part (resolution, admission or enqueue, and scheduling when not queued).
         """
         with span("gateway.request_orchestration", REQUEST_CONTROL_SCOPE, server=True) as orchestration:
             decision = self._route(request, subset, orchestration)
-        self._count_in(request, decision)
+        if isinstance(decision, RoutingDecision):  # a queued request is counted once dispatched
+            self._count_in(request, decision)
         return decision
 
     def _route(
         self, request: InferenceRequest, subset: frozenset[str] | None, orchestration: Span | None
-    ) -> RoutingDecision:
+    ) -> RoutingDecision | Awaitable[RoutingDecision]:
         datastore = self._datastore
         self._resolve_model_and_priority(request, datastore)
         if orchestration is not None:
@@ -118,10 +130,31 @@ class PoolDirector:
         chosen = self._test_selection(request)
         if chosen is not None:
             return chosen
+        flow_control = self._flow_control
+        if flow_control is not None:
+            item = flow_control.enqueue(request)
+            if not item.future.done():
+                return self._after_queue(flow_control, item, subset)
+            item.future.result()  # dispatched at once (or refused: raises its EppError)
+            return self._schedule(request, self._candidates(subset), self._config())
         candidates = self._candidates(subset)
         config = self._config()
         if config.admission:
             admit(request, candidates, config.saturation_detector, self._clock.now())
+        return self._schedule(request, candidates, config)
+
+    async def _after_queue(
+        self, flow_control: FlowController, item: Item, subset: frozenset[str] | None
+    ) -> RoutingDecision:
+        """Wait for the queue to release ``item``, then schedule on the pool as it is by then."""
+        await flow_control.wait(item)
+        decision = self._schedule(item.request, self._candidates(subset), self._config())
+        self._count_in(item.request, decision)
+        return decision
+
+    def _schedule(
+        self, request: InferenceRequest, candidates: Sequence[EndpointState], config: LoadedConfig
+    ) -> RoutingDecision:
         if not candidates:
             raise EppError(ErrorCode.SERVICE_UNAVAILABLE, _NO_CANDIDATES)
         cycle = CycleState()

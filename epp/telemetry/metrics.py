@@ -49,6 +49,11 @@ _REQUEST = (*_OBJECTIVE, "fairness_id", "priority")
 """The llm-d request labels; values are always given in this order (GIE's series take a subset)."""
 _PLUGIN = ("plugin_name", "plugin_type")
 _ENDPOINT = ("endpoint_name", "namespace")
+_FLOW = ("fairness_id", "priority", "inference_pool", *_OBJECTIVE)
+"""Flow-control queue labels; values always in this order."""
+_QUEUE_DURATION_BUCKETS = (
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
 
 
 def _request(gie: str, llm_d: str, gie_help: str, llm_d_help: str, *, gie_labels: tuple[str, ...]) -> Names:
@@ -304,6 +309,59 @@ class EppMetrics:
                 "Total number of model rewrite decisions.",
                 "Total number of inference model rewrite decisions.",
                 labels=("model_rewrite_name", "model_name", "target_model"),
+            )
+        )
+        # Flow control (the flowControl feature gate): queue series, values in _FLOW order.
+        self.fc_queue_size = f.gauge(
+            Names(
+                "inference_extension_flow_control_queue_size",
+                "llm_d_epp_flow_control_queue_size",
+                "Current number of requests actively held in the Flow Control queue.",
+                labels=_FLOW,
+            )
+        )
+        self.fc_queue_bytes = f.gauge(
+            Names(
+                "inference_extension_flow_control_queue_bytes",
+                "llm_d_epp_flow_control_queue_bytes",
+                "Current total size in bytes of requests actively held in the Flow Control queue.",
+                labels=_FLOW,
+            )
+        )
+        self.fc_queue_duration = f.histogram(  # values: fairness id, priority, outcome, pool, model, target
+            Names(
+                "inference_extension_flow_control_request_queue_duration_seconds",
+                "llm_d_epp_flow_control_request_queue_duration_seconds",
+                "Distribution of total time requests spend in the Flow Control layer (from enqueue to final outcome).",
+                labels=("fairness_id", "priority", "outcome", "inference_pool", *_OBJECTIVE),
+            ),
+            _QUEUE_DURATION_BUCKETS,
+        )
+        self.fc_dispatch_cycle = f.histogram(
+            Names(
+                "inference_extension_flow_control_dispatch_cycle_duration_seconds",
+                "llm_d_epp_flow_control_dispatch_cycle_duration_seconds",
+                "Distribution of time taken for each internal dispatch cycle in the Flow Control layer.",
+            ),
+            _SCHEDULER_BUCKETS,
+        )
+        self.fc_pool_saturation = f.gauge(  # values: pool, stage (this picker gates on "effective" only)
+            Names(
+                "inference_extension_flow_control_pool_saturation",
+                "llm_d_epp_flow_control_pool_saturation",
+                "Current saturation level of the inference pool (0.0 = empty, 1.0 = fully saturated).",
+                "Pool saturation signal gating Flow Control dispatch. 1.0 is the gating set point; values above "
+                "1.0 indicate the magnitude of oversubscription past it. An empty pool reads as 1.0.",
+                labels=("inference_pool", "stage"),
+                gie_labels=("inference_pool",),
+            )
+        )
+        self.fc_requests = f.counter(  # values: outcome, priority, pool
+            Names(
+                None,
+                "llm_d_epp_flow_control_requests_total",
+                "Total number of requests processed by the Flow Control layer.",
+                labels=("outcome", "priority", "inference_pool"),
             )
         )
         self.info = f.gauge(

@@ -138,27 +138,31 @@ def test_every_llm_d_key_loads(registry: PluginRegistry, context: PluginContext)
 
 def test_settings_we_run_without_are_reported_and_counted(registry: PluginRegistry, context: PluginContext) -> None:
     metrics = EppMetrics()
-    text = LLM_D + (
-        "featureGates: [flowControl, haPopulateNonLeaderDatastore=false]\n"
-        "flowControl:\n  maxRequests: 1k\n  defaultRequestTTL: 30s\n  enableEviction: true\n"
+    text = LLM_D + (  # the flowControl section without its gate: a warning and a metric, as upstream
+        "featureGates: [haPopulateNonLeaderDatastore=false]\n"
+        "flowControl:\n  maxRequests: 1k\n  defaultRequestTTL: 30s\n"
         "  defaultNegativePriorityBand: {priority: -1, maxRequests: 10}\n"
         "dataLayer: {injectDefaults: false}\n"
     )
     loaded = load_config(text, registry, context, metrics=metrics)
     assert [n.setting for n in loaded.notices] == [
-        "featureGates.flowControl",
         "flowControl",
         "featureGates.haPopulateNonLeaderDatastore",
         "dataLayer",
     ]
-    assert loaded.feature_gates == {"flowControl"}
+    assert loaded.feature_gates == set() and loaded.flow_control is None
 
     def ignored(setting: str) -> float | None:
         return metrics.registry.get_sample_value("epp_config_ignored_settings", {"setting": setting})
 
     assert ignored("flowControl") == 1 and ignored("dataLayer") == 1
+    gated = load_config(
+        LLM_D + "featureGates: [flowControl]\n" + text.split("\n", 3)[3], registry, context, metrics=metrics
+    )
+    assert gated.flow_control is not None and gated.flow_control.max_requests == 1000
+    assert ignored("flowControl") == 0  # with the gate the section takes effect
     load_config(LLM_D + "flowControl: {saturationDetector: {}}\n", registry, context, metrics=metrics)
-    assert ignored("flowControl") == 0 and ignored("featureGates.flowControl") == 0  # a saturation detector only
+    assert ignored("flowControl") == 0  # a saturation detector only
 
     gie_no_scraping = load_config(GIE + "dataLayer: {sources: []}\n", registry, context)  # GIE's way to say it
     assert [n.setting for n in gie_no_scraping.notices] == ["apiVersion", "dataLayer"]

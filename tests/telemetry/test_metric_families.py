@@ -144,6 +144,16 @@ def test_every_upstream_series_of_the_picker_has_its_llm_d_twin() -> None:
         "inference_extension_prefix_indexer_hit_bytes": "llm_d_epp_prefix_indexer_hit_bytes",
         "inference_extension_model_rewrite_decisions": "llm_d_epp_model_rewrite_decisions",
         "inference_extension_info": "llm_d_epp_info",
+        **{
+            f"inference_extension_flow_control_{name}": f"llm_d_epp_flow_control_{name}"
+            for name in (
+                "queue_size",
+                "queue_bytes",
+                "request_queue_duration_seconds",
+                "dispatch_cycle_duration_seconds",
+                "pool_saturation",
+            )
+        },
     }
     upstream_gie = {n for n in names(gie) if n.startswith("inference_")} - {"inference_model_request"}  # v0.3 only
     assert upstream_gie == set(twins)

@@ -28,23 +28,28 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from epp.framework.headers import OBJECTIVE
+from epp.framework.headers import FAIRNESS_ID, OBJECTIVE
 
 __all__ = [
     "ADAPTERS",
     "BASE_MODEL",
+    "CRITICAL_OBJECTIVE",
+    "DEFAULT_WORKLOADS",
     "SHEDDABLE_OBJECTIVE",
     "WORKLOADS",
     "Arrival",
     "Workload",
     "capacity",
     "chat_mix",
+    "overload",
     "shared_prefix",
 ]
 
 BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ADAPTERS = ("sql-lora", "summarize-lora", "tweet-lora", "code-lora")
 SHEDDABLE_OBJECTIVE = "batch"
+CRITICAL_OBJECTIVE = "interactive"
+"""The objectives the bench pool holds: ``batch`` priority −1 (sheddable), ``interactive`` priority 10."""
 CHARS_PER_TOKEN = 4
 
 _WORDS = [
@@ -107,6 +112,19 @@ class Arrival:
     def sheddable(self) -> bool:
         return self.headers.get(OBJECTIVE) == SHEDDABLE_OBJECTIVE
 
+    @property
+    def service_class(self) -> str:
+        """``critical``, ``sheddable`` or ``standard``, from the objective the request names."""
+        objective = self.headers.get(OBJECTIVE)
+        if objective == CRITICAL_OBJECTIVE:
+            return "critical"
+        return "sheddable" if objective == SHEDDABLE_OBJECTIVE else "standard"
+
+    @property
+    def tenant(self) -> str:
+        """The fairness id the request sends (``default-flow`` when none)."""
+        return self.headers.get(FAIRNESS_ID, "default-flow")
+
 
 def _text(rng: random.Random, tokens: int) -> str:
     """About ``tokens`` simulator tokens of deterministic words."""
@@ -127,7 +145,14 @@ def _prompt_tokens(messages: Sequence[dict[str, str]]) -> int:
 
 
 def _arrival(
-    at: float, model: str, messages: list[dict[str, str]], max_tokens: int, group: str, *, sheddable: bool = False
+    at: float,
+    model: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    group: str,
+    *,
+    sheddable: bool = False,
+    headers: dict[str, str] | None = None,
 ) -> Arrival:
     body: dict[str, object] = {
         "model": model,
@@ -136,7 +161,7 @@ def _arrival(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    headers = {OBJECTIVE: SHEDDABLE_OBJECTIVE} if sheddable else {}
+    headers = headers if headers is not None else {OBJECTIVE: SHEDDABLE_OBJECTIVE} if sheddable else {}
     return Arrival(
         at=at,
         model=model,
@@ -235,6 +260,35 @@ def chat_mix(
     return arrivals
 
 
+def overload(
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    tenant_shares: tuple[float, ...] = (0.7, 0.1, 0.1, 0.1),
+    critical_share: float = 0.4,
+    prompt_tokens: int = 400,
+    output_tokens: tuple[int, int] = (16, 48),
+) -> list[Arrival]:
+    """Poisson arrivals from four tenants (one sends 70%), 40% critical and 60% sheddable.
+
+    Each request names its tenant in the fairness header and its class by objective
+    (``interactive``, priority 10, or ``batch``, priority −1). Prompts are unique, so nothing is
+    cached and the capacity estimate (:func:`capacity`) is what the servers can really do: a
+    load of 1.5 is 50% more than they can serve.
+    """
+    rng = random.Random(seed)
+    arrivals = []
+    for at in _poisson(rng, rate, duration):
+        t = rng.choices(range(len(tenant_shares)), weights=tenant_shares)[0]
+        objective = CRITICAL_OBJECTIVE if rng.random() < critical_share else SHEDDABLE_OBJECTIVE
+        messages = [{"role": "user", "content": _text(rng, prompt_tokens)}]
+        headers = {OBJECTIVE: objective, FAIRNESS_ID: f"tenant-{t}"}
+        tokens = rng.randint(*output_tokens)
+        arrivals.append(_arrival(at, BASE_MODEL, messages, tokens, f"tenant-{t}", headers=headers))
+    return arrivals
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """A named generator: ``generate(rate, duration, seed)`` → arrivals."""
@@ -257,8 +311,15 @@ WORKLOADS: dict[str, Workload] = {
             "multi-turn chat (2–6 turns, 4 s think time), 50% LoRA (4 adapters, Zipf), 20% sheddable",
             chat_mix,
         ),
+        Workload(
+            "overload",
+            "4 tenants (one sends 70%), 40% critical / 60% sheddable, unique 400-token prompts, 16–48 output tokens",
+            overload,
+        ),
     )
 }
+DEFAULT_WORKLOADS = ("shared-prefix", "chat-mix")
+"""What ``epp bench routing`` runs unless told: ``overload`` is run on its own (docs/benchmarks.md)."""
 
 
 def capacity(

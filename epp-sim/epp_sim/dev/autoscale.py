@@ -43,6 +43,7 @@ from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.peak import PeakSource
 from epp.autoscale.resources import GROUP_VERSION, KubeCluster
 from epp.autoscale.types import VariantKey
+from epp.autoscale.wake import QueueReader
 from epp.clock import Clock, SystemClock
 from epp.datalayer.http_client import create_session
 from epp.kube.client import Api, close_api, make_api
@@ -65,6 +66,16 @@ DEMO_ENGINE: Mapping[str, Any] = MappingProxyType(
     {"max_model_len": 1536, "num_gpu_blocks": 112, "decode_time_base": 0.02}
 )
 _POLL_INTERVAL = 0.05
+
+#: ``--scale-to-zero``: the picker queues requests while the pool has no pod (up to 5 minutes), and the
+#: autoscaler wakes the Deployment when that queue holds a request for the model (WVA's scale-from-zero)
+WAITING_ROOM_CONFIG = """\
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+flowControl:
+  noEndpointRequestTTL: 5m
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +100,15 @@ class AutoscaleConfig:
     first_host: int = 100
     engine: Mapping[str, Any] = field(default_factory=lambda: DEMO_ENGINE)
     clock: Clock = field(default_factory=SystemClock)
+    scale_to_zero: bool = False
 
     def __post_init__(self) -> None:
         for name in ("initial_replicas", "max_replicas"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise StackError(f"{name} must be a positive integer, got {value!r}")
+            least = 0 if name == "initial_replicas" and self.scale_to_zero else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                what = "a non-negative" if least == 0 else "a positive"
+                raise StackError(f"{name} must be {what} integer, got {value!r}")
         if self.initial_replicas > self.max_replicas:
             raise StackError(f"initial replicas ({self.initial_replicas}) exceed max replicas ({self.max_replicas})")
         if self.first_host < 1 or self.first_host + self.max_replicas - 1 > 254:
@@ -108,6 +122,11 @@ class AutoscaleConfig:
             raise StackError(
                 f"interval ({self.interval!r}) and pending_timeout ({self.pending_timeout!r}) must be > 0 seconds"
             )
+
+    @property
+    def picker_args(self) -> tuple[str, ...]:
+        """``epp serve`` flags this mode needs: with scale-to-zero, the flow-control waiting room."""
+        return ("--config-text", WAITING_ROOM_CONFIG) if self.scale_to_zero else ()
 
     @property
     def hosts(self) -> list[str]:
@@ -225,12 +244,19 @@ class DevAutoscaler:
         source: MetricsSource = ScrapeSource(self._session, cfg.clock)
         if cfg.window > 0:
             source = PeakSource(source, cfg.clock, window=cfg.window)
+        wake = QueueReader(self._session, [stack.picker.metrics_url]) if cfg.scale_to_zero else None
         self._controller = Controller(
             KubeCluster(self._api),
             source,
             clock=cfg.clock,
             metrics=AutoscalerMetrics(CollectorRegistry()),
-            options=ControllerOptions(interval=cfg.interval, pending_timeout=cfg.pending_timeout, actuate=True),
+            options=ControllerOptions(
+                interval=cfg.interval,
+                pending_timeout=cfg.pending_timeout,
+                actuate=True,
+                scale_to_zero=cfg.scale_to_zero,
+            ),
+            wake=wake,
         )
         self._task = start_guarded(self._controller.run(on_cycle=self._report_cycle), name="epp-dev-autoscaler")
 
@@ -272,7 +298,7 @@ class DevAutoscaler:
                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": samples.deployment_name},
                 "modelID": samples.model,
                 "variantCost": "10",
-                "minReplicas": 1,
+                "minReplicas": 0 if cfg.scale_to_zero else 1,
                 "maxReplicas": cfg.max_replicas,
             },
         }

@@ -99,6 +99,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-replicas", type=_positive(int), default=4, help="--autoscale: the VariantAutoscaling's maxReplicas"
     )
+    p.add_argument(
+        "--scale-to-zero",
+        action="store_true",
+        help="--autoscale: start at 0 replicas (--pods to change), scale an idle pool to zero, and wake it when "
+        "the picker queues a request (the picker runs with the flowControl gate)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -194,14 +200,18 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
 async def _dev(args: argparse.Namespace, out: TextIO) -> int:
     notes = _Notes(out)
     autoscaler: DevAutoscaler | None = None
+    if args.scale_to_zero and not args.autoscale:
+        out.write("epp dev: --scale-to-zero needs --autoscale\n")
+        return 2
     if args.autoscale:
         autoscaler = DevAutoscaler(
             AutoscaleConfig(
-                initial_replicas=1 if args.pods is None else args.pods,
+                initial_replicas=(0 if args.scale_to_zero else 1) if args.pods is None else args.pods,
                 max_replicas=args.max_replicas,
                 load_delay=args.model_load_delay,
                 interval=args.autoscale_interval,
                 window=args.autoscale_window,
+                scale_to_zero=args.scale_to_zero,
             ),
             report=notes,
         )
@@ -210,6 +220,7 @@ async def _dev(args: argparse.Namespace, out: TextIO) -> int:
         envoy_port=args.port,
         time_scale=args.time_scale,
         manifests=args.manifests,
+        picker_args=autoscaler.config.picker_args if autoscaler else (),
     )
     main = asyncio.current_task()
     assert main is not None

@@ -161,7 +161,7 @@ class Routed:
     status: int  # 200 = routed; otherwise the ImmediateResponse status
     endpoint: str = ""  # x-gateway-destination-endpoint
     metadata_endpoint: str = ""  # the same, from the envoy.lb dynamic metadata
-    headers: dict[str, bytes] = field(default_factory=dict)  # every header the picker set
+    headers: dict[str, bytes] = field(default_factory=dict)  # every header the picker set (errors' too)
     body: bytes = b""  # the request body as the picker streamed it back (rewritten or not)
     error: bytes = b""  # the ImmediateResponse body
 
@@ -212,7 +212,8 @@ class ExtProcClient:
         first = await call.recv_one()
         if first.HasField("immediate_response"):
             await call.end()
-            return Routed(first.immediate_response.status.code, error=first.immediate_response.body)
+            immediate = first.immediate_response
+            return Routed(immediate.status.code, headers=set_headers(immediate.headers), error=immediate.body)
         mutation = first.request_headers.response.header_mutation
         out = bytearray()
         while True:

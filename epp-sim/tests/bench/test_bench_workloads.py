@@ -1,19 +1,23 @@
-"""Seeded workloads: same seed → same arrivals; the shapes the routing benchmark relies on."""
+"""Seeded workloads: same seed → same arrivals; the shapes the routing benchmark relies on; fairness scoring."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
-from epp.framework.headers import OBJECTIVE
+from epp.framework.headers import FAIRNESS_ID, OBJECTIVE
+from epp_sim.bench.routing.scoring import jain_index, max_min_shares
 from epp_sim.bench.workloads import (
     ADAPTERS,
     BASE_MODEL,
+    CRITICAL_OBJECTIVE,
     SHEDDABLE_OBJECTIVE,
     WORKLOADS,
     capacity,
     chat_mix,
+    overload,
     shared_prefix,
 )
 
@@ -73,3 +77,27 @@ def test_capacity_is_servers_over_mean_uncached_cost() -> None:
         expected
     )
     assert capacity([], servers=4, prefill_time_per_token=0.001, decode_time_per_seq=0.01) == 0.0
+
+
+def test_overload_tenants_and_classes() -> None:
+    arrivals = overload(200.0, 20.0, 1)
+    tenants = Counter(a.tenant for a in arrivals)
+    classes = Counter(a.service_class for a in arrivals)
+    assert set(tenants) == {"tenant-0", "tenant-1", "tenant-2", "tenant-3"}
+    assert 0.65 < tenants["tenant-0"] / len(arrivals) < 0.75
+    assert set(classes) == {"critical", "sheddable"} and 0.35 < classes["critical"] / len(arrivals) < 0.45
+    assert all(a.headers[FAIRNESS_ID] == a.tenant for a in arrivals)
+    assert {a.headers[OBJECTIVE] for a in arrivals} == {CRITICAL_OBJECTIVE, SHEDDABLE_OBJECTIVE}
+    assert len({a.data for a in arrivals}) == len(arrivals)  # unique prompts: nothing is cached
+
+
+def test_max_min_shares_and_jain_index() -> None:
+    offered = {"big": 70.0, "a": 10.0, "b": 10.0, "c": 10.0}
+    assert max_min_shares(offered, 40.0) == {"big": 10.0, "a": 10.0, "b": 10.0, "c": 10.0}
+    assert max_min_shares(offered, 60.0) == {"big": 30.0, "a": 10.0, "b": 10.0, "c": 10.0}
+    assert max_min_shares({"a": 5.0, "b": 50.0}, 30.0) == {"a": 5.0, "b": 25.0}
+    assert jain_index({"big": 30, "a": 10, "b": 10, "c": 10}, offered) == pytest.approx(1.0)
+    assert jain_index({"big": 54, "a": 2, "b": 2, "c": 2}, offered) == pytest.approx(
+        0.25 * (3 * 0.2 + 1.8) ** 2 / (3 * 0.04 + 3.24)
+    )
+    assert jain_index({"a": 0, "b": 0}, {"a": 1, "b": 1}) is None

@@ -178,3 +178,58 @@ async def test_epp_dev_autoscale_command_scales_up_under_load() -> None:
     work_dir = re.search(r"logs:\s+(\S+)", out).group(1)  # type: ignore[union-attr]
     assert not await asyncio.to_thread(Path(work_dir).exists)
     assert not _processes_mentioning(work_dir)
+
+
+async def test_scale_to_zero_a_request_wakes_the_pool_and_is_served() -> None:
+    """``--scale-to-zero``: no pod; a request waits in the picker's queue, the autoscaler sees it and scales 0 → 1."""
+    clock = ManualClock()
+    lines: list[str] = []
+    config = AutoscaleConfig(
+        initial_replicas=0,
+        scale_to_zero=True,
+        load_delay=LOAD_DELAY,
+        interval=1e6,
+        window=0,
+        first_host=160,
+        clock=clock,
+    )
+    autoscaler = DevAutoscaler(config, report=lines.append)
+    async with LocalStack(
+        StackConfig(pods=0, envoy_port=0, picker_args=config.picker_args), components=[autoscaler]
+    ) as stack:
+        key = autoscaler.variant
+        outcome = (await autoscaler.run_cycle())[key]
+        assert outcome.decision is not None and outcome.decision.reason is Reason.INACTIVE
+        assert _spec_replicas(autoscaler) == 0
+
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Wake up!"}], "max_tokens": 4}
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+            async def ask() -> tuple[int, str]:
+                async with session.post(f"{stack.envoy_url}/v1/chat/completions", json=body) as resp:
+                    return resp.status, await resp.text()
+
+            request = asyncio.ensure_future(ask())
+
+            async def queued() -> bool:
+                async with session.get(stack.picker.metrics_url) as resp:
+                    text = await resp.text()
+                return any(
+                    line.startswith("inference_extension_flow_control_queue_size{") and not line.endswith(" 0.0")
+                    for line in text.splitlines()
+                )
+
+            await wait_until(queued, timeout=20, message="the request waits in the picker's queue")
+            outcome = (await autoscaler.run_cycle())[key]
+            assert outcome.decision is not None and outcome.actuated, outcome
+            assert (outcome.decision.current, outcome.decision.target) == (0, 1)
+            assert outcome.decision.reason is Reason.WAKE
+            assert lines[-1].startswith(f"autoscaler: {key.name} 0 → 1 (scale-from-zero): the picker holds 1 request")
+            await wait_until(lambda: clock.sleepers >= 1, timeout=10, message="the new pod is loading")
+            assert not request.done()
+            clock.advance(LOAD_DELAY)
+            await autoscaler.wait_ready(timeout=20)
+            status, text = await asyncio.wait_for(request, 30)
+        assert status == 200, text
+        [server] = autoscaler.workloads.servers(stack.samples.namespace).values()
+        assert server.stats()["requests"] == 1

@@ -21,7 +21,7 @@ from epp.datastore.store import Datastore
 from epp.datastore.types import ObjectiveSpec, PodInfo, PoolSpec
 from epp.labels import Selector
 from epp_sim.bench.children import http_ok, python_child
-from epp_sim.bench.workloads import ADAPTERS, SHEDDABLE_OBJECTIVE
+from epp_sim.bench.workloads import ADAPTERS, CRITICAL_OBJECTIVE, SHEDDABLE_OBJECTIVE
 from epp_sim.modelserver import SimConfig
 from epp_sim.stack.processes import ChildProcess
 
@@ -74,7 +74,7 @@ async def start_cluster(*, servers: int, time_scale: float, port: int, work: Pat
 
 
 def pool_store(servers: int, port: int) -> Datastore:
-    """A datastore holding the simulators as one ready pool, and the workloads' sheddable objective."""
+    """A datastore holding the simulators as one ready pool, and the workloads' objectives."""
     store = Datastore()
     pods = [
         PodInfo(name=f"sim-{i}", namespace="default", ip=f"127.0.0.{2 + i}", labels=_POOL_LABELS, ready=True)
@@ -83,6 +83,7 @@ def pool_store(servers: int, port: int) -> Datastore:
     selector = Selector.from_match_labels(_POOL_LABELS)
     store.set_pool(PoolSpec(name="sim", namespace="default", selector=selector, target_ports=(port,)), pods)
     store.set_objective(ObjectiveSpec(name=SHEDDABLE_OBJECTIVE, namespace="default", priority=-1))
+    store.set_objective(ObjectiveSpec(name=CRITICAL_OBJECTIVE, namespace="default", priority=10))
     return store
 
 

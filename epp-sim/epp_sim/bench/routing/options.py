@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from epp_sim.bench.routing.strategies import DEFAULT, ROUND_ROBIN, STRATEGIES
-from epp_sim.bench.workloads import WORKLOADS
+from epp_sim.bench.routing.strategies import DEFAULT, DEFAULT_STRATEGIES, ROUND_ROBIN, STRATEGIES
+from epp_sim.bench.workloads import DEFAULT_WORKLOADS, WORKLOADS
 
 __all__ = ["RoutingOptions"]
 
@@ -20,8 +20,8 @@ class RoutingOptions:
     """What to run; ``quick()`` is the CI smoke-test shape."""
 
     servers: int = 8
-    strategies: tuple[str, ...] = tuple(STRATEGIES)
-    workloads: tuple[str, ...] = tuple(WORKLOADS)
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    workloads: tuple[str, ...] = DEFAULT_WORKLOADS
     loads: tuple[float, ...] = (0.4, 0.7, 1.0, 1.3)
     sim_seconds: float = 16.0
     warmup_fraction: float = 0.25

@@ -3,7 +3,8 @@
 Arrivals go out at their scaled times whether or not earlier ones finished (an open loop, as
 real traffic), each routed by the strategy's :data:`~epp_sim.bench.routing.strategies.Route` and
 sent straight to the chosen simulator as a streaming chat completion, so the client sees the
-time to the first content token, the end-to-end latency and the usage. Arrivals in the warm-up
+time to the first content token (from the arrival: time waiting in the picker's flow-control
+queue included), the end-to-end latency and the usage, by service class and by tenant. Arrivals in the warm-up
 window are sent but not recorded.
 """
 
@@ -22,7 +23,7 @@ from epp_sim.bench.routing.options import RoutingOptions
 from epp_sim.bench.routing.strategies import Route
 from epp_sim.bench.workloads import Arrival
 
-__all__ = ["Outcome", "replay"]
+__all__ = ["Counts", "Outcome", "replay"]
 
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":(\d+)')
 
@@ -42,9 +43,35 @@ class Outcome:
     last_finish: float = 0.0
     arrivals: int = 0
     """Arrivals after the warm-up (the ones recorded)."""
+    classes: dict[str, Counts] = field(default_factory=dict)
+    """By service class (``critical``, ``sheddable``, ``standard``)."""
+    tenants: dict[str, Counts] = field(default_factory=dict)
+    """By fairness id."""
+    class_tenants: dict[str, dict[str, Counts]] = field(default_factory=dict)
+    """By service class, then fairness id: fairness is judged inside a priority band."""
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
+
+    def counts(self, arrival: Arrival) -> tuple[Counts, Counts, Counts]:
+        """The class, tenant, and class-and-tenant tallies of ``arrival``."""
+        cls, tenant = arrival.service_class, arrival.tenant
+        in_class = self.class_tenants.setdefault(cls, {})
+        return (
+            self.classes.setdefault(cls, Counts()),
+            self.tenants.setdefault(tenant, Counts()),
+            in_class.setdefault(tenant, Counts()),
+        )
+
+
+@dataclass
+class Counts:
+    """One class's or tenant's requests: offered, served (completed), dropped (refused by the picker), TTFTs."""
+
+    offered: int = 0
+    served: int = 0
+    dropped: int = 0
+    ttft: list[float] = field(default_factory=list)
 
 
 async def _send(
@@ -59,9 +86,14 @@ async def _send(
     started = loop.time()
     if outcome is None:
         outcome = Outcome()  # a scratch record for warm-up traffic, thrown away
+    tallies = outcome.counts(arrival)
+    for tally in tallies:
+        tally.offered += 1
     try:
-        destination, finished = route(index, arrival)
+        destination, finished = await route(index, arrival)
     except EppError as e:
+        for tally in tallies:
+            tally.dropped += 1
         if e.code.http_status == 429:
             outcome.shed += 1
         else:
@@ -96,6 +128,9 @@ async def _send(
         outcome.error("incomplete_stream")
         return
     outcome.ttft.append(first - started)
+    for tally in tallies:
+        tally.ttft.append(first - started)
+        tally.served += 1
     outcome.e2e.append(end - started)
     outcome.output_tokens += int(match.group(1))
     outcome.last_finish = max(outcome.last_finish, end)

@@ -66,12 +66,12 @@ async def _one_run(
             interval=0.02,
             message="the scraper never read every simulator's /metrics",
         )
-        route = router(strategy, store, options.seed)
-        cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
-        outcome, before = await replay(
-            arrivals, route, session, options, lambda: server_counters(session, options.servers, port)
-        )
-        wall = time.perf_counter() - wall0
+        async with router(strategy, store, options.seed) as route:
+            cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
+            outcome, before = await replay(
+                arrivals, route, session, options, lambda: server_counters(session, options.servers, port)
+            )
+            wall = time.perf_counter() - wall0
         cpu_sim, cpu_self = cpu_seconds(cluster.pid) - cpu_sim0, time.process_time() - cpu_self0
         after = await server_counters(session, options.servers, port)
     finally:

@@ -13,10 +13,60 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp_sim.bench.loadgen import percentile
-from epp_sim.bench.routing.replay import Outcome
-from epp_sim.bench.routing.strategies import DEFAULT, ROUND_ROBIN
+from epp_sim.bench.routing.replay import Counts, Outcome
+from epp_sim.bench.routing.strategies import DEFAULT, FLOW_CONTROL, ROUND_ROBIN
 
-__all__ = ["routing_targets", "run_record"]
+__all__ = ["jain_index", "max_min_shares", "routing_targets", "run_record"]
+
+OVERLOAD = "overload"
+_CALM_LOAD = 0.7
+"""The overload targets compare the critical class's TTFT p90 with its value at this load."""
+
+
+def max_min_shares(offered: Mapping[str, float], total: float) -> dict[str, float]:
+    """Max-min fair split of ``total`` among demands ``offered`` (water-filling, equal weights)."""
+    shares: dict[str, float] = {}
+    left = dict(offered)
+    remaining = total
+    while left:
+        level = remaining / len(left)
+        small = {k: v for k, v in left.items() if v <= level}
+        if not small:
+            shares.update(dict.fromkeys(left, level))
+            break
+        for k, v in small.items():
+            shares[k] = v
+            remaining -= v
+            del left[k]
+    return shares
+
+
+def jain_index(served: Mapping[str, float], offered: Mapping[str, float]) -> float | None:
+    """Jain's index of each tenant's served count over its max-min fair share of what was served.
+
+    1.0 when every tenant got its fair share: all it asked for if that is less than an equal
+    split, an equal split of the rest otherwise (Jain's normalisation by the optimal fair
+    allocation; raw counts would call a 70% tenant's larger share unfair). None when nothing
+    was served (no share to judge).
+    """
+    fair = max_min_shares(offered, sum(served.values()))
+    x = [served[k] / fair[k] for k in served if fair.get(k)]
+    if not x or not any(x):
+        return None
+    return sum(x) ** 2 / (len(x) * sum(v * v for v in x))
+
+
+def _counts(counts: Mapping[str, Counts], scale: float) -> dict[str, dict[str, Any]]:
+    return {
+        name: {
+            "offered": c.offered,
+            "served": c.served,
+            "dropped": c.dropped,
+            "dropped_rate": (c.offered - c.served) / c.offered if c.offered else 0.0,
+            "ttft_s": _quantiles(c.ttft, scale),
+        }
+        for name, c in sorted(counts.items())
+    }
 
 
 def _quantiles(values: list[float], scale: float) -> dict[str, float]:
@@ -73,6 +123,14 @@ def run_record(
         "per_server_requests": counters["per_server_requests"],
         "time_stretch": _stretch(outcome.e2e, time_scale, counters),
         "route_us_mean": outcome.route_seconds / outcome.routed * 1e6 if outcome.routed else 0.0,
+        "goodput_rps": completed / span if span else 0.0,
+        "classes": _counts(outcome.classes, time_scale),
+        "tenants": _counts(outcome.tenants, time_scale),
+        "class_tenants": {cls: _counts(by, time_scale) for cls, by in sorted(outcome.class_tenants.items())},
+        "jain_index_by_class": {
+            cls: jain_index({t: c.served for t, c in by.items()}, {t: c.offered for t, c in by.items()})
+            for cls, by in sorted(outcome.class_tenants.items())
+        },
         "wall_s": wall,
         "cpu_cores": {part: seconds / wall for part, seconds in cpu.items()},
     }
@@ -108,6 +166,7 @@ def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ratios.append(f"@{load}: {ratio:.1f}×")
         prefix_ok = (prefix_ok is not False) and ratio >= 3.0
     return {
+        **_overload_targets(runs),
         "default_beats_round_robin_ttft_p90_above_50pct_load": {
             "detail": "; ".join(beats) or "not measured",
             "met": ok,
@@ -115,5 +174,46 @@ def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "prefix_aware_3x_round_robin_ttft_p90_shared_prefix": {
             "detail": ", ".join(ratios) or "not measured",
             "met": prefix_ok,
+        },
+    }
+
+
+def _overload_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Flow control under overload: critical TTFT p90 within 2× of calm, fair tenants, no goodput lost."""
+
+    def run(strategy: str, load: float) -> Mapping[str, Any] | None:
+        return next((r for r in runs if (r["workload"], r["strategy"], r["load"]) == (OVERLOAD, strategy, load)), None)
+
+    overloads = sorted({r["load"] for r in runs if r["workload"] == OVERLOAD and r["load"] > 1.0})
+    if not overloads:
+        return {}
+    ttft: list[str] = []
+    fair: list[str] = []
+    goodput: list[str] = []
+    ttft_ok: bool | None = None
+    fair_ok: bool | None = None
+    goodput_ok: bool | None = None
+    for load in overloads:
+        fc, base = run(FLOW_CONTROL, load), run(DEFAULT, load)
+        if fc is None:
+            continue
+        calm = run(FLOW_CONTROL, _CALM_LOAD) or run(DEFAULT, _CALM_LOAD)
+        critical = fc["classes"].get("critical", {}).get("ttft_s", {}).get("p90")
+        if calm is not None and critical is not None:
+            reference = calm["classes"].get("critical", {}).get("ttft_s", {}).get("p90", 0.0)
+            ttft.append(f"@{load}: {critical:.3f}s vs {reference:.3f}s at {_CALM_LOAD}")
+            ttft_ok = (ttft_ok is not False) and reference > 0 and critical <= 2 * reference
+        by_class = {c: j for c, j in fc["jain_index_by_class"].items() if j is not None}
+        fair.append(f"@{load}: " + ", ".join(f"{c} {j:.3f}" for c, j in by_class.items()))
+        fair_ok = (fair_ok is not False) and bool(by_class) and min(by_class.values()) >= 0.95
+        if base is not None:
+            goodput.append(f"@{load}: {fc['goodput_rps']:.1f} vs {base['goodput_rps']:.1f} req/s")
+            goodput_ok = (goodput_ok is not False) and fc["goodput_rps"] >= base["goodput_rps"]
+    return {
+        "overload_critical_ttft_p90_within_2x_of_calm": {"detail": "; ".join(ttft) or "not measured", "met": ttft_ok},
+        "overload_jain_index_at_least_0.95_in_each_band": {"detail": "; ".join(fair) or "not measured", "met": fair_ok},
+        "overload_no_goodput_loss_against_no_flow_control": {
+            "detail": "; ".join(goodput) or "not measured",
+            "met": goodput_ok,
         },
     }

@@ -1,0 +1,238 @@
+"""The flow controller: holds admitted requests until the pool has room, then releases them by priority and fairness.
+
+Upstream's model (``pkg/epp/flowcontrol``, one shard), on the event loop instead of goroutines.
+:meth:`FlowController.enqueue` is called by the director with the request's priority and size;
+it refuses at once when the queue is full (429, or 503 when the pool has no endpoint) and
+otherwise returns an :class:`Item` whose future the stream awaits (:meth:`FlowController.wait`),
+holding its ext_proc stream open without blocking anything else.
+
+A **dispatch cycle** runs on every enqueue and, while anything is queued, every ``tick`` (1 ms,
+as upstream's ticker; the loop sleeps on an event when the queue is empty). Each cycle:
+
+1. expires items past their TTL. The budget is ``defaultRequestTTL`` while the pool has
+   endpoints and ``noEndpointRequestTTL`` while it has none, counted from the later of the
+   enqueue and the last change between the two (the llm-d router's rule); 0 never expires.
+   Both budgets start for every item at the same moment or at its enqueue, so the oldest item
+   always expires first, and only the front of the arrival list is looked at;
+2. reads the saturation of the *whole* pool from the current config's saturation detector
+   (an empty pool reads 1.0, so nothing dispatches: the waiting room for scale-from-zero);
+3. releases at most one item (``Queues.next_item``: strict priority, head-of-line blocking at a
+   band's ceiling, the band's fairness and ordering policies).
+
+A client that goes away while queued cancels the awaiting task; the item leaves the queue at
+once (``EvictedContextCancelled``) and frees its slot. :meth:`stop` evicts everything left
+with 503 ``rejected-shutting-down``. The controller outlives configuration reloads (it belongs
+to the pool, not to the config), so a reload keeps every queued request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from time import perf_counter
+
+from epp.clock import Clock
+from epp.config.flow_control import FlowControlSettings
+from epp.flowcontrol.outcomes import Outcome
+from epp.flowcontrol.queues import Item, Queues
+from epp.framework import headers
+from epp.framework.endpoint import EndpointState
+from epp.framework.request import InferenceRequest
+from epp.framework.saturation import SaturationDetector
+from epp.tasks import cancel_and_wait, start_guarded
+from epp.telemetry.metrics import EppMetrics
+
+__all__ = ["FlowController"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TICK = 0.001
+_MAX_FAIRNESS_LABELS = 1000
+_OVERFLOW = "__overflow__"
+
+
+class FlowController:
+    """One pool's queue and its dispatch loop."""
+
+    def __init__(
+        self,
+        settings: FlowControlSettings,
+        *,
+        pool_name: str,
+        endpoints: Callable[[], Sequence[EndpointState]],
+        detector: Callable[[], SaturationDetector],
+        clock: Clock,
+        metrics: EppMetrics,
+        tick: float = DEFAULT_TICK,
+    ) -> None:
+        self.settings = settings
+        self._pool = pool_name
+        self._endpoints = endpoints
+        self._detector = detector
+        self._clock = clock
+        self._metrics = metrics
+        self._tick = tick
+        self._queues = Queues(settings)
+        self._arrivals: OrderedDict[int, Item] = OrderedDict()
+        """Live items in enqueue order (the TTL sweep reads the front)."""
+        self._seq = itertools.count()
+        self._pool_empty = False
+        self._regime_since = clock.now()
+        self._busy = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._running = False
+        self._fairness_labels: set[str] = set()
+        self._failing = False
+        self._saturation = metrics.fc_pool_saturation.labels(pool_name, "effective")
+        self._cycle_duration = metrics.fc_dispatch_cycle.labels()
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting now."""
+        return self._queues.count
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queues.bytes
+
+    async def start(self) -> None:
+        self._running = True
+        self._task = start_guarded(self._run(), name=f"flow-control-{self._pool}")
+
+    async def stop(self) -> None:
+        """Stop dispatching; every queued request ends with 503 ``rejected-shutting-down``."""
+        self._running = False
+        await cancel_and_wait(self._task)
+        self._task = None
+        for item in list(self._arrivals.values()):
+            self._finish(item, Outcome.EVICTED_OTHER)
+
+    # -- the request side ------------------------------------------------------------------------
+
+    def enqueue(self, request: InferenceRequest) -> Item:
+        """Queue ``request`` (its priority and size set) and run a cycle; raises EppError when refused."""
+        if not self._running:
+            raise Outcome.EVICTED_OTHER.error()
+        now = self._clock.now()
+        fairness_id = headers.read(request.headers, headers.FAIRNESS_ID) or headers.DEFAULT_FAIRNESS_ID
+        priority = request.priority
+        labels = (
+            self._fairness_label(fairness_id),
+            str(priority),
+            self._pool,
+            request.model,
+            request.target_model or request.model,
+        )
+        if not self._queues.has_room(priority, request.size):
+            outcome = Outcome.REJECTED_NO_ENDPOINTS if not self._endpoints() else Outcome.REJECTED_CAPACITY
+            self._record(labels, outcome, 0.0)
+            raise outcome.error()
+        item = Item(
+            request,
+            fairness_id=fairness_id,
+            enqueued_at=now,
+            ttl=self.settings.ttl,
+            seq=next(self._seq),
+            future=asyncio.get_running_loop().create_future(),
+            labels=labels,
+        )
+        self._queues.add(item)
+        self._arrivals[item.seq] = item
+        self._metrics.fc_queue_size.labels(*labels).inc()
+        self._metrics.fc_queue_bytes.labels(*labels).inc(item.size)
+        self.cycle()
+        if self._queues.count:
+            self._busy.set()
+        return item
+
+    async def wait(self, item: Item) -> None:
+        """Until ``item`` is dispatched; raises its outcome's EppError. Cancelling leaves the queue at once."""
+        try:
+            await item.future
+        except asyncio.CancelledError:
+            if item.live:
+                self._finish(item, Outcome.EVICTED_CONTEXT_CANCELLED)
+            raise
+
+    # -- the dispatch side -----------------------------------------------------------------------
+
+    def cycle(self) -> None:
+        """One dispatch cycle: expire, read saturation, release at most one item."""
+        start = perf_counter()
+        now = self._clock.now()
+        endpoints = self._endpoints()
+        empty = not endpoints
+        if empty != self._pool_empty:
+            self._pool_empty = empty
+            self._regime_since = now
+        self._expire(now)
+        if self._queues.count:
+            saturation = self._detector().saturation(endpoints, now)
+            self._saturation.set(saturation)
+            item = self._queues.next_item(saturation)
+            if item is not None:
+                self._finish(item, Outcome.DISPATCHED)
+        self._cycle_duration.observe(perf_counter() - start)
+
+    def _expire(self, now: float) -> None:
+        settings = self.settings
+        budget = settings.no_endpoint_ttl if self._pool_empty else settings.ttl
+        if not budget:
+            return
+        arrivals = self._arrivals
+        since = self._regime_since
+        outcome = Outcome.EVICTED_NO_ENDPOINTS if self._pool_empty else Outcome.EVICTED_TTL
+        while arrivals:
+            item = next(iter(arrivals.values()))
+            if max(item.enqueued_at, since) + budget > now:
+                return
+            self._finish(item, outcome)
+
+    def _finish(self, item: Item, outcome: Outcome) -> None:
+        """``item`` leaves the queue with ``outcome``: counts, gauges, metrics, and its waiter told."""
+        self._queues.remove(item)
+        del self._arrivals[item.seq]
+        metrics, labels = self._metrics, item.labels
+        metrics.fc_queue_size.labels(*labels).dec()
+        metrics.fc_queue_bytes.labels(*labels).dec(item.size)
+        self._record(labels, outcome, self._clock.now() - item.enqueued_at)
+        future = item.future
+        if not future.done():
+            if outcome is Outcome.DISPATCHED:
+                future.set_result(None)
+            else:
+                future.set_exception(outcome.error())
+
+    def _record(self, labels: tuple[str, ...], outcome: Outcome, waited: float) -> None:
+        fairness, priority, pool, model, target = labels
+        self._metrics.fc_queue_duration.labels(fairness, priority, outcome.label, pool, model, target).observe(waited)
+        self._metrics.fc_requests.labels(outcome.label, priority, pool).inc()
+
+    def _fairness_label(self, fairness_id: str) -> str:
+        """The fairness id as a metric label; past 1000 distinct ids, one overflow label (bounded series)."""
+        seen = self._fairness_labels
+        if fairness_id not in seen:
+            if len(seen) >= _MAX_FAIRNESS_LABELS:
+                return _OVERFLOW
+            seen.add(fairness_id)
+        return fairness_id
+
+    async def _run(self) -> None:
+        """Cycles every ``tick`` while something is queued; parked while the queue is empty."""
+        clock, busy = self._clock, self._busy
+        while True:
+            if not self._queues.count:
+                busy.clear()
+                await busy.wait()
+            await clock.sleep(self._tick)
+            try:
+                self.cycle()
+            except Exception:  # a detector or policy bug must not stop dispatching for good
+                if not self._failing:  # once per streak, not a thousand lines a second
+                    log.exception("flow-control dispatch cycle failed")
+                self._failing = True
+            else:
+                self._failing = False
