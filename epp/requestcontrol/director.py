@@ -21,6 +21,9 @@ InferenceModel path for ``v1alpha2`` pools):
 6. schedule (429 when nothing fits), run PreRequest plugins, return the targets (and, with
    ``--emit-endpoint-scores``, the primary profile's weighted score of every candidate).
 
+``explain`` runs the same steps in a dry-run mode (``explain.py``): no counters, no round-robin
+turn, no PreRequest plugins, no admission state change; each step's outcome is recorded instead.
+
 Everything is synchronous and reads the datastore and the current config once per request, so a
 config reload or a datastore change lands between requests, never inside one.
 """
@@ -40,9 +43,11 @@ from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.framework.saturation import SaturationDetector
 from epp.framework.scheduling import CycleState
 from epp.requestcontrol.admission import admit
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
+from epp.requestcontrol.explain import Admission, Explanation
 from epp.requestcontrol.rewrites import ModelRewriter, weighted_target
 from epp.scheduling.profile import Observe, plugin_observer
 from epp.telemetry.metrics import EppMetrics
@@ -86,26 +91,48 @@ class PoolDirector:
         Traced requests get upstream's ``gateway.request_orchestration`` span around all of it.
         """
         with span("gateway.request_orchestration", REQUEST_CONTROL_SCOPE, server=True) as orchestration:
-            return self._route(request, subset, orchestration)
+            return self._route(request, subset, orchestration, None)
+
+    def explain(self, request: InferenceRequest, subset: frozenset[str] | None) -> Explanation:
+        """What :meth:`route` would decide for ``request``, and why, without its side effects.
+
+        The same steps in the dry-run mode (see ``explain.py``); a failure is recorded, not raised.
+        """
+        explanation = Explanation(request)
+        try:
+            explanation.picked = self._route(request, subset, None, explanation).targets
+        except EppError as e:
+            explanation.error = e
+        return explanation
 
     def _route(
-        self, request: InferenceRequest, subset: frozenset[str] | None, orchestration: Span | None
+        self,
+        request: InferenceRequest,
+        subset: frozenset[str] | None,
+        orchestration: Span | None,
+        explanation: Explanation | None,
     ) -> RoutingDecision:
         datastore = self._datastore
-        self._resolve_model_and_priority(request, datastore)
+        self._resolve_model_and_priority(request, datastore, count=explanation is None)
         if orchestration is not None:
             orchestration.set_attribute("target_model", request.target_model)
             orchestration.set_attribute("request_prio", request.priority)
-        chosen = self._test_selection(request)
+        chosen = self._test_selection(request) if explanation is None else None
         if chosen is not None:
             return chosen
         candidates = self._candidates(subset)
         config = self._config()
-        if config.admission:
-            admit(request, candidates, config.saturation_detector, self._clock.now())
+        if explanation is None:
+            if config.admission:
+                admit(request, candidates, config.saturation_detector, self._clock.now())
+        else:
+            self._explain_admission(explanation, candidates, config.saturation_detector if config.admission else None)
         if not candidates:
             raise EppError(ErrorCode.SERVICE_UNAVAILABLE, _NO_CANDIDATES)
         cycle = CycleState()
+        if explanation is not None:
+            result = config.scheduler.schedule(request, candidates, cycle=cycle, trace=explanation.scheduling)
+            return RoutingDecision(list(result.primary.targets))  # a dry run stops before PreRequest
         result = config.scheduler.schedule(request, candidates, cycle=cycle)
         for plugin in config.pre_request:
             observe = self._observer("PreRequest", plugin.typed_name)
@@ -148,10 +175,26 @@ class PoolDirector:
                 )
             observe(time.perf_counter() - start)
 
-    def _resolve_model_and_priority(self, request: InferenceRequest, datastore: DatastoreReader) -> None:
+    def _explain_admission(
+        self, explanation: Explanation, candidates: Sequence[EndpointState], detector: SaturationDetector | None
+    ) -> None:
+        """The admission step of a dry run: the verdict recorded, a shed raised as in a real one."""
+        if detector is None:
+            explanation.admission = Admission.NOT_CHECKED
+            return
+        try:
+            admit(explanation.request, candidates, detector, self._clock.now())
+        except EppError as e:
+            explanation.admission, explanation.admission_reason = Admission.SHED, e.msg
+            raise
+        explanation.admission = Admission.ADMITTED
+
+    def _resolve_model_and_priority(
+        self, request: InferenceRequest, datastore: DatastoreReader, *, count: bool = True
+    ) -> None:
         incoming = request.model
         target = headers.read(request.headers, headers.MODEL_NAME_REWRITE) or incoming
-        rewritten = self._rewriter.rewrite(incoming, datastore.rewrites())
+        rewritten = self._rewriter.rewrite(incoming, datastore.rewrites(), count=count)
         if rewritten is not None:
             target = rewritten
         priority = 0
