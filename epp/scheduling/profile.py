@@ -174,10 +174,12 @@ class SchedulerProfile:
                 with span(span_name, SCHEDULING_SCOPE) as scorer_span:
                     start = clock()
                     scores = scorer.score(cycle, request, endpoints)
+                    added: list[float] | None = None
                     if trace is None:
                         observe(clock() - start)
                     else:
-                        trace.scorers.append(ScorerStep(scorer.typed_name, weight, scores))
+                        added = []
+                        trace.scorers.append(ScorerStep(scorer.typed_name, weight, scores, added))
                     if scorer_span is not None:
                         _scorer_attributes(scorer_span, scorer.typed_name, weight, count, scores)
                 if len(scores) != count:
@@ -185,8 +187,12 @@ class SchedulerProfile:
                         f"scorer {scorer.typed_name} returned {len(scores)} scores for {count} endpoints"
                     )
                 for i, score in enumerate(scores):
+                    weighted = 0.0
                     if score > 0.0:  # negatives and NaN add nothing
-                        totals[i] += weight if score >= 1.0 else score * weight
+                        weighted = weight if score >= 1.0 else score * weight
+                        totals[i] += weighted
+                    if added is not None:
+                        added.append(weighted)
         return totals
 
     def _pick(
@@ -207,7 +213,7 @@ class SchedulerProfile:
             if trace is None:
                 observe(time.perf_counter() - start)
             else:
-                trace.picker, trace.targets = picker.typed_name, result.targets
+                trace.picker, trace.targets, trace.totals = picker.typed_name, result.targets, totals
         if not result.targets:
             raise ProfileError(f"picker {picker.typed_name} returned no endpoints")
         result.scored = scored  # every candidate, though pickers may have reordered it (one reference)

@@ -27,11 +27,13 @@ class FilterStep:
 
 @dataclass(slots=True)
 class ScorerStep:
-    """One scorer, its weight and what it returned for each endpoint that passed the filters."""
+    """One scorer, its weight, what it returned for each endpoint that passed the filters, and
+    what that added to each endpoint's total (clamped to [0, 1], times the weight)."""
 
     plugin: TypedName
     weight: float
     raw: Sequence[float]
+    weighted: Sequence[float]
 
 
 @dataclass(slots=True)
@@ -44,6 +46,8 @@ class ProfileTrace:
     endpoints: Sequence[EndpointState] = ()
     """The endpoints that passed the filters, in the order the scorers saw them."""
     scorers: list[ScorerStep] = field(default_factory=list)
+    totals: Sequence[float] = ()
+    """Each endpoint's weighted sum, as the picker received it."""
     targets: Sequence[EndpointState] = ()
     error: str = ""
 
