@@ -7,6 +7,8 @@ in one file.
 
 from __future__ import annotations
 
+from google.protobuf import json_format  # type: ignore[import-untyped]
+
 from epp.api.v1 import config_pb2, endpoints_pb2, explain_pb2
 from epp.api.v1.config_pb2 import GetConfigRequest, GetConfigResponse, PoolConfig, ReloadResult
 from epp.api.v1.config_pb2_grpc import ConfigServicer, ConfigStub, add_ConfigServicer_to_server
@@ -63,9 +65,15 @@ __all__ = [
     "add_ConfigServicer_to_server",
     "add_EndpointsServicer_to_server",
     "add_ExplainServicer_to_server",
+    "to_json",
 ]
 
 CONFIG_SERVICE: str = config_pb2.DESCRIPTOR.services_by_name["Config"].full_name
 ENDPOINTS_SERVICE: str = endpoints_pb2.DESCRIPTOR.services_by_name["Endpoints"].full_name
 EXPLAIN_SERVICE: str = explain_pb2.DESCRIPTOR.services_by_name["Explain"].full_name
 API_SERVICES: tuple[str, ...] = (CONFIG_SERVICE, ENDPOINTS_SERVICE, EXPLAIN_SERVICE)
+
+
+def to_json(message: object) -> str:
+    """A message as JSON with the proto's field names (as grpcurl prints it)."""
+    return str(json_format.MessageToJson(message, preserving_proto_field_name=True))
