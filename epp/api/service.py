@@ -23,7 +23,7 @@ from epp.api.views import config_message, endpoint_message, explanation_message,
 from epp.clock import Clock
 from epp.config.loader import LoadedConfig
 from epp.datastore.types import DatastoreReader
-from epp.errors import EppError
+from epp.errors import EppError, ErrorCode
 from epp.extproc.request_body import parse_request_body
 from epp.framework import headers as wire
 from epp.framework.request import InferenceRequest
@@ -137,8 +137,9 @@ class _Explain(pb.ExplainServicer):  # type: ignore[misc]  # generated base is u
         try:
             parsed = parse_request_body(request.body, headers)
             director = self._s.directors.director_for(inference)
-        except EppError as e:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except EppError as e:  # a body the picker refuses, or a pool it does not serve
+            code = grpc.StatusCode.NOT_FOUND if e.code is ErrorCode.NOT_FOUND else grpc.StatusCode.INVALID_ARGUMENT
+            await _abort(context, code, str(e))
             raise  # unreachable: abort raises
         inference.body, inference.model, inference.api, inference.stream = (
             parsed.body,
