@@ -381,6 +381,7 @@ class Runtime(Service):
             ready = self.ready
             if ready != current:
                 self.server.set_ready(ready)
+                self.metrics.ready.set(1 if ready else 0)
                 log.info("readiness changed", extra={"ready": ready})
                 current = ready
             await self.clock.sleep(self._readiness_interval)
@@ -400,6 +401,7 @@ class Runtime(Service):
         self._readiness = None
         if self._server is not None:
             self._server.drain()
+        self.metrics.ready.set(0)
         log.info("draining: NOT_SERVING, ext_proc still serving")
         if self.elector is not None:
             await self.elector.stop()  # releases the Lease
