@@ -39,7 +39,7 @@ async def test_epp_explain_prints_the_score_table(epp_pool: PoolFactory, tmp_pat
     assert lines[0].startswith("pool default/") and "model m -> m" in lines[0]
     assert "admission: admitted" in lines
     header = next(line for line in lines if line.strip().startswith("endpoint"))
-    assert "queue-scorer/queue-scorer x2" in header and header.rstrip().endswith("total")
+    assert "queue-scorer x2" in header and header.rstrip().endswith("total")
     best = next(line for line in lines if line.strip().startswith("* "))
     assert "default/pod-1-rank-0" in best and env.hostport(1) in best and "1.000 -> 2.000" in best
     assert lines[-1] == f"picked: {env.hostport(1)}"

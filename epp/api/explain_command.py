@@ -117,7 +117,7 @@ def _score_table(profile: Any, out: TextIO) -> None:
     """One row per endpoint that passed the filters: raw -> weighted per scorer, then the total."""
     if not profile.endpoints:
         return
-    head = ["endpoint", "address", *(f"{s.plugin} x{s.weight:g}" for s in profile.scorers), "total"]
+    head = ["endpoint", "address", *(f"{_short(s.plugin)} x{s.weight:g}" for s in profile.scorers), "total"]
     targets = set(profile.targets)
     rows = [
         [
@@ -131,3 +131,9 @@ def _score_table(profile: Any, out: TextIO) -> None:
     widths = [max(len(str(c)) for c in column) for column in zip(head, *rows, strict=False)]
     for row in (head, *rows):
         out.write("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() + "\n")
+
+
+def _short(plugin: str) -> str:
+    """``type/name``, or just ``type`` when the plugin is named after its type (the usual case)."""
+    kind, _, name = plugin.partition("/")
+    return kind if name in ("", kind) else plugin
