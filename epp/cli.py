@@ -1,6 +1,7 @@
 """``epp COMMAND``: argument parsing only; each command lives in its package.
 
-The picker's own commands (``serve``, ``autoscale``) are registered here. The tooling commands
+The picker's own commands (``serve``, ``autoscale``, and ``explain``, a client of a running
+picker) are registered here. The tooling commands
 (``sim``, ``dev``, ``bench``) belong to the ``epp-sim`` distribution, which registers them in the
 ``epp.commands`` entry-point group; they appear when it is installed, and a one-line message names
 the distribution when it is not. Only the module of the command being run is imported, so
@@ -28,7 +29,11 @@ TOOLING_DISTRIBUTION = "epp-sim"
 # The tooling distribution's commands, named here only to say where they went when it is missing.
 _TOOLING_COMMANDS = ("sim", "dev", "bench")
 # Our own commands: name → module with add_parser, imported only when needed.
-_CORE_COMMANDS = {"serve": "epp.serve_command", "autoscale": "epp.autoscale.command"}
+_CORE_COMMANDS = {
+    "serve": "epp.serve_command",
+    "autoscale": "epp.autoscale.command",
+    "explain": "epp.api.explain_command",
+}
 
 Command = Callable[[argparse.Namespace], int]
 AddParser = Callable[[Any], argparse.ArgumentParser]

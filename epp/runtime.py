@@ -14,7 +14,8 @@ directors → gRPC servers (NOT_SERVING) → metrics server → readiness follow
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
 (bounded) → config watcher → elector → plugins' background resources (KV-event subscribers) →
 reconcilers → scrapers → gauges → metrics server → API client.
-Tracing (``--tracing`` with an exporter) is set up right after the configuration is read.
+Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
+``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer.
 A graceful shutdown (SIGTERM, see ``epp/serve_command.py``) first calls :meth:`Runtime.drain`
 (health port NOT_SERVING, Lease released, everything else keeps running for ``--drain-timeout``),
 then the stop above, whose gRPC step stops taking streams and lets open ones finish.
@@ -31,6 +32,8 @@ import socket
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
+from epp.api.auth import ApiAuthInterceptor
+from epp.api.service import ApiSources, add_api
 from epp.clock import Clock, SystemClock
 from epp.config.compat import log_notices
 from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
@@ -42,7 +45,7 @@ from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.datalayer.scraper import ScraperManager
 from epp.datastore.store import Datastore
 from epp.extproc.cert_reload import CertReloader
-from epp.extproc.server import ExtProcOptions, ExtProcServer
+from epp.extproc.server import ExtProcOptions, ExtProcServer, HealthPortServices
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
 from epp.flowcontrol.controller import FlowController
@@ -219,18 +222,24 @@ class Runtime(Service):
             max_send_msg_size=o.grpc_max_send_msg_size,
             stream_metrics=o.enable_grpc_stream_metrics,
         )
+        endpoint = o.metrics_endpoint
+        auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth else None
         self._server = ExtProcServer(
-            directors, self.metrics, options=stream_options, tracing=self.tracing, ext_proc=ext_proc
+            directors,
+            self.metrics,
+            options=stream_options,
+            tracing=self.tracing,
+            ext_proc=ext_proc,
+            health_port_services=self._api_services(directors, holder, auth),
         )
         tls = await self._server_tls() if o.tls.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls
         )
-        endpoint = o.metrics_endpoint
         self._metrics_server = MetricsServer(
             self.metrics,
             before_scrape=[self._refresh_gauges],
-            auth=MetricsAuth(self._api, clock=self.clock) if endpoint.auth else None,
+            auth=auth,
             pprof=endpoint.pprof,
             cert_dir=endpoint.cert_dir,
             client_ca_file=endpoint.client_ca_file,
@@ -269,6 +278,33 @@ class Runtime(Service):
                     "stay where they are); restart the picker to change them"
                 )
         return configs
+
+    def _api_services(
+        self, directors: PoolDispatcher[PoolDirector], holder: ConfigHolder[Configs], auth: MetricsAuth | None
+    ) -> HealthPortServices | None:
+        """The epp.v1 API for the health port, guarded by the /metrics authorizer; None when it is off."""
+        o = self.options
+        if not o.epp_api:
+            return None
+        if o.metrics_endpoint.cert_dir:
+            log.warning(
+                "epp.v1 API not served: --metrics-cert-dir puts /metrics behind TLS, and the API it guards "
+                "would share the health port, which stays plaintext for kubelet's probes; pass --epp-api=false"
+            )
+            return None
+        source = f"--config-file {o.config_file}" if o.config_file else "--config-text" if o.config_text else "default"
+        sources = ApiSources(
+            pools=self.pools,
+            directors=directors,
+            configs=holder.get,
+            generation=lambda: holder.generation,
+            last_reload=lambda: (self._watcher is not None, self._watcher.last_error if self._watcher else ""),
+            config_source=source,
+            clock=self.clock,
+            staleness_threshold=o.metrics_staleness_threshold,
+        )
+        interceptors = (ApiAuthInterceptor(auth, "/epp.v1."),) if auth is not None else ()
+        return HealthPortServices(lambda server: add_api(server, sources), interceptors)
 
     async def _server_tls(self) -> ServerTls:
         """The ext_proc port's certificate: mounted (and watched with --enable-cert-reload) or self-signed."""
@@ -417,6 +453,7 @@ class Runtime(Service):
             ready = self.ready
             if ready != current:
                 self.server.set_ready(ready)
+                self.metrics.ready.set(1 if ready else 0)
                 log.info("readiness changed", extra={"ready": ready})
                 current = ready
             await self.clock.sleep(self._readiness_interval)
@@ -436,6 +473,7 @@ class Runtime(Service):
         self._readiness = None
         if self._server is not None:
             self._server.drain()
+        self.metrics.ready.set(0)
         log.info("draining: NOT_SERVING, ext_proc still serving")
         if self.elector is not None:
             await self.elector.stop()  # releases the Lease

@@ -6,7 +6,8 @@ Flags that only mean something to a Go binary (``--zap-*`` options we cannot map
 accepted too and listed by :func:`no_effect_flags`, so start-up logs each once as having no
 effect instead of rejecting a chart's argument list. Our own additions (``--bind-address``,
 ``--kubeconfig``, ``--max-request-body-bytes``, a repeatable ``--pool-name``,
-``--enable-conformance-test-hooks``) keep upstream behaviour when left at their defaults; two
+``--enable-conformance-test-hooks``) keep upstream behaviour when left at their defaults, but
+``--epp-api``, which adds the ``epp.v1`` services beside health on the health port; two
 choose between the two upstreams where they differ: ``--ha-lease-name-style`` (GIE's Lease name
 by default) and ``--metrics-naming`` (both names by default, as the llm-d router emits them).
 
@@ -237,6 +238,13 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     _flag(diag, "--metrics-cert-dir", default="", help="directory with tls.crt and tls.key: HTTPS on /metrics")
     _flag(diag, "--metrics-client-ca-file", default="", help="PEM CA: /metrics requires verified client certificates")
     _switch(diag, "--enable-pprof", True, "Go pprof handlers (no effect here: /debug/pprof answers 404)")
+    _switch(
+        diag,
+        "--epp-api",
+        True,
+        "the epp.v1 gRPC API (Endpoints, Explain, Config) on the health port, with /metrics' authentication; "
+        "off while --metrics-cert-dir is set (the health port stays plaintext for kubelet)",
+    )
     _switch(diag, "--tracing", True, "OpenTelemetry traces (exported when an OTLP endpoint is configured)")
     diag.add_argument(
         "-v",
@@ -335,6 +343,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         lease_name_style=args.ha_lease_name_style,
         metrics_naming=args.metrics_naming,
         tracing=args.tracing,
+        epp_api=args.epp_api,
         logging=logging_options_from_args(args),
         tls=TlsOptions(
             secure_serving=args.secure_serving,

@@ -216,6 +216,8 @@ class ServeOptions:
     lease_name_style: LeaseNameStyle = "gie"
     metrics_naming: MetricsNaming = "both"
     tracing: bool = True
+    epp_api: bool = True
+    """The ``epp.v1`` API (Endpoints, Explain, Config) on the health port, guarded as ``/metrics``."""
     logging: LoggingOptions = field(default_factory=LoggingOptions)
     tls: TlsOptions = field(default_factory=TlsOptions)
     metrics_endpoint: MetricsEndpointOptions = field(default_factory=MetricsEndpointOptions)

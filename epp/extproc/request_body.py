@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from epp.errors import EppError, ErrorCode
-from epp.framework.request import ApiKind
+from epp.framework.request import ApiKind, InferenceRequest
 
 __all__ = ["ParsedBody", "parse_request_body", "serialize_go"]
 
@@ -68,6 +68,15 @@ class ParsedBody:
     api: ApiKind
     stream: bool
     max_output_tokens: int | None = None
+
+    def apply_to(self, request: InferenceRequest, size: int) -> None:
+        """Give ``request`` what routing reads from its body (``size``: the body's bytes as received)."""
+        request.body = self.body
+        request.model = self.model
+        request.api = self.api
+        request.stream = self.stream
+        request.max_output_tokens = self.max_output_tokens
+        request.size = size
 
 
 def _reject_constant(name: str) -> Any:

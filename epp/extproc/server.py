@@ -3,7 +3,8 @@
 The ext_proc port serves ``ExternalProcessor/Process`` (TLS unless disabled), reflection (so
 ``grpcurl list`` works) and, with ``--health-checking`` as upstream, the standard health service
 (a gateway's active health check asks for the ext_proc service name). The health port is
-plaintext, as kubelet's gRPC probes need. Each port has its own
+plaintext, as kubelet's gRPC probes need; it may carry more services (the ``epp.v1`` API, see
+:class:`HealthPortServices`), guarded by their own interceptors. Each port has its own
 :class:`~epp.extproc.health.HealthState`, both following readiness; only the health port's drains
 (:meth:`ExtProcServer.drain`), so during a graceful drain kubelet sees NOT_SERVING while a
 gateway's active health check on the ext_proc port keeps sending streams. Shutdown
@@ -14,6 +15,7 @@ in-flight ones finish or are cancelled when ``grace`` runs out.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +31,7 @@ from epp.framework.endpoint import join_host_port
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.tracing import Tracing
 
-__all__ = ["ExtProcOptions", "ExtProcServer"]
+__all__ = ["ExtProcOptions", "ExtProcServer", "HealthPortServices"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,15 @@ class ExtProcOptions:
             if size != 0:
                 limits.append((key, _MAX_MESSAGE if size is None else size))
         return (*limits, ("grpc.so_reuseport", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class HealthPortServices:
+    """More services for the health port: ``register`` adds them to a server and returns their names
+    (for reflection); ``interceptors`` guard them (and must let health and reflection through)."""
+
+    register: Callable[[Any], tuple[str, ...]]
+    interceptors: tuple[Any, ...] = ()
 
 
 class _ExtProcServicer(pb.ExternalProcessorServicer):  # type: ignore[misc]  # generated base is untyped
@@ -118,6 +129,7 @@ class ExtProcServer:
         options: StreamOptions,
         tracing: Tracing | None = None,
         ext_proc: ExtProcOptions | None = None,
+        health_port_services: HealthPortServices | None = None,
     ) -> None:
         self._processor = Processor(directors, metrics, options, tracing)
         self._ext_proc = ext_proc or ExtProcOptions()
@@ -126,6 +138,7 @@ class ExtProcServer:
         self._health = HealthState()
         # The ext_proc port's own copy: same readiness, but it keeps serving through a drain.
         self._ext_proc_health = HealthState()
+        self._extra = health_port_services
         self._servers: list[Any] = []
 
     @property
@@ -158,10 +171,12 @@ class ExtProcServer:
             pb.enable_server_reflection((pb.EXT_PROC_SERVICE, pb.HEALTH_SERVICE, pb.REFLECTION_SERVICE), ext_proc)
         else:
             pb.enable_server_reflection((pb.EXT_PROC_SERVICE, pb.REFLECTION_SERVICE), ext_proc)
-        health = grpc.aio.server(options=_SERVER_OPTIONS)
+        extra = self._extra
+        health = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=extra.interceptors if extra else None)
         pb.add_HealthServicer_to_server(self._health, health)
+        names = extra.register(health) if extra else ()
         # Reflection here too, so `grpcurl -plaintext host:9003 grpc.health.v1.Health/Check` works bare.
-        pb.enable_server_reflection((pb.HEALTH_SERVICE, pb.REFLECTION_SERVICE), health)
+        pb.enable_server_reflection((pb.HEALTH_SERVICE, *names, pb.REFLECTION_SERVICE), health)
         grpc_address = join_host_port(host, grpc_port)
         health_address = join_host_port(host, health_port)
         bound_grpc = _bind(ext_proc, "ext_proc", grpc_address, tls)

@@ -390,12 +390,7 @@ class Stream:
         assert request is not None
         director = self._p.directors.director_for(request)
         parsed = parse_request_body(raw, director.api_for(request_path(request.headers)))
-        request.body = parsed.body
-        request.model = parsed.model
-        request.api = parsed.api
-        request.stream = parsed.stream
-        request.max_output_tokens = parsed.max_output_tokens
-        request.size = len(raw)
+        parsed.apply_to(request, len(raw))
         t_parsed = perf_counter()
         self._owe(director)
         pending = director.prepare(request)

@@ -30,6 +30,11 @@ token estimate) until ``finished``, which the stream calls exactly once however 
 
 ``finished`` feeds the response's status back to the chosen endpoint's health (a 5xx counts as a
 failure, Envoy's own 502/503 makes it unreachable at once, anything else is a success).
+
+``explain`` runs the same steps in a dry-run mode (``explain.py``): no counters, no round-robin
+turn, no queue, no PreRequest plugins, no admission state change, no in-flight count; each
+step's outcome is recorded instead.
+
 Everything but the wait in the queue is synchronous and reads the datastore and the current
 config once per request (after the wait, for a queued request), so a config reload or a
 datastore change lands between requests, never inside one.
@@ -54,9 +59,11 @@ from epp.framework.health import Health
 from epp.framework.plugin import TypedName
 from epp.framework.producers import DataProducer
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
+from epp.framework.saturation import SaturationDetector
 from epp.framework.scheduling import CycleState
 from epp.requestcontrol.admission import admit
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
+from epp.requestcontrol.explain import Admission, Explanation
 from epp.requestcontrol.healthy import healthy_candidates
 from epp.requestcontrol.rewrites import ModelRewriter, weighted_target
 from epp.scheduling.profile import Observe, plugin_observer
@@ -114,34 +121,56 @@ class PoolDirector:
         synchronous part (resolution, admission or enqueue, and scheduling when not queued).
         """
         with span("gateway.request_orchestration", REQUEST_CONTROL_SCOPE, server=True) as orchestration:
-            decision = self._route(request, subset, orchestration)
+            decision = self._route(request, subset, orchestration, None)
         if isinstance(decision, RoutingDecision):  # a queued request is counted once dispatched
             self._count_in(request, decision)
         return decision
 
+    def explain(self, request: InferenceRequest, subset: frozenset[str] | None) -> Explanation:
+        """What :meth:`route` would decide for ``request``, and why, without its side effects.
+
+        The same steps in the dry-run mode (see ``explain.py``); a failure is recorded, not raised.
+        """
+        explanation = Explanation(request)
+        try:
+            decision = self._route(request, subset, None, explanation)
+            assert isinstance(decision, RoutingDecision)  # a dry run never queues
+            explanation.picked = decision.targets
+        except EppError as e:
+            explanation.error = e
+        return explanation
+
     def _route(
-        self, request: InferenceRequest, subset: frozenset[str] | None, orchestration: Span | None
+        self,
+        request: InferenceRequest,
+        subset: frozenset[str] | None,
+        orchestration: Span | None,
+        explanation: Explanation | None,
     ) -> RoutingDecision | Awaitable[RoutingDecision]:
         datastore = self._datastore
-        self._resolve_model_and_priority(request, datastore)
+        self._resolve_model_and_priority(request, datastore, count=explanation is None)
         if orchestration is not None:
             orchestration.set_attribute("target_model", request.target_model)
             orchestration.set_attribute("request_prio", request.priority)
-        chosen = self._test_selection(request)
+        chosen = self._test_selection(request) if explanation is None else None
         if chosen is not None:
             return chosen
         flow_control = self._flow_control
-        if flow_control is not None:
+        if flow_control is not None and explanation is None:
             item = flow_control.enqueue(request)
             if not item.future.done():
                 return self._after_queue(flow_control, item, subset)
             item.future.result()  # dispatched at once (or refused: raises its EppError)
             return self._schedule(request, self._candidates(subset), self._config())
-        candidates = self._candidates(subset)
+        candidates = self._candidates(subset, count=explanation is None)
         config = self._config()
-        if config.admission:
-            admit(request, candidates, config.saturation_detector, self._clock.now())
-        return self._schedule(request, candidates, config)
+        if explanation is None:
+            if config.admission:
+                admit(request, candidates, config.saturation_detector, self._clock.now())
+        else:  # with flow control the queue stands where admission would: a dry run does not enqueue
+            gate = config.saturation_detector if config.admission and flow_control is None else None
+            self._explain_admission(explanation, candidates, gate)
+        return self._schedule(request, candidates, config, explanation)
 
     async def _after_queue(
         self, flow_control: FlowController, item: Item, subset: frozenset[str] | None
@@ -153,11 +182,18 @@ class PoolDirector:
         return decision
 
     def _schedule(
-        self, request: InferenceRequest, candidates: Sequence[EndpointState], config: LoadedConfig
+        self,
+        request: InferenceRequest,
+        candidates: Sequence[EndpointState],
+        config: LoadedConfig,
+        explanation: Explanation | None = None,
     ) -> RoutingDecision:
         if not candidates:
             raise EppError(ErrorCode.SERVICE_UNAVAILABLE, _NO_CANDIDATES)
         cycle = CycleState()
+        if explanation is not None:
+            result = config.scheduler.schedule(request, candidates, cycle=cycle, trace=explanation.scheduling)
+            return RoutingDecision(list(result.primary.targets))  # a dry run stops before PreRequest
         result = config.scheduler.schedule(request, candidates, cycle=cycle)
         for plugin in config.pre_request:
             observe = self._observer("PreRequest", plugin.typed_name)
@@ -258,10 +294,26 @@ class PoolDirector:
         else:
             health.response_failed(f"HTTP {status}", self._clock.now())
 
-    def _resolve_model_and_priority(self, request: InferenceRequest, datastore: DatastoreReader) -> None:
+    def _explain_admission(
+        self, explanation: Explanation, candidates: Sequence[EndpointState], detector: SaturationDetector | None
+    ) -> None:
+        """The admission step of a dry run: the verdict recorded, a shed raised as in a real one."""
+        if detector is None:
+            explanation.admission = Admission.NOT_CHECKED
+            return
+        try:
+            admit(explanation.request, candidates, detector, self._clock.now())
+        except EppError as e:
+            explanation.admission, explanation.admission_reason = Admission.SHED, e.msg
+            raise
+        explanation.admission = Admission.ADMITTED
+
+    def _resolve_model_and_priority(
+        self, request: InferenceRequest, datastore: DatastoreReader, *, count: bool = True
+    ) -> None:
         incoming = request.model
         target = headers.read(request.headers, headers.MODEL_NAME_REWRITE) or incoming
-        rewritten = self._rewriter.rewrite(incoming, datastore.rewrites())
+        rewritten = self._rewriter.rewrite(incoming, datastore.rewrites(), count=count)
         if rewritten is not None:
             target = rewritten
         priority = 0
@@ -298,12 +350,13 @@ class PoolDirector:
             raise EppError(ErrorCode.SERVICE_UNAVAILABLE, _NO_CANDIDATES)
         return RoutingDecision([round_robin.pick(selected)])
 
-    def _candidates(self, subset: frozenset[str] | None) -> Sequence[EndpointState]:
+    def _candidates(self, subset: frozenset[str] | None, *, count: bool = True) -> Sequence[EndpointState]:
+        """The endpoints to schedule on, by health; ``count`` False (a dry run) leaves the fail-open counter."""
         endpoints = self._datastore.endpoints()
         if subset is not None:
             endpoints = [e for e in endpoints if e.endpoint.address in subset]
         candidates, fail_open = healthy_candidates(endpoints, self._clock.now(), self._staleness)
-        if fail_open:
+        if fail_open and count:
             self._fail_open.inc()
         return candidates
 

@@ -72,8 +72,8 @@ class ModelRewriter:
         self._source: tuple[RewriteSpec, ...] = ()
         self._index = RewriteIndex()
 
-    def rewrite(self, model: str, rewrites: Sequence[RewriteSpec]) -> str | None:
-        """The rewritten name for ``model``, or None when no rule applies."""
+    def rewrite(self, model: str, rewrites: Sequence[RewriteSpec], *, count: bool = True) -> str | None:
+        """The rewritten name for ``model``, or None when no rule applies; ``count=False``: a dry run's."""
         if not rewrites:
             return None
         source = tuple(rewrites)  # the same object when the store hands out its tuple
@@ -85,5 +85,6 @@ class ModelRewriter:
             return None
         rewrite_name, rule = found
         target = weighted_target(rule.targets, self._rng)
-        self._metrics.model_rewrite_decisions.labels(rewrite_name, model, target).inc()
+        if count:
+            self._metrics.model_rewrite_decisions.labels(rewrite_name, model, target).inc()
         return target

@@ -12,6 +12,9 @@ When the request is traced, a run is a ``run_scheduler_profile`` span with one c
 named and annotated as upstream's (``filter_endpoints``, ``llm_d.epp.scoring`` with an
 ``llm_d.epp.scorer.<type>`` child per scorer, ``pick_endpoints``); untraced, each would-be span
 costs one ContextVar read (:func:`epp.telemetry.tracing.span`).
+
+Given a :class:`~epp.scheduling.trace.ProfileTrace` (``Explain``'s dry run), a run records each
+filter's survivors, each scorer's raw scores and the pick into it, and observes no durations.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, Filter, Picker, ProfileResult, ScoredEndpoint, Scorer
+from epp.scheduling.trace import FilterStep, ProfileTrace, ScorerStep
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.tracing import SCHEDULING_SCOPE, Span, span
 
@@ -103,17 +107,30 @@ class SchedulerProfile:
     def name(self) -> str:
         return self._name
 
-    def run(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> ProfileResult:
-        """Filter, score and pick; raises :class:`ProfileError` when no endpoint comes out."""
+    def run(
+        self,
+        cycle: CycleState,
+        request: InferenceRequest,
+        candidates: Sequence[EndpointState],
+        trace: ProfileTrace | None = None,
+    ) -> ProfileResult:
+        """Filter, score and pick; raises :class:`ProfileError` when no endpoint comes out.
+
+        With ``trace`` (a dry run) every step is recorded there and no duration is observed.
+        """
         with span("run_scheduler_profile", SCHEDULING_SCOPE) as profile_span:
             if profile_span is not None:
                 profile_span.set_attribute("llm_d.epp.scheduling.profile.name", self._name)
-            endpoints = self._filter(cycle, request, candidates)
-            totals = self._score(cycle, request, endpoints)
-            return self._pick(cycle, request, endpoints, totals)
+            endpoints = self._filter(cycle, request, candidates, trace)
+            totals = self._score(cycle, request, endpoints, trace)
+            return self._pick(cycle, request, endpoints, totals, trace)
 
     def _filter(
-        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
+        self,
+        cycle: CycleState,
+        request: InferenceRequest,
+        candidates: Sequence[EndpointState],
+        trace: ProfileTrace | None,
     ) -> Sequence[EndpointState]:
         clock = time.perf_counter
         endpoints = candidates
@@ -124,7 +141,10 @@ class SchedulerProfile:
             for plugin, observe in self._filters:
                 start = clock()
                 endpoints = plugin.filter(cycle, request, endpoints)
-                observe(clock() - start)
+                if trace is None:
+                    observe(clock() - start)
+                else:
+                    trace.filters.append(FilterStep(plugin.typed_name, endpoints))
                 if not endpoints:
                     break
             if stage is not None:
@@ -133,7 +153,15 @@ class SchedulerProfile:
             raise ProfileError(NO_ENDPOINTS)
         return endpoints
 
-    def _score(self, cycle: CycleState, request: InferenceRequest, endpoints: Sequence[EndpointState]) -> list[float]:
+    def _score(
+        self,
+        cycle: CycleState,
+        request: InferenceRequest,
+        endpoints: Sequence[EndpointState],
+        trace: ProfileTrace | None,
+    ) -> list[float]:
+        if trace is not None:
+            trace.endpoints = endpoints
         clock = time.perf_counter
         count = len(endpoints)
         totals = [0.0] * count
@@ -146,7 +174,12 @@ class SchedulerProfile:
                 with span(span_name, SCHEDULING_SCOPE) as scorer_span:
                     start = clock()
                     scores = scorer.score(cycle, request, endpoints)
-                    observe(clock() - start)
+                    added: list[float] | None = None
+                    if trace is None:
+                        observe(clock() - start)
+                    else:
+                        added = []
+                        trace.scorers.append(ScorerStep(scorer.typed_name, weight, scores, added))
                     if scorer_span is not None:
                         _scorer_attributes(scorer_span, scorer.typed_name, weight, count, scores)
                 if len(scores) != count:
@@ -154,12 +187,21 @@ class SchedulerProfile:
                         f"scorer {scorer.typed_name} returned {len(scores)} scores for {count} endpoints"
                     )
                 for i, score in enumerate(scores):
+                    weighted = 0.0
                     if score > 0.0:  # negatives and NaN add nothing
-                        totals[i] += weight if score >= 1.0 else score * weight
+                        weighted = weight if score >= 1.0 else score * weight
+                        totals[i] += weighted
+                    if added is not None:
+                        added.append(weighted)
         return totals
 
     def _pick(
-        self, cycle: CycleState, request: InferenceRequest, endpoints: Sequence[EndpointState], totals: list[float]
+        self,
+        cycle: CycleState,
+        request: InferenceRequest,
+        endpoints: Sequence[EndpointState],
+        totals: list[float],
+        trace: ProfileTrace | None,
     ) -> ProfileResult:
         picker, observe = self._picker
         scored = [ScoredEndpoint(e, s) for e, s in zip(endpoints, totals, strict=True)]
@@ -168,7 +210,10 @@ class SchedulerProfile:
                 _picker_attributes(stage, request, scored)
             start = time.perf_counter()
             result = picker.pick(cycle, request, scored)
-            observe(time.perf_counter() - start)
+            if trace is None:
+                observe(time.perf_counter() - start)
+            else:
+                trace.picker, trace.targets, trace.totals = picker.typed_name, result.targets, totals
         if not result.targets:
             raise ProfileError(f"picker {picker.typed_name} returned no endpoints")
         result.scored = scored  # every candidate, though pickers may have reordered it (one reference)

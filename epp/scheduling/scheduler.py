@@ -4,7 +4,9 @@
 plugin of a cycle sees the same metrics snapshots. It fails with ``ResourceExhausted`` (429)
 "failed to find target endpoint: ..." when no profile ran or the primary profile failed, and
 records ``inference_extension_scheduler_e2e_duration_seconds`` and
-``inference_extension_scheduler_attempts_total`` for every call.
+``inference_extension_scheduler_attempts_total`` for every call, except a dry run (given a
+:class:`~epp.scheduling.trace.SchedulingTrace`, for ``Explain``), which records its steps there
+and no metric.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileHandler, ProfileResult, SchedulingResult
 from epp.scheduling.profile import ProfileError, SchedulerProfile, plugin_observer
+from epp.scheduling.trace import SchedulingTrace
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["Scheduler"]
@@ -56,23 +59,31 @@ class Scheduler:
         candidates: Sequence[EndpointState],
         *,
         cycle: CycleState | None = None,
+        trace: SchedulingTrace | None = None,
     ) -> SchedulingResult:
-        """Pick the target endpoint(s); raises ``EppError(RESOURCE_EXHAUSTED)`` when none is found."""
+        """Pick the target endpoint(s); raises ``EppError(RESOURCE_EXHAUSTED)`` when none is found.
+
+        With ``trace`` (a dry run) the steps are recorded there and no metric is.
+        """
         clock = time.perf_counter
         started = clock()
         target: EndpointState | None = None
         try:
-            result = self._run(cycle if cycle is not None else CycleState(), request, candidates)
+            result = self._run(cycle if cycle is not None else CycleState(), request, candidates, trace)
             target = result.primary.targets[0]
             return result
         finally:
             metrics = self._metrics
-            if metrics is not None:
+            if metrics is not None and trace is None:
                 metrics.scheduler_e2e.observe(clock() - started)
                 _record_attempt(metrics, request, target)
 
     def _run(
-        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
+        self,
+        cycle: CycleState,
+        request: InferenceRequest,
+        candidates: Sequence[EndpointState],
+        trace: SchedulingTrace | None,
     ) -> SchedulingResult:
         clock = time.perf_counter
         handler = self._handler
@@ -82,19 +93,23 @@ class Scheduler:
         for _ in range(_MAX_ROUNDS):
             start = clock()
             names = handler.pick_profiles(cycle, request, profiles, results)
-            self._pick_observe(clock() - start)
+            if trace is None:
+                self._pick_observe(clock() - start)
             if not names:
                 break
             for name in names:
                 profile = profiles.get(name)
                 if profile is None:
                     raise _failed(f"profile handler {handler.typed_name} picked unknown profile {name!r}")
+                profile_trace = None if trace is None else trace.start(name)
                 try:
-                    results[name] = profile.run(cycle, request, candidates)
+                    results[name] = profile.run(cycle, request, candidates, profile_trace)
                     failures.pop(name, None)
                 except ProfileError as exc:
                     results[name] = None
                     failures[name] = str(exc)
+                    if profile_trace is not None:
+                        profile_trace.error = str(exc)
         else:
             raise _failed(f"profile handler {handler.typed_name} did not finish within {_MAX_ROUNDS} rounds")
 
@@ -102,7 +117,10 @@ class Scheduler:
             raise _failed(f"failed to run any scheduler profile for request {request.request_id}")
         start = clock()
         result = handler.process_results(cycle, request, results)
-        self._process_observe(clock() - start)
+        if trace is None:
+            self._process_observe(clock() - start)
+        else:
+            trace.primary_profile = result.primary_profile
         primary = result.profile_results.get(result.primary_profile)
         if primary is None or not primary.targets:
             reason = failures.get(result.primary_profile, "produced no result")

@@ -396,6 +396,12 @@ class EppMetrics:
             ("reason",),
             registry=r,
         )
+        self.ready = Gauge(
+            "epp_ready",
+            "1 while the health port reports readiness SERVING (every pool synced and, with leader election, "
+            "the lease held), else 0; 0 from the start of a graceful drain.",
+            registry=r,
+        )
         self.config_reloads = Counter(
             "epp_config_reloads_total",
             "Configuration reloads by result (success, rejected).",

@@ -102,6 +102,7 @@ def test_every_kustomization_lists_every_file_in_its_folder() -> None:
         "overlays/leader-election",
         "gateways/envoy-gateway",
         "gateways/istio",
+        "observability",
     }
     for kust in kustomizations:
         spec = yaml.safe_load(kust.read_text())
@@ -119,7 +120,16 @@ def test_every_kustomization_lists_every_file_in_its_folder() -> None:
 
 @pytest.mark.parametrize(
     "folder",
-    [".", "crds", "epp", "samples", "overlays/leader-election", "gateways/envoy-gateway", "gateways/istio"],
+    [
+        ".",
+        "crds",
+        "epp",
+        "samples",
+        "overlays/leader-election",
+        "gateways/envoy-gateway",
+        "gateways/istio",
+        "observability",
+    ],
 )
 async def test_kubectl_kustomize_renders(folder: str, tmp_path: Path) -> None:
     kubectl = Path(sys.executable).parent / "kubectl"

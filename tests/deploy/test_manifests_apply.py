@@ -1,8 +1,9 @@
 """`kubectl apply` of every file in manifests/ against the fake API server, in the documented order.
 
-The inference CRDs first, then stand-ins for the third-party CRDs a gateway installation brings
-(``thirdparty_crds/``: Gateway API, Envoy Gateway, Istio), then each kustomization folder, the
-example VariantAutoscalings and the top-level kustomization. kubectl validates every object
+The inference CRDs first, then stand-ins for the third-party CRDs a gateway installation and the
+monitoring stack bring (``thirdparty_crds/``: Gateway API, Envoy Gateway, Istio, the Prometheus
+Operator's PrometheusRule), then each kustomization folder, the example VariantAutoscalings and
+the top-level kustomization. kubectl validates every object
 against the served OpenAPI (unknown fields are errors) and the server checks schemas and RBAC
 rules, so a broken manifest fails here. Each apply must name every object the step renders:
 created when new, configured or unchanged when an earlier step applied it; applying the same
@@ -34,6 +35,7 @@ STEPS: tuple[tuple[str, Path], ...] = (
     ("-f", SAMPLE_VA),
     ("-k", MANIFESTS / "gateways" / "envoy-gateway"),
     ("-k", MANIFESTS / "gateways" / "istio"),
+    ("-k", MANIFESTS / "observability"),
     ("-k", MANIFESTS),
 )
 """(flag, path) in apply order: a CRD before its objects, the overlay after its base."""

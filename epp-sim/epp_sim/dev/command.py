@@ -180,6 +180,7 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
         first,
         f"  Envoy:          {stack.envoy_url}",
         f"  picker metrics: {stack.picker.metrics_url}",
+        f"  picker API:     {stack.picker.health_target} (epp.v1, plaintext; grpcurl or epp explain)",
         f"  kubeconfig:     {stack.kubeconfig}",
         f"                  {_kubectl()} --kubeconfig {stack.kubeconfig} get {kinds}",
         f"  logs:           {stack.work_dir} (removed on exit)",
@@ -193,6 +194,11 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
         lines.append(
             f"  (the second asks for {samples.rewritten_models[0]!r}, which a rewrite sends to a LoRA adapter)"
         )
+    explain = json.dumps({"model": samples.model, "messages": [{"role": "user", "content": "Say hello!"}]})
+    lines.append(
+        f"  epp explain --target {stack.picker.health_target} --path /v1/chat/completions -d '{explain}'"
+        "  (why the picker would route it there)"
+    )
     lines += ["", "Ctrl-C stops everything."]
     return "\n".join(lines) + "\n"
 

@@ -17,13 +17,19 @@ from typing import Any
 import grpc
 
 from epp.extproc import pb
-from epp.framework.headers import DESTINATION_ENDPOINT, DESTINATION_ENDPOINT_SUBSET, LB_METADATA_NAMESPACE
+from epp.framework.headers import (
+    DESTINATION_ENDPOINT,
+    DESTINATION_ENDPOINT_SCORES,
+    DESTINATION_ENDPOINT_SUBSET,
+    LB_METADATA_NAMESPACE,
+)
 
 __all__ = [
     "ExtProcCall",
     "ExtProcClient",
     "Routed",
     "destination_metadata",
+    "endpoint_scores",
     "post_headers",
     "protocol",
     "request_body",
@@ -113,6 +119,14 @@ def destination_metadata(response: Any) -> str:
     )
 
 
+def endpoint_scores(response: Any) -> dict[str, float]:
+    """``--emit-endpoint-scores``: each candidate's ``ip:port`` → weighted score (empty without the flag)."""
+    lb = response.dynamic_metadata.fields[LB_METADATA_NAMESPACE].struct_value.fields
+    if DESTINATION_ENDPOINT_SCORES not in lb:
+        return {}
+    return {k: v.number_value for k, v in lb[DESTINATION_ENDPOINT_SCORES].struct_value.fields.items()}
+
+
 def streamed(response: Any, *, request: bool = True) -> tuple[bytes, bool]:
     body = response.request_body if request else response.response_body
     chunk = body.response.body_mutation.streamed_response
@@ -164,6 +178,7 @@ class Routed:
     headers: dict[str, bytes] = field(default_factory=dict)  # every header the picker set (errors' too)
     body: bytes = b""  # the request body as the picker streamed it back (rewritten or not)
     error: bytes = b""  # the ImmediateResponse body
+    endpoint_scores: dict[str, float] = field(default_factory=dict)  # --emit-endpoint-scores' envoy.lb struct
 
 
 class ExtProcClient:
@@ -229,4 +244,5 @@ class ExtProcClient:
             metadata_endpoint=destination_metadata(first),
             headers=headers_set,
             body=bytes(out),
+            endpoint_scores=endpoint_scores(first),
         )

@@ -1,0 +1,139 @@
+"""``epp explain``: ask a running picker why a request would go where it goes, and print the score table.
+
+A client of the picker's ``epp.v1.Explain`` service (on its health port, 9003 by default). The
+request is given as a client would send it: ``-d`` with the JSON body (``@file``, ``@-`` for
+stdin, or the text itself), ``-H 'name: value'`` for headers, ``--path`` for the API. The
+answer is printed as a table per scheduling profile (filters, then each scorer's raw → weighted
+score per endpoint, the total, the pick); ``--json`` prints the message itself. A decision that
+would fail (404, 429, 503) is an answer, printed with its status; the exit code is 1 only when
+the picker could not be asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import grpc
+
+from epp.api import pb
+
+__all__ = ["add_parser", "render", "run"]
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "explain",
+        help="why a request would go to that pod (asks a running picker's epp.v1.Explain)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--target", default="127.0.0.1:9003", help="the picker's health port, host:port")
+    p.add_argument("-d", "--data", required=True, help="the JSON body: @file, @- (stdin) or the text")
+    p.add_argument("-H", "--header", action="append", default=[], help="a request header 'name: value' (repeatable)")
+    p.add_argument("--path", default="", help="the request path, e.g. /v1/chat/completions (picks the API)")
+    p.add_argument("--token-file", default="", help="a file holding a bearer token (with --metrics-endpoint-auth)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer")
+    p.add_argument("--json", action="store_true", help="print the ExplainResponse as JSON instead of tables")
+    p.set_defaults(func=run)
+    return p
+
+
+def _body(data: str) -> bytes:
+    if data == "@-":
+        return sys.stdin.buffer.read()
+    if data.startswith("@"):
+        return Path(data[1:]).read_bytes()
+    return data.encode()
+
+
+def _headers(lines: list[str], path: str) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if line.startswith(":"):  # a pseudo-header such as ':path: /v1/chat/completions'
+            name, sep, value = line[1:].partition(":")
+            name = ":" + name
+        if not sep or not name.strip():
+            raise ValueError(f"-H {line!r}: expected 'name: value'")
+        headers[name.strip().lower()] = value.strip()
+    if path:
+        headers[":path"] = path
+    return headers
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        request = pb.ExplainRequest(headers=_headers(args.header, args.path), body=_body(args.data))
+        metadata: tuple[tuple[str, str], ...] = ()
+        if args.token_file:
+            metadata = (("authorization", f"Bearer {Path(args.token_file).read_text().strip()}"),)
+    except (OSError, ValueError) as e:
+        print(f"epp explain: {e}", file=sys.stderr)
+        return 2
+    try:
+        with grpc.insecure_channel(args.target) as channel:
+            answer = pb.ExplainStub(channel).Explain(request, timeout=args.timeout, metadata=metadata)
+    except grpc.RpcError as e:
+        print(f"epp explain: {args.target}: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(pb.to_json(answer))
+    else:
+        render(answer, sys.stdout)
+    return 0
+
+
+def render(answer: Any, out: TextIO) -> None:
+    """The explanation as text: the request as resolved, admission, one table per profile, the pick."""
+    objective = answer.objective or "-"
+    out.write(
+        f"pool {answer.pool}  model {answer.model} -> {answer.target_model}  "
+        f"objective {objective}  priority {answer.priority}\n"
+    )
+    if answer.HasField("admission"):
+        verdict = pb.Admission.Verdict.Name(answer.admission.verdict).lower().replace("_", "-")
+        reason = f" ({answer.admission.reason})" if answer.admission.reason else ""
+        out.write(f"admission: {verdict}{reason}\n")
+    for profile in answer.profiles:
+        primary = " (primary)" if profile.name == answer.primary_profile else ""
+        out.write(f"\nprofile {profile.name}{primary}\n")
+        for f in profile.filters:
+            out.write(f"  filter {f.plugin}: kept {len(f.kept)} ({', '.join(f.kept) or 'none'})\n")
+        _score_table(profile, out)
+        if profile.error:
+            out.write(f"  error: {profile.error}\n")
+        elif profile.targets:
+            out.write(f"  picker {profile.picker}: {', '.join(profile.targets)}\n")
+    if answer.HasField("failure"):
+        out.write(f"\nfails with {answer.failure.http_status}: {answer.failure.message}\n")
+    else:
+        out.write(f"\npicked: {', '.join(answer.picked)}\n")
+
+
+def _score_table(profile: Any, out: TextIO) -> None:
+    """One row per endpoint that passed the filters: raw -> weighted per scorer, then the total."""
+    if not profile.endpoints:
+        return
+    head = ["endpoint", "address", *(f"{_short(s.plugin)} x{s.weight:g}" for s in profile.scorers), "total"]
+    targets = set(profile.targets)
+    rows = [
+        [
+            ("* " if e.key in targets else "  ") + e.key,
+            e.address,
+            *(f"{s.raw:.3f} -> {s.weighted:.3f}" for s in e.scores),
+            f"{e.total:.3f}",
+        ]
+        for e in sorted(profile.endpoints, key=lambda e: (-e.total, e.key))
+    ]
+    widths = [max(len(str(c)) for c in column) for column in zip(head, *rows, strict=False)]
+    for row in (head, *rows):
+        out.write("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() + "\n")
+
+
+def _short(plugin: str) -> str:
+    """``type/name``, or just ``type`` when the plugin is named after its type (the usual case)."""
+    kind, _, name = plugin.partition("/")
+    return kind if name in ("", kind) else plugin
