@@ -12,6 +12,7 @@ from epp_sim.bench.workloads import (
     BASE_MODEL,
     SHEDDABLE_OBJECTIVE,
     WORKLOADS,
+    bursty,
     capacity,
     chat_mix,
     shared_prefix,
@@ -73,3 +74,20 @@ def test_capacity_is_servers_over_mean_uncached_cost() -> None:
         expected
     )
     assert capacity([], servers=4, prefill_time_per_token=0.001, decode_time_per_seq=0.01) == 0.0
+
+
+def test_bursty_comes_in_bursts_of_unique_prompts() -> None:
+    arrivals = bursty(40.0, 50.0, 3, burst=(4, 12), spread=0.02, prompt_tokens=(100, 300))
+    assert 1500 < len(arrivals) < 2500  # 2,000 expected, in bursts of 8 on average
+    bursts = [[arrivals[0]]]
+    for a in arrivals[1:]:
+        if a.at - bursts[-1][0].at <= 0.02:
+            bursts[-1].append(a)
+        else:
+            bursts.append([a])
+    sizes = [len(b) for b in bursts]
+    assert sum(size <= 12 for size in sizes) / len(sizes) > 0.8  # ~10% of bursts overlap the next
+    assert 7 < len(arrivals) / len(bursts) < 9.5
+    firsts = [json.loads(a.data)["messages"][0]["content"][:16] for a in arrivals]
+    assert len(set(firsts)) == len(arrivals)  # unique from the first block: no prefix to share
+    assert all(100 <= a.prompt_tokens <= 310 and 16 <= a.max_tokens <= 48 for a in arrivals)

@@ -23,15 +23,17 @@ from epp.requestcontrol.director import PoolDirector
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.workloads import Arrival
 
-__all__ = ["DEFAULT", "ROUND_ROBIN", "STRATEGIES", "Route", "router"]
+__all__ = ["DEFAULT", "IN_FLIGHT", "LEAST_QUEUE", "ROUND_ROBIN", "STRATEGIES", "Route", "router"]
 
 _HEADER = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
 ROUND_ROBIN = "round-robin"
 DEFAULT = "default"
+LEAST_QUEUE = "least-queue"
+IN_FLIGHT = "in-flight"
 STRATEGIES: dict[str, str | None] = {
     ROUND_ROBIN: None,
     "random": _HEADER + "plugins:\n- type: random-picker\n",
-    "least-queue": _HEADER + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n",
+    LEAST_QUEUE: _HEADER + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n",
     "legacy-v0.3": _HEADER + "plugins:\n- type: legacy-filter-tree\n- type: random-picker\n",
     DEFAULT: None,
     "prefix-aware": _HEADER
@@ -48,6 +50,20 @@ schedulingProfiles:
   - {pluginRef: kv-cache-utilization-scorer, weight: 2}
   - {pluginRef: prefix-cache-scorer, weight: 5}
   - {pluginRef: lora-affinity-scorer, weight: 1}
+  - pluginRef: max-score-picker
+""",
+    IN_FLIGHT: _HEADER
+    + """plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: active-request-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 2}
+  - {pluginRef: kv-cache-utilization-scorer, weight: 2}
+  - {pluginRef: active-request-scorer, weight: 2}
   - pluginRef: max-score-picker
 """,
 }
