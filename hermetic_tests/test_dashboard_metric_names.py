@@ -126,10 +126,7 @@ async def test_every_queried_name_is_on_the_pickers_metrics(epp_pool: PoolFactor
     exposed = await _exposed(env)
 
     queries = {**dashboard_queries(), **alert_queries()}
-    missing = {
-        where: sorted(metric_names(expr) - exposed - PROMETHEUS_OWN)
-        for where, expr in queries.items()
-    }
+    missing = {where: sorted(metric_names(expr) - exposed - PROMETHEUS_OWN) for where, expr in queries.items()}
     assert {where: names for where, names in missing.items() if names} == {}
     queried = set().union(*(metric_names(e) for e in queries.values()))
     assert queried >= FLOW_CONTROL | PROMETHEUS_OWN  # the dashboard shows the queue; "up" is still needed

@@ -5,7 +5,7 @@ seconds from the start, an OpenAI chat body already serialised, headers). Everyt
 ``random.Random(seed)``, so every strategy is offered exactly the same requests at exactly the
 same times, and a run replays.
 
-Two workloads, each a mix real clusters see:
+Three workloads, each a mix real clusters see:
 
 - ``shared-prefix``: many tenants, each with a long system prompt (RAG context, agent
   instructions) and short unique questions; the system prompts together exceed one server's KV
@@ -14,6 +14,9 @@ Two workloads, each a mix real clusters see:
   between turns), a LoRA adapter mix (a Zipf-weighted set of adapters besides the base model; a
   session keeps its adapter) and a sheddable fraction (``x-gateway-inference-objective`` naming
   an objective with priority −1).
+- ``bursty``: requests arrive in bursts (a batch job, an agent fanning out tool calls), several
+  within a few milliseconds, each a unique long prompt: no prefix to share, so only load
+  decides, and a burst lands between two scrapes of the servers' queues.
 
 Tokens are counted as the simulator counts them: 4 characters each. :func:`capacity` is the
 request rate that would use every server's whole prefill budget if no prompt token were ever
@@ -39,6 +42,7 @@ __all__ = [
     "WORKLOADS",
     "Arrival",
     "Workload",
+    "bursty",
     "capacity",
     "chat_mix",
     "overload",
@@ -289,6 +293,36 @@ def overload(
     return arrivals
 
 
+def bursty(
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    burst: tuple[int, int] = (4, 12),
+    spread: float = 0.02,
+    prompt_tokens: tuple[int, int] = (1500, 4500),
+    output_tokens: tuple[int, int] = (16, 48),
+) -> list[Arrival]:
+    """Poisson bursts of ``burst`` requests spread over ``spread`` seconds; ``rate`` requests/s on average.
+
+    Every prompt is unique from its first token (``[request n]``), so no server ever has a
+    prefix cached and where a request goes matters only for the load it adds.
+    """
+    rng = random.Random(seed)
+    arrivals: list[Arrival] = []
+    for start in _poisson(rng, rate / ((burst[0] + burst[1]) / 2), duration):
+        for _ in range(rng.randint(*burst)):
+            at = start + rng.uniform(0.0, spread)
+            if at >= duration:
+                continue
+            index = len(arrivals)
+            text = f"[request {index}] " + _text(rng, rng.randint(*prompt_tokens))
+            messages = [{"role": "user", "content": text}]
+            arrivals.append(_arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"request-{index}"))
+    arrivals.sort(key=lambda a: a.at)
+    return arrivals
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """A named generator: ``generate(rate, duration, seed)`` → arrivals."""
@@ -315,6 +349,11 @@ WORKLOADS: dict[str, Workload] = {
             "overload",
             "4 tenants (one sends 70%), 40% critical / 60% sheddable, unique 400-token prompts, 16–48 output tokens",
             overload,
+        ),
+        Workload(
+            "bursty",
+            "Poisson bursts of 4–12 requests within 20 ms, unique 1,500–4,500-token prompts, 16–48 output tokens",
+            bursty,
         ),
     )
 }

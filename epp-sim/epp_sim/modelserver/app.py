@@ -18,11 +18,18 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-from .anthropic import MessagesError, error_response, message_body, parse_messages, stream_message
+from .anthropic import (
+    MessagesError,
+    MessagesRequest,
+    error_response,
+    message_body,
+    parse_messages,
+    stream_message,
+)
 from .config import Pins, PinsError
 from .engine import Engine, EngineStoppedError, GenerationRequest, InvalidRequestError, RequestHandle
 from .exposition import CONTENT_TYPE
@@ -86,6 +93,48 @@ class _Parsed:
     model: str
     req: GenerationRequest
     include_usage: bool
+
+
+class _Submitted(Protocol):
+    """What any API's parsed request gives the shared handler: the model asked for and the engine's request."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def req(self) -> GenerationRequest: ...
+
+
+_P = TypeVar("_P", bound=_Submitted)
+
+
+@dataclass(frozen=True, slots=True)
+class _Api:
+    """How one API refuses a request: its parse error type, and the response for that, an engine
+    refusal (400) or the engine stopping (503), each in the API's own error shape."""
+
+    bad_request: type[Exception]
+    refuse: Callable[[Exception], web.Response]
+
+
+def _openai_refusal(exc: Exception) -> web.Response:
+    if isinstance(exc, _BadRequestError):
+        return _error(exc.status, exc.message, exc.err_type, exc.param)
+    if isinstance(exc, EngineStoppedError):
+        return _error(503, str(exc), "ServiceUnavailableError")
+    return _error(400, str(exc), "BadRequestError")
+
+
+def _anthropic_refusal(exc: Exception) -> web.Response:
+    if isinstance(exc, MessagesError):
+        return error_response(exc.status, exc.message, exc.err_type)
+    if isinstance(exc, EngineStoppedError):
+        return error_response(503, str(exc), "overloaded_error")
+    return error_response(400, str(exc), "invalid_request_error")
+
+
+_OPENAI = _Api(_BadRequestError, _openai_refusal)
+_ANTHROPIC = _Api(MessagesError, _anthropic_refusal)
 
 
 class SimServer:
@@ -170,57 +219,53 @@ class SimServer:
         return await self._serve(request, chat=True)
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        s = self._stats
-        s.last_path = request.path
-        s.last_headers = dict(request.headers)
-        if self.failing:
-            s.errors += 1
-            return _error(self.failing, "simulated failure (/_sim/fail)", "InternalServerError")
-        try:
-            parsed = self._parse(await request.read(), chat=chat)
-            handle = self.engine.submit(parsed.req)
-        except _BadRequestError as exc:
-            s.errors += 1
-            return _error(exc.status, exc.message, exc.err_type, exc.param)
-        except InvalidRequestError as exc:
-            s.errors += 1
-            return _error(400, str(exc), "BadRequestError")
-        s.requests += 1
-        s.by_model[parsed.model] += 1
-        s.last_model = parsed.model
-        try:
+        async def reply(parsed: _Parsed, handle: RequestHandle) -> web.StreamResponse:
             if parsed.req.stream:
                 return await self._stream(request, handle, parsed, chat=chat)
             await handle.wait()
             return _json(_full_response(handle, parsed, chat=chat, created=int(time.time())))
-        except EngineStoppedError as exc:
-            return _error(503, str(exc), "ServiceUnavailableError")
-        finally:
-            handle.abort()  # no-op when finished; frees the KV when the client went away
+
+        return await self._generate(request, lambda raw: self._parse(raw, chat=chat), reply, _OPENAI)
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
-        s = self._stats
-        s.last_path = request.path
-        s.last_headers = dict(request.headers)
-        try:
-            parsed = parse_messages(await request.read(), self.engine.config.model, self.engine.adapters)
-            handle = self.engine.submit(parsed.req)
-        except MessagesError as exc:
-            s.errors += 1
-            return error_response(exc.status, exc.message, exc.err_type)
-        except InvalidRequestError as exc:
-            s.errors += 1
-            return error_response(400, str(exc), "invalid_request_error")
-        s.requests += 1
-        s.by_model[parsed.model] += 1
-        s.last_model = parsed.model
-        try:
+        async def reply(parsed: MessagesRequest, handle: RequestHandle) -> web.StreamResponse:
             if parsed.req.stream:
                 return await stream_message(request, handle, parsed.model, token_text)
             await handle.wait()
             return _json(message_body(handle, parsed.model, token_text))
+
+        engine = self.engine
+        return await self._generate(
+            request, lambda raw: parse_messages(raw, engine.config.model, engine.adapters), reply, _ANTHROPIC
+        )
+
+    async def _generate(
+        self,
+        request: web.Request,
+        parse: Callable[[bytes], _P],
+        reply: Callable[[_P, RequestHandle], Awaitable[web.StreamResponse]],
+        api: _Api,
+    ) -> web.StreamResponse:
+        """One generation request of any API: parse, submit, count, reply; ``api`` shapes the errors."""
+        s = self._stats
+        s.last_path = request.path
+        s.last_headers = dict(request.headers)
+        if self.failing:  # /_sim/fail: a model server answering 5xx while /metrics still works
+            s.errors += 1
+            return _error(self.failing, "simulated failure (/_sim/fail)", "InternalServerError")
+        try:
+            parsed = parse(await request.read())
+            handle = self.engine.submit(parsed.req)
+        except (api.bad_request, InvalidRequestError) as exc:
+            s.errors += 1
+            return api.refuse(exc)
+        s.requests += 1
+        s.by_model[parsed.model] += 1
+        s.last_model = parsed.model
+        try:
+            return await reply(parsed, handle)
         except EngineStoppedError as exc:
-            return error_response(503, str(exc), "overloaded_error")
+            return api.refuse(exc)
         finally:
             handle.abort()  # no-op when finished; frees the KV when the client went away
 

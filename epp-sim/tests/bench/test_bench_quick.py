@@ -103,4 +103,5 @@ async def test_routing_quick(tmp_path: Path) -> None:
     assert set(doc["targets"]) == {
         "default_beats_round_robin_ttft_p90_above_50pct_load",
         "prefix_aware_3x_round_robin_ttft_p90_shared_prefix",
+        "in_flight_vs_queue_only_bursty_no_worse_and_20pct_better_at_1.0",
     }

@@ -15,6 +15,7 @@ from epp_sim.bench.workloads import (
     CRITICAL_OBJECTIVE,
     SHEDDABLE_OBJECTIVE,
     WORKLOADS,
+    bursty,
     capacity,
     chat_mix,
     overload,
@@ -101,3 +102,20 @@ def test_max_min_shares_and_jain_index() -> None:
         0.25 * (3 * 0.2 + 1.8) ** 2 / (3 * 0.04 + 3.24)
     )
     assert jain_index({"a": 0, "b": 0}, {"a": 1, "b": 1}) is None
+
+
+def test_bursty_comes_in_bursts_of_unique_prompts() -> None:
+    arrivals = bursty(40.0, 50.0, 3, burst=(4, 12), spread=0.02, prompt_tokens=(100, 300))
+    assert 1500 < len(arrivals) < 2500  # 2,000 expected, in bursts of 8 on average
+    bursts = [[arrivals[0]]]
+    for a in arrivals[1:]:
+        if a.at - bursts[-1][0].at <= 0.02:
+            bursts[-1].append(a)
+        else:
+            bursts.append([a])
+    sizes = [len(b) for b in bursts]
+    assert sum(size <= 12 for size in sizes) / len(sizes) > 0.8  # ~10% of bursts overlap the next
+    assert 7 < len(arrivals) / len(bursts) < 9.5
+    firsts = [json.loads(a.data)["messages"][0]["content"][:16] for a in arrivals]
+    assert len(set(firsts)) == len(arrivals)  # unique from the first block: no prefix to share
+    assert all(100 <= a.prompt_tokens <= 310 and 16 <= a.max_tokens <= 48 for a in arrivals)

@@ -16,6 +16,7 @@ from epp_sim.bench.overhead.phases import _quantile
 from epp_sim.bench.procstat import cpu_seconds, read_proc
 from epp_sim.bench.profiling import summarise
 from epp_sim.bench.report import format_table
+from epp_sim.bench.routing.scoring import routing_targets
 from epp_sim.ports import free_port
 from epp_sim.waits import wait_until
 
@@ -117,3 +118,36 @@ def test_procstat_reads_this_process() -> None:
     assert sample.cpu > 0 and sample.rss > 10 * 2**20
     with pytest.raises(ProcessLookupError):
         cpu_seconds(2**22 + 12345)
+
+
+@pytest.mark.parametrize(
+    ("cells", "met"),
+    [
+        (
+            {(0.7, "least-queue"): 1.0, (0.7, "in-flight"): 1.0, (1.0, "least-queue"): 5.0, (1.0, "in-flight"): 4.0},
+            True,
+        ),
+        (
+            {(0.7, "least-queue"): 1.0, (0.7, "in-flight"): 1.1, (1.0, "least-queue"): 5.0, (1.0, "in-flight"): 2.0},
+            False,
+        ),
+        (
+            {(0.7, "least-queue"): 1.0, (0.7, "in-flight"): 0.9, (1.0, "least-queue"): 5.0, (1.0, "in-flight"): 4.1},
+            False,
+        ),
+        ({(0.7, "least-queue"): 1.0, (0.7, "in-flight"): 0.9}, None),
+        ({}, None),
+    ],
+    ids=["met", "worse-at-0.7", "under-20pct-at-1.0", "1.0-not-measured", "not-measured"],
+)
+def test_in_flight_target_no_worse_anywhere_and_20pct_better_at_full_load(
+    cells: dict[tuple[float, str], float], met: bool | None
+) -> None:
+    runs = [
+        {"workload": "bursty", "strategy": strategy, "load": load, "ttft_s": {"p90": p90}}
+        for (load, strategy), p90 in cells.items()
+    ]
+    target = routing_targets(runs)["in_flight_vs_queue_only_bursty_no_worse_and_20pct_better_at_1.0"]
+    assert target["met"] is met
+    if (1.0, "in-flight") in cells:
+        assert "@1.0: " in target["detail"] and "vs 5.000s" in target["detail"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,6 +11,7 @@ import aiohttp
 import pytest
 
 from epp_sim.modelserver import ModelServer, SimConfig
+from epp_sim.waits import wait_until
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 BODY: dict[str, Any] = {
@@ -78,3 +80,45 @@ async def test_bad_requests_get_anthropic_errors(
         assert resp.status == status
         err = await resp.json()
     assert err["type"] == "error" and needle in err["error"]["message"]
+
+
+_OPENAI_CHAT = ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+_ANTHROPIC = ("/v1/messages", BODY)
+
+
+@pytest.mark.parametrize(
+    ("api", "refused", "stopped"),
+    [
+        (_OPENAI_CHAT, ("BadRequestError", 400), ("ServiceUnavailableError", 503)),
+        (_ANTHROPIC, ("invalid_request_error", 400), ("overloaded_error", 503)),
+    ],
+    ids=["openai", "anthropic"],
+)
+async def test_engine_refusal_and_stop_in_each_apis_error_shape(
+    server: ModelServer,
+    http: aiohttp.ClientSession,
+    api: tuple[str, dict[str, Any]],
+    refused: tuple[str, int],
+    stopped: tuple[str, int],
+) -> None:
+    path, body = api
+
+    def error_type(doc: dict[str, Any]) -> tuple[str, int]:
+        error = doc["error"]
+        return error["type"], error.get("code", 400)
+
+    async with http.post(server.url + path, json={**body, "max_tokens": 100_000}) as resp:  # over the context
+        assert resp.status == 400
+        doc = await resp.json()
+    assert error_type(doc)[0] == refused[0] and "maximum context length" in doc["error"]["message"]
+    async with http.get(server.url + "/_sim/stats") as resp:
+        stats = await resp.json()
+    assert (stats["errors"], stats["requests"]) == (1, 0)
+
+    answer = asyncio.ensure_future(http.post(server.url + path, json={**body, "max_tokens": 4000}))
+    await wait_until(lambda: server.engine.stats()["running"] == 1, timeout=5, message="request never ran")
+    await server.engine.stop()
+    async with await answer as resp:
+        assert resp.status == stopped[1]
+        doc = await resp.json()
+    assert error_type(doc)[0] == stopped[0]

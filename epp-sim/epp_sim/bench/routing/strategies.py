@@ -27,7 +27,17 @@ from epp.requestcontrol.director import PoolDirector
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.workloads import Arrival
 
-__all__ = ["DEFAULT", "DEFAULT_STRATEGIES", "FLOW_CONTROL", "ROUND_ROBIN", "STRATEGIES", "Route", "router"]
+__all__ = [
+    "DEFAULT",
+    "DEFAULT_STRATEGIES",
+    "FLOW_CONTROL",
+    "IN_FLIGHT",
+    "LEAST_QUEUE",
+    "ROUND_ROBIN",
+    "STRATEGIES",
+    "Route",
+    "router",
+]
 
 _HEADER = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
 ROUND_ROBIN = "round-robin"
@@ -35,10 +45,12 @@ DEFAULT = "default"
 FLOW_CONTROL = "flow-control"
 FLOW_CONTROL_TTL_WALL_S = 1.0
 """The flow-control strategy's ``defaultRequestTTL``, in wall seconds (×``time_scale`` simulated)."""
+LEAST_QUEUE = "least-queue"
+IN_FLIGHT = "in-flight"
 STRATEGIES: dict[str, str | None] = {
     ROUND_ROBIN: None,
     "random": _HEADER + "plugins:\n- type: random-picker\n",
-    "least-queue": _HEADER + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n",
+    LEAST_QUEUE: _HEADER + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n",
     "legacy-v0.3": _HEADER + "plugins:\n- type: legacy-filter-tree\n- type: random-picker\n",
     DEFAULT: None,
     FLOW_CONTROL: _HEADER.replace("inference.networking.x-k8s.io", "llm-d.ai")
@@ -76,6 +88,20 @@ schedulingProfiles:
   - {pluginRef: kv-cache-utilization-scorer, weight: 2}
   - {pluginRef: prefix-cache-scorer, weight: 5}
   - {pluginRef: lora-affinity-scorer, weight: 1}
+  - pluginRef: max-score-picker
+""",
+    IN_FLIGHT: _HEADER
+    + """plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: active-request-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 2}
+  - {pluginRef: kv-cache-utilization-scorer, weight: 2}
+  - {pluginRef: active-request-scorer, weight: 2}
   - pluginRef: max-score-picker
 """,
 }
