@@ -5,7 +5,7 @@ seconds from the start, an OpenAI chat body already serialised, headers). Everyt
 ``random.Random(seed)``, so every strategy is offered exactly the same requests at exactly the
 same times, and a run replays.
 
-Two workloads, each a mix real clusters see:
+Three workloads, each a mix real clusters see:
 
 - ``shared-prefix``: many tenants, each with a long system prompt (RAG context, agent
   instructions) and short unique questions; the system prompts together exceed one server's KV
@@ -14,8 +14,12 @@ Two workloads, each a mix real clusters see:
   between turns), a LoRA adapter mix (a Zipf-weighted set of adapters besides the base model; a
   session keeps its adapter) and a sheddable fraction (``x-gateway-inference-objective`` naming
   an objective with priority −1).
+- ``cache-pressure``: more tenants' system prompts than the whole cluster's KV cache holds, so
+  servers evict in steady state; written in the words of :mod:`epp_sim.tiny_tokenizer` (one
+  token each with the bench's tokenizer), for precise prefix routing, which needs real token ids.
 
-Tokens are counted as the simulator counts them: 4 characters each. :func:`capacity` is the
+Tokens are counted as the simulator counts them: 4 characters each (one per word for
+``cache-pressure``, whose cluster runs the bench tokenizer). :func:`capacity` is the
 request rate that would use every server's whole prefill budget if no prompt token were ever
 cached: offered loads are given as fractions of it.
 """
@@ -29,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from epp.framework.headers import OBJECTIVE
+from epp_sim.tiny_tokenizer import sentence
 
 __all__ = [
     "ADAPTERS",
@@ -37,6 +42,7 @@ __all__ = [
     "WORKLOADS",
     "Arrival",
     "Workload",
+    "cache_pressure",
     "capacity",
     "chat_mix",
     "shared_prefix",
@@ -127,7 +133,14 @@ def _prompt_tokens(messages: Sequence[dict[str, str]]) -> int:
 
 
 def _arrival(
-    at: float, model: str, messages: list[dict[str, str]], max_tokens: int, group: str, *, sheddable: bool = False
+    at: float,
+    model: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    group: str,
+    *,
+    sheddable: bool = False,
+    prompt_tokens: int | None = None,
 ) -> Arrival:
     body: dict[str, object] = {
         "model": model,
@@ -144,7 +157,7 @@ def _arrival(
         data=json.dumps(body, separators=(",", ":")).encode(),
         headers=headers,
         group=group,
-        prompt_tokens=_prompt_tokens(messages),
+        prompt_tokens=_prompt_tokens(messages) if prompt_tokens is None else prompt_tokens,
         max_tokens=max_tokens,
     )
 
@@ -180,6 +193,38 @@ def shared_prefix(
             {"role": "user", "content": _text(rng, question_tokens)},
         ]
         arrivals.append(_arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"tenant-{g}"))
+    return arrivals
+
+
+def cache_pressure(
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    groups: int = 160,
+    system_tokens: int = 1000,
+    question_tokens: int = 50,
+    output_tokens: tuple[int, int] = (16, 48),
+) -> list[Arrival]:
+    """Poisson arrivals over ``groups`` tenants chosen uniformly: their prompts outgrow the cluster's cache.
+
+    Text is :func:`~epp_sim.tiny_tokenizer.sentence` words, one token each with the bench's
+    tokenizer (``write_tiny_tokenizer(vocab_size=1000)``), so ``prompt_tokens`` counts words.
+    """
+    texts = random.Random(seed * 7919 + 3)
+    systems = [f"tenant {g} " + sentence(texts, system_tokens) for g in range(groups)]
+    rng = random.Random(seed)
+    arrivals = []
+    for at in _poisson(rng, rate, duration):
+        g = rng.randrange(groups)
+        messages = [
+            {"role": "system", "content": systems[g]},
+            {"role": "user", "content": sentence(rng, question_tokens)},
+        ]
+        tokens = system_tokens + question_tokens + 8  # tenant tag, chat template
+        arrivals.append(
+            _arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"tenant-{g}", prompt_tokens=tokens)
+        )
     return arrivals
 
 
@@ -237,11 +282,20 @@ def chat_mix(
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """A named generator: ``generate(rate, duration, seed)`` → arrivals."""
+    """A named generator: ``generate(rate, duration, seed)`` → arrivals.
+
+    ``real_tokens``: its cluster runs the bench tokenizer and publishes KV events (what precise
+    prefix routing needs); ``strategies`` and ``replicas`` are what it runs unless told otherwise;
+    ``num_gpu_blocks`` overrides the simulated servers' KV cache (blocks of 16 tokens).
+    """
 
     name: str
     description: str
     generate: Callable[[float, float, int], list[Arrival]]
+    real_tokens: bool = False
+    strategies: tuple[str, ...] | None = None
+    replicas: tuple[int, ...] = (1,)
+    num_gpu_blocks: int | None = None
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -256,6 +310,16 @@ WORKLOADS: dict[str, Workload] = {
             "chat-mix",
             "multi-turn chat (2–6 turns, 4 s think time), 50% LoRA (4 adapters, Zipf), 20% sheddable",
             chat_mix,
+        ),
+        Workload(
+            "cache-pressure",
+            "160 tenants × 1,000-token system prompt (1.3× the KV cache of 8 servers × 1,024 blocks), "
+            "50-token questions, 16–48 output tokens; real token ids and KV events",
+            cache_pressure,
+            real_tokens=True,
+            strategies=("approximate", "precise"),
+            replicas=(1, 2),
+            num_gpu_blocks=1024,
         ),
     )
 }

@@ -1,9 +1,10 @@
 """Replaying one seeded workload through a strategy: each arrival released at its time, routed, sent.
 
 Arrivals go out at their scaled times whether or not earlier ones finished (an open loop, as
-real traffic), each routed by the strategy's :data:`~epp_sim.bench.routing.strategies.Route` and
-sent straight to the chosen simulator as a streaming chat completion, so the client sees the
-time to the first content token, the end-to-end latency and the usage. Arrivals in the warm-up
+real traffic), each routed by the strategy's :data:`~epp_sim.bench.routing.strategies.Route` (its
+data producers awaited first, as ``epp serve`` does) and sent straight to the chosen simulator
+as a streaming chat completion, so the client sees the time to the first content token, the
+end-to-end latency and the usage. Arrivals in the warm-up
 window are sent but not recorded.
 """
 
@@ -60,7 +61,7 @@ async def _send(
     if outcome is None:
         outcome = Outcome()  # a scratch record for warm-up traffic, thrown away
     try:
-        destination, finished = route(index, arrival)
+        destination, finished = await route(index, arrival)
     except EppError as e:
         if e.code.http_status == 429:
             outcome.shed += 1

@@ -5,13 +5,24 @@ registry and run through the production ``PoolDirector``, exactly as ``epp serve
 ``round-robin`` is what a Kubernetes Service does, a baseline with no admission. A strategy is
 built into a :data:`Route`: the destination for one arrival, and what to call when its response
 has finished (so the PostResponse plugins run, as they do in ``epp serve``).
+
+``approximate`` and ``precise`` are llm-d's sample weights (prefix 2, queue 1, KV 1) with the
+approximate index or with ``token-producer`` → ``precise-prefix-cache-producer`` reading the
+simulators' KV events; ``precise`` needs a workload whose cluster has the bench tokenizer
+(:class:`RealTokens`). With ``replicas`` > 1, that many pickers each load the config (each its
+own index and subscribers, fed by the same events) and arrivals alternate between them, as
+Envoy spreads streams over ``epp serve`` replicas.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
 
 from epp.clock import SystemClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
@@ -23,11 +34,21 @@ from epp.requestcontrol.director import PoolDirector
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.workloads import Arrival
 
-__all__ = ["DEFAULT", "ROUND_ROBIN", "STRATEGIES", "Route", "router"]
+__all__ = ["APPROXIMATE", "DEFAULT", "PRECISE", "ROUND_ROBIN", "STRATEGIES", "RealTokens", "Route", "router"]
 
 _HEADER = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
 ROUND_ROBIN = "round-robin"
 DEFAULT = "default"
+APPROXIMATE = "approximate"
+PRECISE = "precise"
+_LLM_D_WEIGHTS = """schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: prefix-cache-scorer, weight: 2}
+  - {pluginRef: queue-scorer, weight: 1}
+  - {pluginRef: kv-cache-utilization-scorer, weight: 1}
+  - pluginRef: max-score-picker
+"""
 STRATEGIES: dict[str, str | None] = {
     ROUND_ROBIN: None,
     "random": _HEADER + "plugins:\n- type: random-picker\n",
@@ -50,52 +71,120 @@ schedulingProfiles:
   - {pluginRef: lora-affinity-scorer, weight: 1}
   - pluginRef: max-score-picker
 """,
+    APPROXIMATE: _HEADER
+    + """plugins:
+- type: prefix-cache-scorer
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+"""
+    + _LLM_D_WEIGHTS,
+    PRECISE: _HEADER
+    + """plugins:
+- type: token-producer
+  parameters: {local: {tokenizerPath: "$tokenizer"}}
+- type: precise-prefix-cache-producer
+  parameters:
+    speculativeIndexing: true
+    kvEventsConfig:
+      podDiscoveryConfig: {socketPort: $events_port}
+- type: prefix-cache-scorer
+  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+"""
+    + _LLM_D_WEIGHTS,
 }
 """Strategy name → EndpointPickerConfig (None: round robin's baseline, or the default profile)."""
 
-Route = Callable[[int, Arrival], tuple[str, Callable[[], None]]]
+NEEDS_REAL_TOKENS = frozenset({PRECISE})
+"""Strategies that only run on a workload whose cluster has the bench tokenizer and KV events."""
+
+Route = Callable[[int, Arrival], Awaitable[tuple[str, Callable[[], None]]]]
 """(arrival index, arrival) → (``host:port`` to send it to, call when its response has finished)."""
 
 
-def _config(strategy: str, seed: int, metrics: EppMetrics) -> LoadedConfig:
+@dataclass(frozen=True, slots=True)
+class RealTokens:
+    """What a real-token cluster runs with: the bench tokenizer's directory and the KV-event port."""
+
+    tokenizer: Path
+    events_port: int
+
+
+def _config(strategy: str, seed: int, metrics: EppMetrics, tokens: RealTokens | None) -> LoadedConfig:
     registry = PluginRegistry()
     register_in_tree(registry)
     context = PluginContext(clock=SystemClock(), pool_name="sim", seed=seed)
     text = STRATEGIES[strategy]
     if text is None:
         return load_default_config(registry, context, metrics=metrics)
+    if strategy in NEEDS_REAL_TOKENS:
+        if tokens is None:
+            raise ValueError(f"strategy {strategy!r} needs a workload with real tokens")
+        text = Template(text).substitute(tokenizer=tokens.tokenizer, events_port=tokens.events_port)
     return load_config(text, registry, context, metrics=metrics)
 
 
-def router(strategy: str, store: Datastore, seed: int) -> Route:
-    """The :data:`Route` of ``strategy`` over the endpoints in ``store``; ``seed`` fixes its random choices."""
+def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None) -> tuple[LoadedConfig, PoolDirector]:
+    """One picker replica: its own config (plugins, indexes, subscribers) and director over ``store``."""
+    metrics = EppMetrics()
+    config = _config(strategy, seed, metrics, tokens)
+    endpoints = store.endpoints()
+    for observer in config.endpoints_added:  # as the runtime does once the pool's endpoints are known
+        observer.endpoints_added(endpoints)
+    return config, PoolDirector(store, lambda: config, metrics, SystemClock(), random.Random(seed))
+
+
+def _request(index: int, arrival: Arrival) -> InferenceRequest:
+    return InferenceRequest(
+        request_id=str(index),
+        model=arrival.model,
+        api=ApiKind.CHAT_COMPLETIONS,
+        stream=True,
+        body=arrival.body,
+        headers=arrival.headers,
+        size=len(arrival.data),
+    )
+
+
+@asynccontextmanager
+async def router(
+    strategy: str, store: Datastore, seed: int, *, replicas: int = 1, tokens: RealTokens | None = None
+) -> AsyncIterator[Route]:
+    """The :data:`Route` of ``strategy`` over the endpoints in ``store``, split over ``replicas`` pickers.
+
+    ``seed`` fixes random choices (replica *i* uses ``seed + i``); the pickers' subscribers and
+    other closables are closed on exit.
+    """
     if strategy == ROUND_ROBIN:
         turn = itertools.count()
 
-        def round_robin(index: int, arrival: Arrival) -> tuple[str, Callable[[], None]]:
+        async def round_robin(index: int, arrival: Arrival) -> tuple[str, Callable[[], None]]:
             endpoints = store.endpoints()
             return endpoints[next(turn) % len(endpoints)].endpoint.hostport, _nothing
 
-        return round_robin
-    metrics = EppMetrics()
-    clock = SystemClock()
-    config = _config(strategy, seed, metrics)
-    director = PoolDirector(store, lambda: config, metrics, clock, random.Random(seed))
+        yield round_robin
+        return
+    pickers = [_picker(strategy, store, seed + i, tokens) for i in range(replicas)]
+    directors = [director for _, director in pickers]
 
-    def route(index: int, arrival: Arrival) -> tuple[str, Callable[[], None]]:
-        request = InferenceRequest(
-            request_id=str(index),
-            model=arrival.model,
-            api=ApiKind.CHAT_COMPLETIONS,
-            stream=True,
-            body=arrival.body,
-            headers=arrival.headers,
-            size=len(arrival.data),
-        )
+    async def route(index: int, arrival: Arrival) -> tuple[str, Callable[[], None]]:
+        director = directors[index % len(directors)]
+        request = _request(index, arrival)
+        prepared = director.prepare(request)
+        if prepared is not None:
+            await prepared
         decision = director.route(request, None)
         return decision.targets[0].endpoint.hostport, lambda: director.finished(request, decision, completed=True)
 
-    return route
+    try:
+        yield route
+    finally:
+        for config, _ in pickers:
+            for closable in config.closables:
+                await closable.aclose()
 
 
 def _nothing() -> None:
