@@ -7,6 +7,11 @@ serve only as opaque names: each endpoint keeps ``engine hash → our keys`` (1:
 engine block is a multiple of ours) so BlockRemoved and the parent of a later BlockStored can be
 resolved, plus a refcount per key so a key another stored block still covers survives a removal.
 
+Speculative entries (llm-d's ``speculativeIndexing``): the picker may record the keys of a
+request it just routed as held by that endpoint until a deadline, so the next request sharing the
+prefix follows it before the engine's BlockStored arrives; they expire on their own and never
+count as engine blocks.
+
 Memory is bounded by ``max_entries`` engine blocks over all endpoints (beyond it, the storing
 endpoint's oldest blocks are forgotten: a forgotten block only costs a miss); dropping an
 endpoint frees its whole map at once.
@@ -49,11 +54,12 @@ def block_keys(tokens: Sequence[int], block_size: int, parent: int, max_blocks: 
 
 
 class _Pod:
-    __slots__ = ("engine", "refs")
+    __slots__ = ("engine", "refs", "speculative")
 
     def __init__(self) -> None:
         self.engine: dict[BlockHash, tuple[int, ...]] = {}  # insertion order = age
         self.refs: dict[int, int] = {}
+        self.speculative: dict[int, float] = {}  # key → deadline (monotonic seconds)
 
 
 class KvBlockIndex:
@@ -132,21 +138,33 @@ class KvBlockIndex:
             if keys is not None:
                 self._unref(entry, keys)
 
+    def speculate(self, pod: str, keys: Sequence[int], deadline: float, now: float) -> None:
+        """Record ``keys`` as held by ``pod`` until ``deadline`` (expired ones are dropped here)."""
+        entry = self._pods.get(pod)
+        if entry is None:
+            entry = self._pods[pod] = _Pod()
+        speculative = entry.speculative
+        if speculative:
+            for key in [k for k, until in speculative.items() if until <= now]:
+                del speculative[key]
+        for key in keys:
+            speculative[key] = deadline
+
     def clear(self, pod: str) -> None:
         """Forget what ``pod`` holds (AllBlocksCleared, a gap, a publisher restart, the endpoint left)."""
         entry = self._pods.pop(pod, None)
         if entry is not None:
             self._entries -= len(entry.engine)
 
-    def longest_prefix(self, pod: str, keys: Sequence[int]) -> int:
-        """Leading blocks of ``keys`` that ``pod`` holds, up to its first miss."""
+    def longest_prefix(self, pod: str, keys: Sequence[int], now: float = 0.0) -> int:
+        """Leading blocks of ``keys`` that ``pod`` holds (or speculatively holds past ``now``), up to its first miss."""
         entry = self._pods.get(pod)
         if entry is None:
             return 0
-        refs = entry.refs
+        refs, speculative = entry.refs, entry.speculative
         n = 0
         for key in keys:
-            if key not in refs:
+            if key not in refs and speculative.get(key, 0.0) <= now:
                 break
             n += 1
         return n

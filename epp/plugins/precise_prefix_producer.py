@@ -10,15 +10,20 @@ keys seeded with the target model and reports, per candidate, the leading blocks
 ``cache_salt`` (the events' ``extra_keys`` are not indexed), has no match info: the scorer falls
 back to its approximate index.
 
+With ``speculativeIndexing`` (llm-d's, off by default) PreRequest records the request's keys on
+the chosen endpoint for ``speculativeTTL`` (2 s), so requests sharing a prefix follow the first
+one before its BlockStored events arrive (without it, a burst on a new prefix scatters by load).
+
 Settings this picker does not have are refused by name: central mode (``zmqEndpoint``,
 ``discoverPods: false``), Redis or cost-aware indexes, CPU tiers (``kvCacheBackendConfigs``),
-``speculativeIndexing``, ``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``).
+``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -28,7 +33,7 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
-from epp.framework.scheduling import CycleState
+from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
@@ -59,6 +64,7 @@ class PrecisePrefixCacheProducer(NamedPlugin):
         socket_port: int = 5557,
         replay_port: int = 0,
         max_prefix_blocks: int = 4096,
+        speculative_ttl: float | None = None,
     ) -> None:
         super().__init__(name)
         self.block_size_tokens = block_size_tokens
@@ -69,6 +75,8 @@ class PrecisePrefixCacheProducer(NamedPlugin):
         self.socket_port = socket_port
         self.replay_port = replay_port
         self.max_prefix_blocks = max_prefix_blocks
+        self.speculative_ttl = speculative_ttl
+        """Seconds a routed request's keys count as held by its endpoint; None: no speculative indexing."""
         self.subscribers: dict[str, Subscriber] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._context: zmq.asyncio.Context | None = None
@@ -142,11 +150,25 @@ class PrecisePrefixCacheProducer(NamedPlugin):
         if keys is None:
             return None
         longest = self.index.longest_prefix
+        now = time.monotonic() if self.speculative_ttl is not None else 0.0
         return PrefixMatchInfo(
-            match_blocks=[longest(c.endpoint.key, keys) for c in candidates] if keys else [0] * len(candidates),
+            match_blocks=[longest(c.endpoint.key, keys, now) for c in candidates] if keys else [0] * len(candidates),
             total_blocks=len(keys),
             block_size_tokens=self.block_size_tokens,
         )
+
+    def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:
+        """Speculative indexing: the chosen endpoints hold the request's keys until the TTL passes."""
+        ttl = self.speculative_ttl
+        if ttl is None:
+            return
+        keys = cycle.get(self._cycle_key)
+        if not keys:
+            return
+        now = time.monotonic()
+        for profile_result in result.profile_results.values():
+            if profile_result is not None and profile_result.targets:
+                self.index.speculate(profile_result.targets[0].endpoint.key, keys, now + ttl, now)
 
     @property
     def index_size(self) -> int:
@@ -223,10 +245,8 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Prec
             replay = discovery.integer("replaySocketPort", 0)
             discovery.done()
         events.done()
-    if p.boolean("speculativeIndexing", False):
-        raise _refuse("speculativeIndexing", "true")
-    if p.present("speculativeTTL"):
-        raise _refuse("speculativeTTL", "speculative indexing")
+    speculative = p.boolean("speculativeIndexing", False)
+    ttl = p.duration("speculativeTTL", 2.0)
     p.done()
     return PrecisePrefixCacheProducer(
         name,
@@ -237,4 +257,5 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Prec
         pod_selector=selector,
         socket_port=port,
         replay_port=max(replay, 0),
+        speculative_ttl=ttl if speculative else None,
     )

@@ -94,6 +94,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--servers", type=int, default=None, help="simulated model servers (default 8)")
     r.add_argument("--strategies", type=_strs, default=None, help="subset of strategies, comma-separated")
     r.add_argument("--workloads", type=_strs, default=None, help="subset of workloads, comma-separated")
+    r.add_argument(
+        "--replicas",
+        type=_ints,
+        default=None,
+        help="picker replicas per strategy (default: 1,2 on cache-pressure, else 1)",
+    )
     r.add_argument("--loads", type=_floats, default=None, help="offered load as fractions of capacity")
     r.add_argument("--sim-seconds", type=float, default=None, help="simulated seconds of arrivals per run")
     r.add_argument("--time-scale", type=float, default=None, help="simulator clock speed-up")
@@ -210,7 +216,7 @@ def print_routing(doc: dict[str, Any]) -> None:
                 [
                     _fmt(r["load"], 2),
                     _fmt(r["rate"], 1),
-                    r["strategy"],
+                    r["strategy"] if r["replicas"] == 1 else f"{r['strategy']} ×{r['replicas']}",
                     r["completed"],
                     _fmt(t["p50"], 3),
                     _fmt(t["p90"], 3),
@@ -298,6 +304,7 @@ def _run_routing(args: argparse.Namespace) -> int:
             "servers": args.servers,
             "strategies": args.strategies,
             "workloads": args.workloads,
+            "replicas": args.replicas,
             "loads": args.loads,
             "sim_seconds": args.sim_seconds,
             "time_scale": args.time_scale,

@@ -3,7 +3,8 @@
 The routing benchmark runs the picker and the client in its own process and the simulators here,
 so the two halves get a core each on a 2-core machine, and restarting this process between
 strategies gives every strategy a cold cache and fresh counters. The ``SimConfig`` fields come in
-as JSON (``--config '{"time_scale": 4, "max_loras": 2, ...}'``; ``lora_modules`` as an object).
+as JSON (``--config '{"time_scale": 4, "max_loras": 2, ...}'``; ``lora_modules`` as an object,
+``kv_events`` as vLLM's ``--kv-events-config`` object).
 
 Run as ``python -m epp_sim.bench.simcluster --count 8 --port P --config JSON``; serves until SIGTERM.
 """
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from epp_sim.modelserver import SimConfig, model_servers
+from epp_sim.modelserver.kv_events import KvEventsConfig
 
 __all__ = ["main"]
 
@@ -40,7 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", default="{}", help="SimConfig fields as a JSON object")
     args = parser.parse_args(argv)
     try:
-        config = SimConfig(**json.loads(args.config))
+        fields = json.loads(args.config)
+        if "kv_events" in fields:
+            fields["kv_events"] = KvEventsConfig.parse(json.dumps(fields["kv_events"]))
+        config = SimConfig(**fields)
     except (TypeError, ValueError) as e:
         parser.error(f"--config: {e}")
     with contextlib.suppress(ImportError):

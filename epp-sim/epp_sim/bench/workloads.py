@@ -17,8 +17,12 @@ Three workloads, each a mix real clusters see:
 - ``bursty``: requests arrive in bursts (a batch job, an agent fanning out tool calls), several
   within a few milliseconds, each a unique long prompt: no prefix to share, so only load
   decides, and a burst lands between two scrapes of the servers' queues.
+- ``cache-pressure``: more tenants' system prompts than the whole cluster's KV cache holds, so
+  servers evict in steady state; written in the words of :mod:`epp_sim.tiny_tokenizer` (one
+  token each with the bench's tokenizer), for precise prefix routing, which needs real token ids.
 
-Tokens are counted as the simulator counts them: 4 characters each. :func:`capacity` is the
+Tokens are counted as the simulator counts them: 4 characters each (one per word for
+``cache-pressure``, whose cluster runs the bench tokenizer). :func:`capacity` is the
 request rate that would use every server's whole prefill budget if no prompt token were ever
 cached: offered loads are given as fractions of it.
 """
@@ -32,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from epp.framework.headers import FAIRNESS_ID, OBJECTIVE
+from epp_sim.tiny_tokenizer import sentence
 
 __all__ = [
     "ADAPTERS",
@@ -43,6 +48,7 @@ __all__ = [
     "Arrival",
     "Workload",
     "bursty",
+    "cache_pressure",
     "capacity",
     "chat_mix",
     "overload",
@@ -157,6 +163,7 @@ def _arrival(
     *,
     sheddable: bool = False,
     headers: dict[str, str] | None = None,
+    prompt_tokens: int | None = None,
 ) -> Arrival:
     body: dict[str, object] = {
         "model": model,
@@ -173,7 +180,7 @@ def _arrival(
         data=json.dumps(body, separators=(",", ":")).encode(),
         headers=headers,
         group=group,
-        prompt_tokens=_prompt_tokens(messages),
+        prompt_tokens=_prompt_tokens(messages) if prompt_tokens is None else prompt_tokens,
         max_tokens=max_tokens,
     )
 
@@ -209,6 +216,38 @@ def shared_prefix(
             {"role": "user", "content": _text(rng, question_tokens)},
         ]
         arrivals.append(_arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"tenant-{g}"))
+    return arrivals
+
+
+def cache_pressure(
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    groups: int = 160,
+    system_tokens: int = 1000,
+    question_tokens: int = 50,
+    output_tokens: tuple[int, int] = (16, 48),
+) -> list[Arrival]:
+    """Poisson arrivals over ``groups`` tenants chosen uniformly: their prompts outgrow the cluster's cache.
+
+    Text is :func:`~epp_sim.tiny_tokenizer.sentence` words, one token each with the bench's
+    tokenizer (``write_tiny_tokenizer(vocab_size=1000)``), so ``prompt_tokens`` counts words.
+    """
+    texts = random.Random(seed * 7919 + 3)
+    systems = [f"tenant {g} " + sentence(texts, system_tokens) for g in range(groups)]
+    rng = random.Random(seed)
+    arrivals = []
+    for at in _poisson(rng, rate, duration):
+        g = rng.randrange(groups)
+        messages = [
+            {"role": "system", "content": systems[g]},
+            {"role": "user", "content": sentence(rng, question_tokens)},
+        ]
+        tokens = system_tokens + question_tokens + 8  # tenant tag, chat template
+        arrivals.append(
+            _arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"tenant-{g}", prompt_tokens=tokens)
+        )
     return arrivals
 
 
@@ -325,11 +364,20 @@ def bursty(
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """A named generator: ``generate(rate, duration, seed)`` → arrivals."""
+    """A named generator: ``generate(rate, duration, seed)`` → arrivals.
+
+    ``real_tokens``: its cluster runs the bench tokenizer and publishes KV events (what precise
+    prefix routing needs); ``strategies`` and ``replicas`` are what it runs unless told otherwise;
+    ``num_gpu_blocks`` overrides the simulated servers' KV cache (blocks of 16 tokens).
+    """
 
     name: str
     description: str
     generate: Callable[[float, float, int], list[Arrival]]
+    real_tokens: bool = False
+    strategies: tuple[str, ...] | None = None
+    replicas: tuple[int, ...] = (1,)
+    num_gpu_blocks: int | None = None
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -349,11 +397,23 @@ WORKLOADS: dict[str, Workload] = {
             "overload",
             "4 tenants (one sends 70%), 40% critical / 60% sheddable, unique 400-token prompts, 16–48 output tokens",
             overload,
+            strategies=("default", "flow-control"),
         ),
         Workload(
             "bursty",
             "Poisson bursts of 4–12 requests within 20 ms, unique 1,500–4,500-token prompts, 16–48 output tokens",
             bursty,
+            strategies=("round-robin", "least-queue", "in-flight"),
+        ),
+        Workload(
+            "cache-pressure",
+            "160 tenants × 1,000-token system prompt (1.3× the KV cache of 8 servers × 1,024 blocks), "
+            "50-token questions, 16–48 output tokens; real token ids and KV events",
+            cache_pressure,
+            real_tokens=True,
+            strategies=("approximate", "precise"),
+            replicas=(1, 2),
+            num_gpu_blocks=1024,
         ),
     )
 }

@@ -104,4 +104,7 @@ async def test_routing_quick(tmp_path: Path) -> None:
         "default_beats_round_robin_ttft_p90_above_50pct_load",
         "prefix_aware_3x_round_robin_ttft_p90_shared_prefix",
         "in_flight_vs_queue_only_bursty_no_worse_and_20pct_better_at_1.0",
+        "precise_ttft_p90_le_half_approximate_cache_pressure",
+        "precise_two_replicas_hit_rate_within_2_points",
+        "approximate_two_replicas_hit_rate_drops_5_points",
     }

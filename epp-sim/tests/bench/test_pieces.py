@@ -144,7 +144,7 @@ def test_in_flight_target_no_worse_anywhere_and_20pct_better_at_full_load(
     cells: dict[tuple[float, str], float], met: bool | None
 ) -> None:
     runs = [
-        {"workload": "bursty", "strategy": strategy, "load": load, "ttft_s": {"p90": p90}}
+        {"workload": "bursty", "strategy": strategy, "load": load, "replicas": 1, "ttft_s": {"p90": p90}}
         for (load, strategy), p90 in cells.items()
     ]
     target = routing_targets(runs)["in_flight_vs_queue_only_bursty_no_worse_and_20pct_better_at_1.0"]

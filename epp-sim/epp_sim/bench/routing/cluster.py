@@ -3,8 +3,10 @@
 N vLLM simulators (``epp_sim.bench.simcluster``) on ``127.0.0.2`` … sharing one port, restarted
 for every run so each strategy starts with cold caches and zeroed counters. The picker sees them
 as the endpoints of one pool in a ``Datastore``, as ``epp serve`` would after its reconcilers
-ran. Their own counters (prefix-cache hits and queries, requests, end-to-end latency) are the
-truth the client's measurements are checked against.
+ran (labelled as llm-d's pod discovery expects). A real-token cluster (``RealTokens``) runs the
+bench tokenizer and publishes KV events on ``tcp://<its IP>:<events port>``. Their own counters
+(prefix-cache hits and queries, requests, end-to-end latency) are the truth the client's
+measurements are checked against.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from epp.datastore.store import Datastore
 from epp.datastore.types import ObjectiveSpec, PodInfo, PoolSpec
 from epp.labels import Selector
 from epp_sim.bench.children import http_ok, python_child
-from epp_sim.bench.workloads import ADAPTERS, CRITICAL_OBJECTIVE, SHEDDABLE_OBJECTIVE
+from epp_sim.bench.routing.strategies import RealTokens
+from epp_sim.bench.workloads import ADAPTERS, BASE_MODEL, CRITICAL_OBJECTIVE, SHEDDABLE_OBJECTIVE
 from epp_sim.modelserver import SimConfig
 from epp_sim.stack.processes import ChildProcess
 
 __all__ = ["bench_sim_config", "counters_since", "pool_store", "server_counters", "start_cluster"]
 
-_POOL_LABELS = {"app": "sim-bench"}
+_POOL_LABELS = {"app": "sim-bench", "llm-d.ai/inference-serving": "true"}
 _E2E = ["vllm:e2e_request_latency_seconds_sum", "vllm:e2e_request_latency_seconds_count"]
 
 
@@ -42,15 +45,33 @@ def bench_sim_config(time_scale: float) -> SimConfig:
     )
 
 
-async def start_cluster(*, servers: int, time_scale: float, port: int, work: Path) -> ChildProcess:
-    """Start ``servers`` simulators on ``port`` and return once the last one answers ``/health``."""
+async def start_cluster(
+    *,
+    servers: int,
+    time_scale: float,
+    port: int,
+    work: Path,
+    tokens: RealTokens | None = None,
+    num_gpu_blocks: int | None = None,
+) -> ChildProcess:
+    """Start ``servers`` simulators on ``port`` and return once the last one answers ``/health``.
+
+    ``num_gpu_blocks`` overrides the KV cache of :func:`bench_sim_config`.
+    """
     config = bench_sim_config(time_scale)
-    fields = {
+    fields: dict[str, Any] = {
         "lora_modules": dict(config.lora_modules),
         "max_loras": config.max_loras,
-        "num_gpu_blocks": config.num_gpu_blocks,
+        "num_gpu_blocks": num_gpu_blocks or config.num_gpu_blocks,
         "time_scale": config.time_scale,
     }
+    if tokens is not None:
+        fields["tokenizer"] = str(tokens.tokenizer)
+        fields["kv_events"] = {
+            "enable_kv_cache_events": True,
+            "endpoint": f"tcp://*:{tokens.events_port}",
+            "topic": f"kv@sim@{BASE_MODEL}",  # the pod part is the endpoint's, as llm-d reads it
+        }
     child = python_child(
         work,
         "simcluster",

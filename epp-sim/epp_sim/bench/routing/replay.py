@@ -1,10 +1,11 @@
 """Replaying one seeded workload through a strategy: each arrival released at its time, routed, sent.
 
 Arrivals go out at their scaled times whether or not earlier ones finished (an open loop, as
-real traffic), each routed by the strategy's :data:`~epp_sim.bench.routing.strategies.Route` and
-sent straight to the chosen simulator as a streaming chat completion, so the client sees the
-time to the first content token (from the arrival: time waiting in the picker's flow-control
-queue included), the end-to-end latency and the usage, by service class and by tenant. Arrivals in the warm-up
+real traffic), each routed by the strategy's :data:`~epp_sim.bench.routing.strategies.Route` (its
+data producers awaited first, as ``epp serve`` does) and sent straight to the chosen simulator
+as a streaming chat completion, so the client sees the time to the first content token (from the
+arrival: time waiting in the picker's flow-control queue included), the end-to-end latency and
+the usage, by service class and by tenant. Arrivals in the warm-up
 window are sent but not recorded.
 """
 

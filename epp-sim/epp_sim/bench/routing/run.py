@@ -4,7 +4,9 @@ Each workload's capacity is estimated once from a reference sample, each offered
 fraction of it, and every strategy at that load replays the same seeded arrivals on a cluster
 restarted for it. The picker runs in this process, as ``epp serve`` builds it: a ``Datastore``
 over the simulators, the production ``ScraperManager`` polling their ``/metrics`` every 50 ms,
-and the strategy's route; a run starts only once every simulator has been scraped.
+and the strategy's route (over one or more picker replicas); a run starts only once every
+simulator has been scraped. A real-token workload's clusters run the bench tokenizer (written
+once per run into the work directory) and publish KV events on a port of their own.
 """
 
 from __future__ import annotations
@@ -32,15 +34,18 @@ from epp_sim.bench.routing.cluster import (
 from epp_sim.bench.routing.options import RoutingOptions
 from epp_sim.bench.routing.replay import replay
 from epp_sim.bench.routing.scoring import routing_targets, run_record
-from epp_sim.bench.routing.strategies import STRATEGIES, router
+from epp_sim.bench.routing.strategies import STRATEGIES, RealTokens, router
 from epp_sim.bench.workloads import WORKLOADS, Arrival, capacity
 from epp_sim.ports import free_port
 from epp_sim.stack.envoy import envoy_binary
+from epp_sim.tiny_tokenizer import write_tiny_tokenizer
 from epp_sim.waits import wait_until
 
 __all__ = ["run_routing"]
 
 _SCRAPE_INTERVAL = 0.05
+_TOKENIZER_VOCAB = 1000
+"""Large enough that every word of :mod:`epp_sim.tiny_tokenizer` is one token."""
 
 
 async def _one_run(
@@ -51,9 +56,19 @@ async def _one_run(
     rate: float,
     arrivals: Sequence[Arrival],
     work: Path,
+    replicas: int,
+    tokenizer: Path | None,
 ) -> dict[str, Any]:
     port = free_port("127.0.0.2")
-    cluster = await start_cluster(servers=options.servers, time_scale=options.time_scale, port=port, work=work)
+    tokens = None if tokenizer is None else RealTokens(tokenizer, free_port("127.0.0.2"))
+    cluster = await start_cluster(
+        servers=options.servers,
+        time_scale=options.time_scale,
+        port=port,
+        work=work,
+        tokens=tokens,
+        num_gpu_blocks=WORKLOADS[workload].num_gpu_blocks,
+    )
     store = pool_store(options.servers, port)
     scrapers = ScraperManager(store, SystemClock(), EppMetrics(), interval=_SCRAPE_INTERVAL)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
@@ -66,13 +81,13 @@ async def _one_run(
             interval=0.02,
             message="the scraper never read every simulator's /metrics",
         )
-        async with router(strategy, store, options.seed) as route:
+        async with router(strategy, store, options.seed, replicas=replicas, tokens=tokens) as route:
             cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
             outcome, before = await replay(
                 arrivals, route, session, options, lambda: server_counters(session, options.servers, port)
             )
             wall = time.perf_counter() - wall0
-        cpu_sim, cpu_self = cpu_seconds(cluster.pid) - cpu_sim0, time.process_time() - cpu_self0
+            cpu_sim, cpu_self = cpu_seconds(cluster.pid) - cpu_sim0, time.process_time() - cpu_self0
         after = await server_counters(session, options.servers, port)
     finally:
         await session.close()
@@ -81,6 +96,7 @@ async def _one_run(
     return run_record(
         workload=workload,
         strategy=strategy,
+        replicas=replicas,
         load=load,
         rate=rate,
         arrivals=len(arrivals),
@@ -97,7 +113,7 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
     started = time.monotonic()
     sim = bench_sim_config(options.time_scale)
     runs: list[dict[str, Any]] = []
-    workloads_doc = {}
+    workloads_doc: dict[str, dict[str, Any]] = {}
     async with bench_work_dir("routing") as work:
         for name in options.workloads:
             workload = WORKLOADS[name]
@@ -108,25 +124,38 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
                 prefill_time_per_token=sim.prefill_time_per_token,
                 decode_time_per_seq=sim.decode_time_per_seq,
             )
-            workloads_doc[name] = {"description": workload.description, "capacity_rps": cap}
+            strategies, replica_counts = options.plan(name)
+            workloads_doc[name] = {
+                "description": workload.description,
+                "capacity_rps": cap,
+                "strategies": list(strategies),
+                "replicas": list(replica_counts),
+                "num_gpu_blocks": workload.num_gpu_blocks or sim.num_gpu_blocks,
+            }
+            tokenizer = None
+            if workload.real_tokens:
+                tokenizer = write_tiny_tokenizer(work / "tokenizer", vocab_size=_TOKENIZER_VOCAB)
             for load in options.loads:
                 rate = load * cap
                 arrivals = workload.generate(rate, options.sim_seconds, options.seed)
-                for strategy in options.strategies:
-                    run = await _one_run(options, name, strategy, load, rate, arrivals, work)
-                    runs.append(run)
-                    print(
-                        f"  {name:<13} load {load:4.2f} ({rate:5.1f}/s) {strategy:<13} "
-                        f"ttft p90 {run['ttft_s']['p90']:7.3f}s  hit {run['prefix_hit_rate'] * 100:5.1f}%  "
-                        f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}",
-                        flush=True,
-                    )
+                for replicas in replica_counts:
+                    for strategy in strategies:
+                        run = await _one_run(options, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
+                        runs.append(run)
+                        label = strategy if replicas == 1 else f"{strategy} ×{replicas}"
+                        print(
+                            f"  {name:<14} load {load:4.2f} ({rate:5.1f}/s) {label:<15} "
+                            f"ttft p90 {run['ttft_s']['p90']:7.3f}s  hit {run['prefix_hit_rate'] * 100:5.1f}%  "
+                            f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}",
+                            flush=True,
+                        )
     return {
         "benchmark": "routing",
         "machine": await machine_info(envoy_binary()),
         "options": {
             "servers": options.servers,
-            "strategies": list(options.strategies),
+            "strategies": None if options.strategies is None else list(options.strategies),
+            "replicas": None if options.replicas is None else list(options.replicas),
             "workloads": list(options.workloads),
             "loads": list(options.loads),
             "sim_seconds": options.sim_seconds,
@@ -144,7 +173,9 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
                 "decode_time_per_seq": sim.decode_time_per_seq,
                 "lora_load_time": sim.lora_load_time,
             },
-            "strategy_configs": {k: v for k, v in STRATEGIES.items() if k in options.strategies},
+            "strategy_configs": {
+                k: v for k, v in STRATEGIES.items() if any(k in w["strategies"] for w in workloads_doc.values())
+            },
         },
         "workloads": workloads_doc,
         "runs": runs,

@@ -4,7 +4,9 @@ Client times are wall-clock and are multiplied by the time scale into simulated 
 unit every number in the document is in. The simulators are the truth for prefix-cache hits;
 ``time_stretch`` compares the client's mean end-to-end latency with theirs and says whether the
 simulated timeline stayed honest (≈1.0) or the simulators fell behind for lack of CPU (> 1).
-The targets compare strategies cell by cell (same workload, same offered load).
+The targets compare strategies cell by cell (same workload, same offered load): the default
+profile and prefix-aware against round robin, and on ``cache-pressure`` precise against
+approximate prefix routing, with one picker and with two.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from typing import Any
 
 from epp_sim.bench.loadgen import percentile
 from epp_sim.bench.routing.replay import Counts, Outcome
-from epp_sim.bench.routing.strategies import DEFAULT, FLOW_CONTROL, IN_FLIGHT, LEAST_QUEUE, ROUND_ROBIN
+from epp_sim.bench.routing.strategies import (
+    APPROXIMATE,
+    DEFAULT,
+    FLOW_CONTROL,
+    IN_FLIGHT,
+    LEAST_QUEUE,
+    PRECISE,
+    ROUND_ROBIN,
+)
 
 BURSTY = "bursty"
 _LAG_LOAD = 1.0
@@ -95,6 +105,7 @@ def run_record(
     *,
     workload: str,
     strategy: str,
+    replicas: int,
     load: float,
     rate: float,
     arrivals: int,
@@ -111,6 +122,7 @@ def run_record(
     return {
         "workload": workload,
         "strategy": strategy,
+        "replicas": replicas,
         "load": load,
         "rate": rate,
         "arrivals": arrivals,
@@ -140,9 +152,72 @@ def run_record(
     }
 
 
+_CACHE_PRESSURE = "cache-pressure"
+_HIT_RATE_HOLDS = 0.02
+"""Two precise replicas keep the hit rate within 2 points of one."""
+_HIT_RATE_DROPS = 0.05
+"""What "visibly drops" means for two approximate replicas: at least 5 points below one."""
+
+
+def _find(runs: Sequence[Mapping[str, Any]], workload: str, strategy: str, load: float, replicas: int = 1) -> Any:
+    for r in runs:
+        if (r["workload"], r["strategy"], r["load"], r["replicas"]) == (workload, strategy, load, replicas):
+            return r
+    return None
+
+
+def _precise_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """On cache-pressure: precise's TTFT p90 ≤ 0.5× approximate's (one picker); two pickers' hit rates."""
+    loads = sorted({r["load"] for r in runs if r["workload"] == _CACHE_PRESSURE})
+    ratios: list[str] = []
+    ratio_ok: bool | None = None
+    holds: list[str] = []
+    holds_ok: bool | None = None
+    drops: list[str] = []
+    drops_ok: bool | None = None
+    for load in loads:
+        precise, approximate = (
+            _find(runs, _CACHE_PRESSURE, PRECISE, load),
+            _find(runs, _CACHE_PRESSURE, APPROXIMATE, load),
+        )
+        if precise is not None and approximate is not None:
+            p, a = precise["ttft_s"]["p90"], approximate["ttft_s"]["p90"]
+            ratio = p / a if a > 0 else float("inf")
+            ratios.append(f"@{load}: {p:.3f}s vs {a:.3f}s = {ratio:.2f}×")
+            ratio_ok = (ratio_ok is not False) and ratio <= 0.5
+        for strategy, out in ((PRECISE, holds), (APPROXIMATE, drops)):
+            one, two = _find(runs, _CACHE_PRESSURE, strategy, load), _find(runs, _CACHE_PRESSURE, strategy, load, 2)
+            if one is None or two is None:
+                continue
+            delta = two["prefix_hit_rate"] - one["prefix_hit_rate"]
+            out.append(
+                f"@{load}: {one['prefix_hit_rate'] * 100:.1f}% → {two['prefix_hit_rate'] * 100:.1f}% "
+                f"({delta * 100:+.1f} points)"
+            )
+            if strategy == PRECISE:
+                holds_ok = (holds_ok is not False) and abs(delta) <= _HIT_RATE_HOLDS
+            else:
+                drops_ok = (drops_ok is not False) and delta <= -_HIT_RATE_DROPS
+    return {
+        "precise_ttft_p90_le_half_approximate_cache_pressure": {
+            "detail": ", ".join(ratios) or "not measured",
+            "met": ratio_ok,
+        },
+        "precise_two_replicas_hit_rate_within_2_points": {
+            "detail": ", ".join(holds) or "not measured",
+            "met": holds_ok,
+        },
+        "approximate_two_replicas_hit_rate_drops_5_points": {
+            "detail": ", ".join(drops) or "not measured",
+            "met": drops_ok,
+        },
+    }
+
+
 def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The default profile against round robin above 50 % load, prefix-aware's gain on shared prefixes,
-    and the in-flight profile against queue-only on bursts."""
+    and the in-flight profile against queue-only on bursts, and precise against approximate prefix
+    routing under cache pressure."""
 
     def p90(workload: str, strategy: str, load: float) -> float | None:
         return _p90(runs, workload, strategy, load)
@@ -178,6 +253,7 @@ def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "met": prefix_ok,
         },
         "in_flight_vs_queue_only_bursty_no_worse_and_20pct_better_at_1.0": _in_flight_target(runs),
+        **_precise_targets(runs),
     }
 
 
@@ -223,10 +299,8 @@ def _overload_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _p90(runs: Sequence[Mapping[str, Any]], workload: str, strategy: str, load: float) -> float | None:
-    for r in runs:
-        if (r["workload"], r["strategy"], r["load"]) == (workload, strategy, load):
-            return float(r["ttft_s"]["p90"])
-    return None
+    r = _find(runs, workload, strategy, load)
+    return None if r is None else float(r["ttft_s"]["p90"])
 
 
 def _in_flight_target(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
