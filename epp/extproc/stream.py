@@ -89,6 +89,18 @@ class StreamOptions:
             raise ValueError(f"max_response_buffer_bytes must be > 0, got {self.max_response_buffer_bytes}")
 
 
+@dataclass(frozen=True, slots=True)
+class _ParsedRequest:
+    """A request whose body is parsed, on its way to a route (possibly after a wait)."""
+
+    director: Director
+    request: InferenceRequest
+    raw: bytes
+    parsed: ParsedBody
+    t_last: float  # the last request byte
+    t_parsed: float
+
+
 class Director(Protocol):
     """What one request needs from its pool's request control (``requestcontrol.PoolDirector``)."""
 
@@ -391,68 +403,38 @@ class Stream:
         director = self._p.directors.director_for(request)
         parsed = parse_request_body(raw, director.api_for(request_path(request.headers)))
         parsed.apply_to(request, len(raw))
-        t_parsed = perf_counter()
-        self._owe(director)
+        ready = _ParsedRequest(self._owe(director), request, raw, parsed, t_last, perf_counter())
         pending = director.prepare(request)
         if pending is not None:
-            self._waiting = self._after_producers(pending, director, request, raw, parsed, t_last, t_parsed)
+            self._waiting = self._after_producers(pending, ready)
             return ()
-        return self._route_parsed(director, request, raw, parsed, t_last, t_parsed)
+        return self._route_parsed(ready)
 
     async def _after_producers(
-        self,
-        pending: Awaitable[None],
-        director: Director,
-        request: InferenceRequest,
-        raw: bytes,
-        parsed: ParsedBody,
-        t_last: float,
-        t_parsed: float,
+        self, pending: Awaitable[None], ready: _ParsedRequest
     ) -> Sequence[pb.ProcessingResponse]:
         """The request's data producers (e.g. tokenization) ran; route it, waiting in the queue if need be."""
         await pending
-        answers = self._route_parsed(director, request, raw, parsed, t_last, t_parsed)
+        answers = self._route_parsed(ready)
         queued, self._waiting = self._waiting, None
         return answers if queued is None else await queued
 
-    def _route_parsed(
-        self,
-        director: Director,
-        request: InferenceRequest,
-        raw: bytes,
-        parsed: ParsedBody,
-        t_last: float,
-        t_parsed: float,
-    ) -> Sequence[pb.ProcessingResponse]:
+    def _route_parsed(self, ready: _ParsedRequest) -> Sequence[pb.ProcessingResponse]:
         with activated(self._trace):
-            routed = director.route(request, self._subset)
+            routed = ready.director.route(ready.request, self._subset)
         if isinstance(routed, RoutingDecision):
-            return self._routed_body(request, raw, parsed, self._accept(routed), t_last, t_parsed)
-        self._waiting = self._after_queue(routed, request, raw, parsed, t_last, t_parsed)
+            return self._routed_body(ready, self._accept(routed))
+        self._waiting = self._after_queue(routed, ready)
         return ()
 
     async def _after_queue(
-        self,
-        queued: Awaitable[RoutingDecision],
-        request: InferenceRequest,
-        raw: bytes,
-        parsed: ParsedBody,
-        t_last: float,
-        t_parsed: float,
+        self, queued: Awaitable[RoutingDecision], ready: _ParsedRequest
     ) -> Sequence[pb.ProcessingResponse]:
         """Flow control held the request: once it is dispatched and scheduled, the same answers as at once."""
-        decision = self._accept(await queued)
-        return self._routed_body(request, raw, parsed, decision, t_last, t_parsed)
+        return self._routed_body(ready, self._accept(await queued))
 
-    def _routed_body(
-        self,
-        request: InferenceRequest,
-        raw: bytes,
-        parsed: ParsedBody,
-        decision: RoutingDecision,
-        t_last: float,
-        t_parsed: float,
-    ) -> Sequence[pb.ProcessingResponse]:
+    def _routed_body(self, ready: _ParsedRequest, decision: RoutingDecision) -> Sequence[pb.ProcessingResponse]:
+        request, raw, parsed = ready.request, ready.raw, ready.parsed
         t_scheduled = perf_counter()
         target_model = request.target_model
         rewritten: bytes | None = None
@@ -470,7 +452,7 @@ class Stream:
         else:
             answers = [routing_headers_response(request.upstream_headers, destination, len(body), scores=scores)]
             answers += body_chunks(body, self._p.options.chunk_size, request=True, end_of_stream=True)
-        self._overhead = (t_last, t_parsed, t_scheduled, perf_counter())
+        self._overhead = (ready.t_last, ready.t_parsed, t_scheduled, perf_counter())
         labels = self._running = self._labels()
         self._p.observe.routed(labels, len(body))
         if log.isEnabledFor(logging.DEBUG):
