@@ -8,7 +8,9 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
 # README.md is optional (the glob keeps COPY from failing without it); pyproject.toml names it.
-COPY pyproject.toml README.md* ./
+# setup.py compiles protos/ into epp/api/v1 while the wheel is built (the epp.v1 API).
+COPY pyproject.toml setup.py README.md* ./
+COPY protos ./protos
 COPY epp ./epp
 RUN pip wheel --wheel-dir /wheels .
 

@@ -51,6 +51,8 @@ def _entry_points(files: dict[str, bytes]) -> str:
 def test_picker_wheel_holds_the_picker_and_nothing_else(wheels: dict[str, dict[str, bytes]]) -> None:
     names = list(wheels["epp"])
     assert "epp/runtime.py" in names and "epp/autoscale/controller.py" in names
+    # The epp.v1 API's modules, compiled from protos/ by the wheel build itself.
+    assert {"epp/api/v1/endpoints_pb2.py", "epp/api/v1/explain_pb2_grpc.py", "epp/api/v1/config_pb2.py"} <= set(names)
     tops = {n.split("/", 1)[0] for n in names}
     assert tops == {"epp", "epp-0.1.0.dist-info"}, tops
     tooling = [n for n in names if re.search(r"^epp/(sim|dev|bench)/|^epp/testing\.py$|^epp/extproc/client\.py$", n)]

@@ -56,9 +56,11 @@ def test_multi_stage_with_wheels_built_in_the_builder() -> None:
     builder, final = _stages()
     assert builder.alias == "builder"
     assert any("pip wheel" in run for run in builder.args("RUN"))
-    copied = " ".join(builder.args("COPY"))
-    assert "pyproject.toml" in copied and "epp" in copied
-    assert (ROOT / "pyproject.toml").exists() and (ROOT / "epp").is_dir()
+    copied = " ".join(builder.args("COPY")).split()
+    # Everything the wheel build reads: setup.py compiles protos/ into epp/api/v1.
+    for source in ("pyproject.toml", "setup.py", "protos", "epp"):
+        assert source in copied, source
+        assert (ROOT / source).exists(), source
 
 
 def test_final_image_is_slim_non_root_and_installs_only_the_wheels() -> None:
