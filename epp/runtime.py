@@ -15,7 +15,9 @@ Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → 
 (bounded) → config watcher → elector → plugins' background resources (KV-event subscribers) →
 reconcilers → scrapers → gauges → metrics server → API client.
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
-``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer.
+``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer; with
+``--metrics-cert-dir`` it has its own port (``--epp-api-port``) behind the metrics TLS instead,
+started after the gRPC servers and stopped right after them.
 A graceful shutdown (SIGTERM, see ``epp/serve_command.py``) first calls :meth:`Runtime.drain`
 (health port NOT_SERVING, Lease released, everything else keeps running for ``--drain-timeout``),
 then the stop above, whose gRPC step stops taking streams and lets open ones finish.
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 
 from epp.api.auth import ApiAuthInterceptor
 from epp.api.service import ApiSources, add_api
+from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
 from epp.config.compat import log_notices
 from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
@@ -45,7 +48,7 @@ from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.datalayer.scraper import ScraperManager
 from epp.datastore.store import Datastore
 from epp.extproc.cert_reload import CertReloader
-from epp.extproc.server import ExtProcOptions, ExtProcServer, HealthPortServices
+from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
 from epp.flowcontrol.controller import FlowController
@@ -83,6 +86,8 @@ class RuntimePorts:
     grpc: int = 0
     health: int = 0
     metrics: int = 0
+    api: int = 0
+    """The epp.v1 API's own TLS port; 0 when the API is on the health port or off."""
 
 
 @dataclass
@@ -127,6 +132,7 @@ class Runtime(Service):
         self._readiness_interval = readiness_interval
         self._api: Api | None = None
         self._server: ExtProcServer | None = None
+        self._api_port: ApiTlsPort | None = None
         self._metrics_server: MetricsServer | None = None
         self._watcher: ConfigWatcher[Configs] | None = None
         self._readiness: asyncio.Task[None] | None = None
@@ -224,18 +230,25 @@ class Runtime(Service):
         )
         endpoint = o.metrics_endpoint
         auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth else None
+        api = self._api_services(directors, holder, auth)
+        api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
             directors,
             self.metrics,
             options=stream_options,
             tracing=self.tracing,
             ext_proc=ext_proc,
-            health_port_services=self._api_services(directors, holder, auth),
+            health_port_services=None if api_on_tls else api,
         )
         tls = await self._server_tls() if o.tls.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls
         )
+        if api is not None and api_on_tls:
+            self._api_port = ApiTlsPort(api)
+            self.ports.api = await self._api_port.start(
+                o.bind_address, o.epp_api_port, cert_dir=endpoint.cert_dir, client_ca_file=endpoint.client_ca_file
+            )
         self._metrics_server = MetricsServer(
             self.metrics,
             before_scrape=[self._refresh_gauges],
@@ -263,6 +276,7 @@ class Runtime(Service):
                 "grpc_port": self.ports.grpc,
                 "health_port": self.ports.health,
                 "metrics_port": self.ports.metrics,
+                "epp_api_port": self.ports.api or None,
             },
         )
 
@@ -281,16 +295,10 @@ class Runtime(Service):
 
     def _api_services(
         self, directors: PoolDispatcher[PoolDirector], holder: ConfigHolder[Configs], auth: MetricsAuth | None
-    ) -> HealthPortServices | None:
-        """The epp.v1 API for the health port, guarded by the /metrics authorizer; None when it is off."""
+    ) -> ExtraServices | None:
+        """The epp.v1 API, guarded by the /metrics authorizer; None when it is off."""
         o = self.options
         if not o.epp_api:
-            return None
-        if o.metrics_endpoint.cert_dir:
-            log.warning(
-                "epp.v1 API not served: --metrics-cert-dir puts /metrics behind TLS, and the API it guards "
-                "would share the health port, which stays plaintext for kubelet's probes; pass --epp-api=false"
-            )
             return None
         source = f"--config-file {o.config_file}" if o.config_file else "--config-text" if o.config_text else "default"
         sources = ApiSources(
@@ -304,7 +312,7 @@ class Runtime(Service):
             staleness_threshold=o.metrics_staleness_threshold,
         )
         interceptors = (ApiAuthInterceptor(auth, "/epp.v1."),) if auth is not None else ()
-        return HealthPortServices(lambda server: add_api(server, sources), interceptors)
+        return ExtraServices(lambda server: add_api(server, sources), interceptors)
 
     async def _server_tls(self) -> ServerTls:
         """The ext_proc port's certificate: mounted (and watched with --enable-cert-reload) or self-signed."""
@@ -492,6 +500,9 @@ class Runtime(Service):
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        if self._api_port is not None:
+            await self._api_port.stop(grace)
+            self._api_port = None
         if self._cert_reloader is not None:
             await self._cert_reloader.stop()
             self._cert_reloader = None

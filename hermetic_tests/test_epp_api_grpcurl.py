@@ -4,7 +4,9 @@ A real picker (``epp serve`` in-process, plaintext health port) over simulated p
 prints the proto's field names, 64-bit integers as strings) is
 the real binary, relying on reflection alone (no proto files given). With
 ``--metrics-endpoint-auth=true`` the API asks the ``/metrics`` authorizer: no token is refused,
-a token whose account may ``post`` on ``/epp.v1.*`` passes, while health stays open.
+a token whose account may ``post`` on ``/epp.v1.*`` passes, while health stays open. With
+``--metrics-cert-dir`` the API moves to its own port behind the metrics TLS (a throwaway CA,
+real handshakes), while the health port stays plaintext and carries only health.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 from pool_modes import ALL_MODES, served
 
 from epp_sim.kube_objects import PoolMode
+from epp_sim.pki import Pki, make_pki
 from epp_sim.pytest_plugin import PickerFactory, PoolFactory
 from epp_sim.stack.cluster import FakeCluster
 
@@ -27,17 +30,18 @@ RBAC = "rbac.authorization.k8s.io/v1"
 STANDALONE = ("--endpoint-selector", "app=none", "--endpoint-target-ports", "8000")
 
 
-async def grpcurl(*args: str) -> tuple[int, str]:
+async def grpcurl(*args: str, plaintext: bool = True) -> tuple[int, str]:
+    options = ("-plaintext",) if plaintext else ()
     proc = await asyncio.create_subprocess_exec(
-        str(GRPCURL), "-plaintext", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        str(GRPCURL), *options, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
     out, _ = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode()
 
 
-async def call(target: str, method: str, data: dict[str, Any], *extra: str) -> dict[str, Any]:
-    rc, out = await grpcurl(*extra, "-d", json.dumps(data), target, method)
+async def call(target: str, method: str, data: dict[str, Any], *extra: str, plaintext: bool = True) -> dict[str, Any]:
+    rc, out = await grpcurl(*extra, "-d", json.dumps(data), target, method, plaintext=plaintext)
     assert rc == 0, out
     answer: dict[str, Any] = json.loads(out)
     return answer
@@ -140,3 +144,76 @@ async def test_the_api_asks_the_metrics_authorizer(epp_cluster: FakeCluster, epp
     assert allowed["source"] == "default"
     rc, out = await grpcurl("-d", '{"service": "liveness"}', target, "grpc.health.v1.Health/Check")
     assert rc == 0 and "SERVING" in out  # kubelet's probes carry no token
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("api-pki"), server="epp-api", client="operator")
+
+
+async def _operator_token(cluster: FakeCluster) -> str:
+    await cluster.apply_all(_api_caller("operator"))
+    return (await cluster.kubectl("create", "token", "operator")).strip()
+
+
+async def test_the_api_follows_metrics_tls_and_client_certificates_onto_its_own_port(
+    pki: Pki, epp_cluster: FakeCluster, epp_picker: PickerFactory
+) -> None:
+    token = await _operator_token(epp_cluster)
+    picker = await epp_picker(
+        *STANDALONE,
+        "--metrics-endpoint-auth=true",
+        f"--metrics-cert-dir={pki.server_dir}",
+        f"--metrics-client-ca-file={pki.ca}",
+    )
+    target = picker.api_target
+    assert picker.runtime.ports.api not in (0, picker.runtime.ports.health)
+    tls = ("-cacert", str(pki.ca), "-cert", str(pki.client_cert), "-key", str(pki.client_key))
+    bearer = ("-H", f"authorization: Bearer {token}")
+
+    rc, listed = await grpcurl(*tls, target, "list", plaintext=False)
+    assert rc == 0, listed
+    assert set(listed.split()) >= {"epp.v1.Config", "epp.v1.Endpoints", "epp.v1.Explain"}
+    rc, described = await grpcurl(*tls, target, "describe", "epp.v1.Explain", plaintext=False)
+    assert rc == 0 and "rpc Explain ( .epp.v1.ExplainRequest ) returns ( .epp.v1.ExplainResponse )" in described
+    config = await call(target, "epp.v1.Config/GetConfig", {}, *tls, *bearer, plaintext=False)
+    assert config["source"] == "default"
+    listing = await call(target, "epp.v1.Endpoints/ListEndpoints", {}, *tls, *bearer, plaintext=False)
+    assert [p["name"] for p in listing["pools"]] == [picker.runtime.pools[0].key[1]]
+    body = {"body": _b64(json.dumps({"model": "m", "prompt": "hi"}))}
+    explained = await call(target, "epp.v1.Explain/Explain", body, *tls, *bearer, plaintext=False)
+    assert explained["model"] == "m"  # no pods: the failure a client would get, not an error
+
+    rc, out = await grpcurl(*tls, "-d", "{}", target, "epp.v1.Config/GetConfig", plaintext=False)
+    assert rc != 0 and "Unauthenticated" in out  # a client certificate is not a token
+    rc, out = await grpcurl(
+        "-cacert", str(pki.ca), *bearer, "-d", "{}", target, "epp.v1.Config/GetConfig", plaintext=False
+    )
+    assert rc != 0 and "Failed to dial" in out, out  # the handshake wants a certificate the CA signed
+    rc, out = await grpcurl(target, "list")
+    assert rc != 0 and "Failed to dial" in out, out  # no plaintext on the API port
+
+    rc, listed = await grpcurl(picker.health_target, "list")
+    assert rc == 0 and "grpc.health.v1.Health" in listed and "epp.v1" not in listed
+    rc, out = await grpcurl("-d", '{"service": "liveness"}', picker.health_target, "grpc.health.v1.Health/Check")
+    assert rc == 0 and "SERVING" in out  # kubelet's plaintext probes
+
+
+async def test_the_api_over_metrics_tls_without_client_certificates(
+    pki: Pki, epp_cluster: FakeCluster, epp_picker: PickerFactory
+) -> None:
+    token = await _operator_token(epp_cluster)
+    picker = await epp_picker(*STANDALONE, "--metrics-endpoint-auth=true", f"--metrics-cert-dir={pki.server_dir}")
+    answer = await call(
+        picker.api_target,
+        "epp.v1.Config/GetConfig",
+        {},
+        "-cacert",
+        str(pki.ca),
+        "-H",
+        f"authorization: Bearer {token}",
+        plaintext=False,
+    )
+    assert answer["source"] == "default"
+    rc, out = await grpcurl("-insecure", "-d", "{}", picker.api_target, "epp.v1.Config/GetConfig", plaintext=False)
+    assert rc != 0 and "Unauthenticated" in out  # TLS alone does not pass the /metrics authorizer

@@ -7,8 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from epp_sim.pki import make_pki
 from epp_sim.ports import free_port
-from epp_sim.pytest_plugin import PoolFactory
+from epp_sim.pytest_plugin import PickerFactory, PoolFactory
 
 
 async def epp_explain(*args: str) -> tuple[int, str, str]:
@@ -62,3 +63,24 @@ async def test_epp_explain_errors_name_the_problem(epp_pool: PoolFactory) -> Non
     assert rc == 2 and "expected 'name: value'" in err
     rc, _, err = await epp_explain("--target", f"127.0.0.1:{free_port()}", "-d", "{}", "--timeout", "2")
     assert rc == 1 and "UNAVAILABLE" in err
+
+
+async def test_epp_explain_over_the_api_tls_port(epp_picker: PickerFactory, tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    picker = await epp_picker(
+        "--endpoint-selector",
+        "app=none",
+        "--endpoint-target-ports",
+        "8000",
+        f"--metrics-cert-dir={pki.server_dir}",
+        f"--metrics-client-ca-file={pki.ca}",
+    )
+    body = ("-d", '{"model": "m", "prompt": "hi"}', "--json")
+    tls = ("--cacert", str(pki.ca), "--cert", str(pki.client_cert), "--key", str(pki.client_key))
+    rc, out, err = await epp_explain("--target", picker.api_target, *body, *tls)
+    assert rc == 0, err
+    assert json.loads(out)["model"] == "m"
+    rc, _, err = await epp_explain("--target", picker.api_target, *body, *tls[:2], "--timeout", "5")
+    assert rc == 1 and "UNAVAILABLE" in err  # no client certificate: no handshake
+    rc, _, err = await epp_explain("--target", picker.api_target, *body, *tls[:4])
+    assert rc == 2 and "--cert and --key go together" in err

@@ -1,6 +1,7 @@
 """``epp explain``: ask a running picker why a request would go where it goes, and print the score table.
 
-A client of the picker's ``epp.v1.Explain`` service (on its health port, 9003 by default). The
+A client of the picker's ``epp.v1.Explain`` service (on its health port, 9003 by default, or
+with ``--metrics-cert-dir`` on ``--epp-api-port`` over TLS: ``--cacert``, ``--cert``, ``--key``). The
 request is given as a client would send it: ``-d`` with the JSON body (``@file``, ``@-`` for
 stdin, or the text itself), ``-H 'name: value'`` for headers, ``--path`` for the API. The
 answer is printed as a table per scheduling profile (filters, then each scorer's raw → weighted
@@ -30,11 +31,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--target", default="127.0.0.1:9003", help="the picker's health port, host:port")
+    p.add_argument("--target", default="127.0.0.1:9003", help="the picker's health port (or --epp-api-port), host:port")
     p.add_argument("-d", "--data", required=True, help="the JSON body: @file, @- (stdin) or the text")
     p.add_argument("-H", "--header", action="append", default=[], help="a request header 'name: value' (repeatable)")
     p.add_argument("--path", default="", help="the request path, e.g. /v1/chat/completions (picks the API)")
     p.add_argument("--token-file", default="", help="a file holding a bearer token (with --metrics-endpoint-auth)")
+    p.add_argument("--cacert", default="", help="TLS (--epp-api-port, with --metrics-cert-dir): the CA file to trust")
+    p.add_argument("--cert", default="", help="TLS: a client certificate file (with --metrics-client-ca-file)")
+    p.add_argument("--key", default="", help="TLS: the client certificate's key file")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer")
     p.add_argument("--json", action="store_true", help="print the ExplainResponse as JSON instead of tables")
     p.set_defaults(func=run)
@@ -64,17 +68,33 @@ def _headers(lines: list[str], path: str) -> dict[str, str]:
     return headers
 
 
+def _credentials(cacert: str, cert: str, key: str) -> grpc.ChannelCredentials | None:
+    """TLS when any of the three is given (no CA file: the system's roots); None for plaintext."""
+    if bool(cert) != bool(key):
+        raise ValueError("--cert and --key go together")
+    if not (cacert or cert):
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=Path(cacert).read_bytes() if cacert else None,
+        private_key=Path(key).read_bytes() if key else None,
+        certificate_chain=Path(cert).read_bytes() if cert else None,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         request = pb.ExplainRequest(headers=_headers(args.header, args.path), body=_body(args.data))
         metadata: tuple[tuple[str, str], ...] = ()
         if args.token_file:
             metadata = (("authorization", f"Bearer {Path(args.token_file).read_text().strip()}"),)
+        credentials = _credentials(args.cacert, args.cert, args.key)
     except (OSError, ValueError) as e:
         print(f"epp explain: {e}", file=sys.stderr)
         return 2
     try:
-        with grpc.insecure_channel(args.target) as channel:
+        with (
+            grpc.secure_channel(args.target, credentials) if credentials else grpc.insecure_channel(args.target)
+        ) as channel:
             answer = pb.ExplainStub(channel).Explain(request, timeout=args.timeout, metadata=metadata)
     except grpc.RpcError as e:
         print(f"epp explain: {args.target}: {e.code().name}: {e.details()}", file=sys.stderr)

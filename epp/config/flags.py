@@ -7,7 +7,8 @@ accepted too and listed by :func:`no_effect_flags`, so start-up logs each once a
 effect instead of rejecting a chart's argument list. Our own additions (``--bind-address``,
 ``--kubeconfig``, ``--max-request-body-bytes``, a repeatable ``--pool-name``,
 ``--enable-conformance-test-hooks``) keep upstream behaviour when left at their defaults, but
-``--epp-api``, which adds the ``epp.v1`` services beside health on the health port; two
+``--epp-api``, which adds the ``epp.v1`` services beside health on the health port (or, with
+``--metrics-cert-dir``, on their own TLS port, ``--epp-api-port``); two
 choose between the two upstreams where they differ: ``--ha-lease-name-style`` (GIE's Lease name
 by default) and ``--metrics-naming`` (both names by default, as the llm-d router emits them).
 
@@ -242,8 +243,15 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         diag,
         "--epp-api",
         True,
-        "the epp.v1 gRPC API (Endpoints, Explain, Config) on the health port, with /metrics' authentication; "
-        "off while --metrics-cert-dir is set (the health port stays plaintext for kubelet)",
+        "the epp.v1 gRPC API (Endpoints, Explain, Config) with /metrics' authentication: on the health port, "
+        "or with --metrics-cert-dir on --epp-api-port behind the same TLS (the health port stays plaintext)",
+    )
+    _flag(
+        diag,
+        "--epp-api-port",
+        type=int,
+        default=9004,
+        help="the epp.v1 API's own gRPC port, used with --metrics-cert-dir (its certificate and client CA)",
     )
     _switch(diag, "--tracing", True, "OpenTelemetry traces (exported when an OTLP endpoint is configured)")
     diag.add_argument(
@@ -344,6 +352,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         metrics_naming=args.metrics_naming,
         tracing=args.tracing,
         epp_api=args.epp_api,
+        epp_api_port=args.epp_api_port,
         logging=logging_options_from_args(args),
         tls=TlsOptions(
             secure_serving=args.secure_serving,

@@ -218,6 +218,8 @@ class ServeOptions:
     tracing: bool = True
     epp_api: bool = True
     """The ``epp.v1`` API (Endpoints, Explain, Config) on the health port, guarded as ``/metrics``."""
+    epp_api_port: int = 9004
+    """The API's own port when ``--metrics-cert-dir`` puts it behind the metrics TLS."""
     logging: LoggingOptions = field(default_factory=LoggingOptions)
     tls: TlsOptions = field(default_factory=TlsOptions)
     metrics_endpoint: MetricsEndpointOptions = field(default_factory=MetricsEndpointOptions)
@@ -247,6 +249,7 @@ class ServeOptions:
             ("grpc-port", self.grpc_port),
             ("grpc-health-port", self.grpc_health_port),
             ("metrics-port", self.metrics_endpoint.port),
+            ("epp-api-port", self.epp_api_port),
         ):
             if not 0 <= port < 65536:
                 raise OptionsError(f"--{flag}: invalid port {port}")

@@ -4,7 +4,7 @@ The ext_proc port serves ``ExternalProcessor/Process`` (TLS unless disabled), re
 ``grpcurl list`` works) and, with ``--health-checking`` as upstream, the standard health service
 (a gateway's active health check asks for the ext_proc service name). The health port is
 plaintext, as kubelet's gRPC probes need; it may carry more services (the ``epp.v1`` API, see
-:class:`HealthPortServices`), guarded by their own interceptors. Each port has its own
+:class:`ExtraServices`), guarded by their own interceptors. Each port has its own
 :class:`~epp.extproc.health.HealthState`, both following readiness; only the health port's drains
 (:meth:`ExtProcServer.drain`), so during a graceful drain kubelet sees NOT_SERVING while a
 gateway's active health check on the ext_proc port keeps sending streams. Shutdown
@@ -31,12 +31,13 @@ from epp.framework.endpoint import join_host_port
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.tracing import Tracing
 
-__all__ = ["ExtProcOptions", "ExtProcServer", "HealthPortServices"]
+__all__ = ["SERVER_OPTIONS", "ExtProcOptions", "ExtProcServer", "ExtraServices", "bind_port"]
 
 log = logging.getLogger(__name__)
 
 _MAX_MESSAGE = 32 * 1024 * 1024
-_SERVER_OPTIONS = (
+# The health port's (and the epp.v1 API port's) options; the ext_proc port's come from ExtProcOptions.
+SERVER_OPTIONS = (
     ("grpc.max_receive_message_length", _MAX_MESSAGE),
     ("grpc.max_send_message_length", _MAX_MESSAGE),
     # Fail on a port another process holds instead of silently sharing it.
@@ -72,9 +73,10 @@ class ExtProcOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class HealthPortServices:
-    """More services for the health port: ``register`` adds them to a server and returns their names
-    (for reflection); ``interceptors`` guard them (and must let health and reflection through)."""
+class ExtraServices:
+    """More services for a port (the health port, or the API's own): ``register`` adds them to a server
+    and returns their names (for reflection); ``interceptors`` guard them (and must let health and
+    reflection through)."""
 
     register: Callable[[Any], tuple[str, ...]]
     interceptors: tuple[Any, ...] = ()
@@ -107,10 +109,10 @@ class _MeteredExtProcServicer(_ExtProcServicer):
             self._metrics.finished(started, error)
 
 
-def _bind(server: Any, what: str, address: str, tls: ServerTls | None) -> int:
-    """Add a listening port; grpc's RuntimeError becomes an OSError naming the port's role."""
+def bind_port(server: Any, what: str, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    """Add a listening port (TLS with ``credentials``); grpc's RuntimeError becomes an OSError naming its role."""
     try:
-        port = server.add_secure_port(address, tls.credentials()) if tls else server.add_insecure_port(address)
+        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     except RuntimeError as e:
         raise OSError(f"cannot listen on {what} address {address}: {e}") from e
     if not port:
@@ -129,7 +131,7 @@ class ExtProcServer:
         options: StreamOptions,
         tracing: Tracing | None = None,
         ext_proc: ExtProcOptions | None = None,
-        health_port_services: HealthPortServices | None = None,
+        health_port_services: ExtraServices | None = None,
     ) -> None:
         self._processor = Processor(directors, metrics, options, tracing)
         self._ext_proc = ext_proc or ExtProcOptions()
@@ -172,15 +174,15 @@ class ExtProcServer:
         else:
             pb.enable_server_reflection((pb.EXT_PROC_SERVICE, pb.REFLECTION_SERVICE), ext_proc)
         extra = self._extra
-        health = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=extra.interceptors if extra else None)
+        health = grpc.aio.server(options=SERVER_OPTIONS, interceptors=extra.interceptors if extra else None)
         pb.add_HealthServicer_to_server(self._health, health)
         names = extra.register(health) if extra else ()
         # Reflection here too, so `grpcurl -plaintext host:9003 grpc.health.v1.Health/Check` works bare.
         pb.enable_server_reflection((pb.HEALTH_SERVICE, *names, pb.REFLECTION_SERVICE), health)
         grpc_address = join_host_port(host, grpc_port)
         health_address = join_host_port(host, health_port)
-        bound_grpc = _bind(ext_proc, "ext_proc", grpc_address, tls)
-        bound_health = _bind(health, "health", health_address, None)
+        bound_grpc = bind_port(ext_proc, "ext_proc", grpc_address, tls.credentials() if tls else None)
+        bound_health = bind_port(health, "health", health_address, None)
         await ext_proc.start()
         self._servers.append(ext_proc)
         try:

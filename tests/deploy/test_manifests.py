@@ -367,6 +367,7 @@ def test_picker_deployment_service_and_config_agree() -> None:
         "grpc": 9002,
         "grpc-health": 9003,
         "metrics": 9090,
+        "epp-api": 9004,
     }
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -377,6 +378,7 @@ def test_picker_deployment_service_and_config_agree() -> None:
         "grpc": 9002,
         "grpc-health": 9003,
         "metrics": 9090,
+        "epp-api": 9004,
     }
 
     config_map = _find("ConfigMap", PICKER)

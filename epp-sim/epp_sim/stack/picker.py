@@ -3,7 +3,7 @@
 Both forms take the arguments a user would type after ``epp serve`` (a platform team's own
 ``--pool-name``, ``--config-file`` and so on), parsed by the real ``epp serve`` parser, plus the
 loopback defaults a hermetic run needs (plaintext, no drain window, 127.0.0.1, the fake cluster's kubeconfig,
-``/metrics`` without a token). Explicit arguments win over the defaults.
+``/metrics`` without a token, the epp.v1 API's TLS port free). Explicit arguments win over the defaults.
 
 - :class:`InProcessPicker` runs :class:`epp.runtime.Runtime` on this event loop: fast to start,
   and tests can look inside (``.runtime``: datastore, metrics registry, ports).
@@ -46,7 +46,7 @@ def _flag_names(args: Sequence[str]) -> set[str]:
 
 
 def serve_arguments(
-    args: Sequence[str], *, kubeconfig: Path, grpc_port: int, health_port: int, metrics_port: int
+    args: Sequence[str], *, kubeconfig: Path, grpc_port: int, health_port: int, metrics_port: int, api_port: int
 ) -> list[str]:
     """``args`` completed with the hermetic defaults for every flag they do not set themselves."""
     given = _flag_names(args)
@@ -61,6 +61,8 @@ def serve_arguments(
         "--grpc-port": str(grpc_port),
         "--grpc-health-port": str(health_port),
         "--metrics-port": str(metrics_port),
+        # The epp.v1 API's TLS port (bound only with --metrics-cert-dir).
+        "--epp-api-port": str(api_port),
         # The stack reads the picker's /metrics without a token; a test of the auth sets it true.
         "--metrics-endpoint-auth": "false",
     }
@@ -99,6 +101,11 @@ class Picker(Service):
         raise NotImplementedError
 
     @property
+    def api_target(self) -> str:
+        """``host:port`` of the epp.v1 API's TLS port (served with ``--metrics-cert-dir``)."""
+        raise NotImplementedError
+
+    @property
     def metrics_url(self) -> str:
         raise NotImplementedError
 
@@ -118,7 +125,7 @@ class InProcessPicker(Picker):
     def __init__(
         self, args: Sequence[str], *, kubeconfig: Path, seed: int | None = None, readiness_interval: float = 0.02
     ) -> None:
-        full = serve_arguments(args, kubeconfig=kubeconfig, grpc_port=0, health_port=0, metrics_port=0)
+        full = serve_arguments(args, kubeconfig=kubeconfig, grpc_port=0, health_port=0, metrics_port=0, api_port=0)
         self.args = full
         self.options = options_from_args(build_parser("serve").parse_args(["serve", *full]))
         self._rng = random.Random(seed)
@@ -140,6 +147,10 @@ class InProcessPicker(Picker):
         return f"127.0.0.1:{self.runtime.ports.health}"
 
     @property
+    def api_target(self) -> str:
+        return f"127.0.0.1:{self.runtime.ports.api}"
+
+    @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.runtime.ports.metrics}/metrics"
 
@@ -158,12 +169,14 @@ class PickerProcess(Picker):
 
     def __init__(self, args: Sequence[str], *, kubeconfig: Path, log_path: Path, verbosity: int = 2) -> None:
         self.grpc_port, self.health_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.api_port = free_port()
         full = serve_arguments(
             args,
             kubeconfig=kubeconfig,
             grpc_port=self.grpc_port,
             health_port=self.health_port,
             metrics_port=self.metrics_port,
+            api_port=self.api_port,
         )
         if not {"-v", "--v"} & _flag_names(full):
             full.append(f"--v={verbosity}")
@@ -187,6 +200,10 @@ class PickerProcess(Picker):
     @property
     def health_target(self) -> str:
         return f"127.0.0.1:{self.health_port}"
+
+    @property
+    def api_target(self) -> str:
+        return f"127.0.0.1:{self.api_port}"
 
     @property
     def metrics_url(self) -> str:
