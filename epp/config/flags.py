@@ -6,11 +6,11 @@ Flags that only mean something to a Go binary (``--zap-*`` options we cannot map
 accepted too and listed by :func:`no_effect_flags`, so start-up logs each once as having no
 effect instead of rejecting a chart's argument list. Our own additions (``--bind-address``,
 ``--kubeconfig``, ``--max-request-body-bytes``, a repeatable ``--pool-name``,
-``--enable-conformance-test-hooks``) keep upstream behaviour when left at their defaults, but
-``--epp-api``, which adds the ``epp.v1`` services beside health on the health port (or, with
-``--metrics-cert-dir``, on their own TLS port, ``--epp-api-port``); two
-choose between the two upstreams where they differ: ``--ha-lease-name-style`` (GIE's Lease name
-by default) and ``--metrics-naming`` (both names by default, as the llm-d router emits them).
+``--enable-conformance-test-hooks``) keep upstream behaviour when left at their defaults.
+``--epp-api`` adds the ``epp.v1`` services beside health on the health port (or, with
+``--metrics-cert-dir``, on their own TLS port, ``--epp-api-port``). Two choose between the two
+upstreams where they differ: ``--ha-lease-name-style`` (GIE's Lease name by default) and
+``--metrics-naming`` (both names by default, as the llm-d router emits them).
 
 Booleans follow Go's ``strconv.ParseBool`` (``--tracing=false``, ``--tracing false``, bare
 ``--tracing``); a value the GIE chart writes in quotes (``--total-queued-requests-metric="x"``)
