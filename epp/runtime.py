@@ -441,12 +441,16 @@ class Runtime(Service):
             pool.gauges.refresh()
         if self.configs is not None:
             sizes: dict[tuple[str, str], int] = {}
+            precise: list[PrecisePrefixCacheProducer] = []
             for config in self.configs.current.values():  # one plugin name may live in several pools
                 for p in config.plugins.values():
                     if isinstance(p, PrefixCacheScorer | PrecisePrefixCacheProducer):
                         key = (p.typed_name.name, p.typed_name.type)
                         sizes[key] = sizes.get(key, 0) + p.index_size
+                    if isinstance(p, PrecisePrefixCacheProducer):
+                        precise.append(p)
             self.metrics.set_prefix_indexer_sizes(sizes)
+            self.metrics.set_kv_events([s for p in precise for s in p.subscribers.values()], [p.index for p in precise])
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""

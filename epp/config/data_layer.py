@@ -18,6 +18,12 @@ false``) it still scrapes, with the flags and defaults (``compat.ignored_setting
 that). A data-layer plugin the wiring leaves out has no effect, as upstream; the loader reports
 each one (``dataLayer`` in ``epp_config_ignored_settings``), as it does settings without effect
 (a CA bundle while the certificate is not checked, TLS files over plain HTTP).
+
+An ``endpoint-notification-source`` entry (upstream's way of telling extractors such as the
+``precise-prefix-cache-producer`` of endpoints joining and leaving) is not a metrics source and
+does not count toward the one: its extractors must be plugins with endpoint hooks, which the
+runtime calls for every endpoint change (wired or not, so wiring them is what upstream needs and
+changes nothing here).
 """
 
 from __future__ import annotations
@@ -36,7 +42,11 @@ from epp.config.picker_config import (
 from epp.framework.datalayer import MetricsExtractor, MetricsSource, MetricsSourceSpec, ScrapeSpec
 from epp.framework.engine_metrics import EngineTable
 from epp.framework.plugin import Plugin
+from epp.framework.producers import EndpointsAddedObserver
+from epp.framework.scheduling import EndpointsObserver
 from epp.plugins import core_metrics_extractor, metrics_data_source
+from epp.plugins.endpoint_notification_source import TYPE as _ENDPOINT_SOURCE
+from epp.plugins.endpoint_notification_source import EndpointNotificationSource
 
 __all__ = ["NOTICE_SETTING", "ScrapeBuilder", "data_layer_scrape", "default_sources"]
 
@@ -77,36 +87,54 @@ def _kind_error(where: str, plugin: Plugin, kind: str) -> ConfigError:
     return ConfigError(f"{where}: plugin {name!r} (type {type_name!r}) is not {kind}")
 
 
+def _endpoint_extractors(index: int, entry: DataLayerSource, ref: Callable[[str, str], Plugin]) -> list[Plugin]:
+    """The extractors of an ``endpoint-notification-source`` entry, each checked to have endpoint hooks."""
+    extractors: list[Plugin] = []
+    for j, extractor_ref in enumerate(entry.extractors):
+        where = f"dataLayer.sources[{index}].extractors[{j}].pluginRef"
+        extractor = ref(where, extractor_ref.plugin_ref)
+        if not isinstance(extractor, EndpointsAddedObserver | EndpointsObserver):
+            raise _kind_error(where, extractor, "an endpoint extractor (a plugin told of endpoints coming and going)")
+        extractors.append(extractor)
+    return extractors
+
+
 def _wired(
     section: DataLayerConfig | None, ref: Callable[[str, str], Plugin]
-) -> tuple[MetricsSource | None, MetricsExtractor | None]:
-    sources = section.sources if section is not None else ()
-    listed: list[MetricsSource] = []
-    for i, entry in enumerate(sources):
+) -> tuple[MetricsSource | None, MetricsExtractor | None, list[Plugin]]:
+    """(the metrics source, its extractor, the endpoint-notification sources and their extractors)."""
+    metrics_entries: list[tuple[int, DataLayerSource, MetricsSource]] = []
+    endpoint_wiring: list[Plugin] = []
+    for i, entry in enumerate(section.sources if section is not None else ()):
         plugin = ref(f"dataLayer.sources[{i}].pluginRef", entry.plugin_ref)
-        if not isinstance(plugin, MetricsSource):
-            raise _kind_error(f"dataLayer.sources[{i}].pluginRef", plugin, f"a metrics source ({_SOURCE})")
-        listed.append(plugin)
-    if len(sources) > 1:
-        names = [s.plugin_ref for s in sources]
+        if isinstance(plugin, EndpointNotificationSource):
+            endpoint_wiring += [plugin, *_endpoint_extractors(i, entry, ref)]
+        elif isinstance(plugin, MetricsSource):
+            metrics_entries.append((i, entry, plugin))
+        else:
+            raise _kind_error(
+                f"dataLayer.sources[{i}].pluginRef", plugin, f"a metrics source ({_SOURCE}) or an {_ENDPOINT_SOURCE}"
+            )
+    if len(metrics_entries) > 1:
+        names = [entry.plugin_ref for _, entry, _ in metrics_entries]
         raise ConfigError(
             f"dataLayer.sources: {names}: this picker runs one metrics source per endpoint "
             f"(a {_SOURCE} with its {_EXTRACTOR}); list one"
         )
-    if not sources:
-        return None, None
-    entry, source = sources[0], listed[0]
+    if not metrics_entries:
+        return None, None, endpoint_wiring
+    i, entry, source = metrics_entries[0]
     if len(entry.extractors) != 1:
         names = [e.plugin_ref for e in entry.extractors]
         raise ConfigError(
-            f"dataLayer.sources[0].extractors: {names}: the {_SOURCE} {entry.plugin_ref!r} needs exactly "
+            f"dataLayer.sources[{i}].extractors: {names}: the {_SOURCE} {entry.plugin_ref!r} needs exactly "
             f"one {_EXTRACTOR} (its only extractor type here, and upstream takes one of each type)"
         )
-    where = "dataLayer.sources[0].extractors[0].pluginRef"
+    where = f"dataLayer.sources[{i}].extractors[0].pluginRef"
     extractor = ref(where, entry.extractors[0].plugin_ref)
     if not isinstance(extractor, MetricsExtractor):
         raise _kind_error(where, extractor, f"a metrics extractor ({_EXTRACTOR})")
-    return source, extractor
+    return source, extractor, endpoint_wiring
 
 
 def data_layer_scrape(
@@ -120,7 +148,8 @@ def data_layer_scrape(
 
     ``ref(where, name)`` returns the plugin ``name`` or raises a ConfigError naming ``where``.
     """
-    source, extractor = _wired(config.data_layer, ref)
+    source, extractor, endpoint_wiring = _wired(config.data_layer, ref)
+    wired = {id(p) for p in (source, extractor, *endpoint_wiring)}
     notices = [
         ConfigNotice(
             NOTICE_SETTING,
@@ -128,7 +157,7 @@ def data_layer_scrape(
             "so it has no effect (as upstream)",
         )
         for name, plugin in plugins.items()
-        if isinstance(plugin, MetricsSource | MetricsExtractor) and plugin is not source and plugin is not extractor
+        if isinstance(plugin, MetricsSource | MetricsExtractor | EndpointNotificationSource) and id(plugin) not in wired
     ]
     if build is None:
         return None, notices

@@ -82,6 +82,11 @@ class KvBlockIndex:
     def endpoints(self) -> list[str]:
         return list(self._pods)
 
+    def blocks(self, pod: str) -> int:
+        """Engine blocks indexed for ``pod``."""
+        entry = self._pods.get(pod)
+        return len(entry.engine) if entry is not None else 0
+
     def stored(self, pod: str, model: str, event: BlockStored) -> bool:
         """Index a BlockStored event for ``pod``; False (and counted) when it cannot be indexed."""
         bs = self.block_size

@@ -65,12 +65,16 @@ class Subscriber:
         self._replay_cooldown = replay_cooldown
         self._replay_after = 0.0
         self.last_seq: int | None = None
+        # Counts since this subscriber started, exported per endpoint (``EppMetrics.set_kv_events``):
         self.messages = 0
+        """Messages received live (malformed ones included; replayed ones are not)."""
         self.gaps = 0
         self.restarts = 0
         self.decode_errors = 0
         self.replays = 0
         self.disconnects = 0
+        self.reconnections = 0
+        """Sockets rebuilt after a ZMQ error (ZMQ's own reconnects of a dropped peer are :attr:`disconnects`)."""
 
     async def run(self) -> None:
         while True:
@@ -102,8 +106,10 @@ class Subscriber:
                 sock.disable_monitor()
                 sock.close(linger=0)
             await asyncio.sleep(self._retry_interval)
+            self.reconnections += 1
 
     async def _on_message(self, frames: list[bytes]) -> None:
+        self.messages += 1
         if len(frames) != 3 or len(frames[1]) != 8:
             self.decode_errors += 1
             self._unknown("malformed message")
@@ -136,7 +142,6 @@ class Subscriber:
         log.warning("kv-events gap: pod entries cleared until refreshed", extra={"pod": self.pod, "why": why})
 
     def _apply(self, topic: bytes, payload: bytes) -> None:
-        self.messages += 1
         try:
             batch = decode_batch(payload)
         except EventDecodeError as e:

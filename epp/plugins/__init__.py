@@ -10,6 +10,7 @@ from epp.framework.plugin import PluginFactory, PluginRegistry
 from epp.plugins import (
     concurrency_detector,
     core_metrics_extractor,
+    endpoint_notification_source,
     flow_policies,
     inflight_load,
     inflight_scorers,
@@ -62,6 +63,7 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     # The data layer: what the scraper runs (wired by the loader as dataLayer.sources says).
     (metrics_data_source.TYPE, metrics_data_source.create),
     (core_metrics_extractor.TYPE, core_metrics_extractor.create),
+    (endpoint_notification_source.TYPE, endpoint_notification_source.create),
     # Request parsers: the path claims of requestHandler.parsers (ext_proc decodes by the claimed API).
     (parsers.OPENAI_TYPE, parsers.create_openai),
     (parsers.ANTHROPIC_TYPE, parsers.create_anthropic),

@@ -15,12 +15,14 @@ the llm-d router emits and what the upstream dashboards read: GIE's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
 
 from epp import __version__
 from epp.config.options import MetricsNaming
+from epp.kvevents.index import KvBlockIndex
+from epp.kvevents.subscriber import Subscriber
 from epp.telemetry.families import Families, Names
 from epp.telemetry.series import Counter, Gauge, Histogram
 
@@ -446,7 +448,93 @@ class EppMetrics:
             ("name",),
             registry=r,
         )
+        # KV-event subscribers (precise-prefix-cache-producer), by endpoint: the llm-d router's names
+        # where it has the series (pkg/kvcache/metrics), ours for what only this subscriber counts.
+        pod = ("pod_identifier",)
+
+        def per_pod(name: str, documentation: str) -> Counter:
+            return Counter(name, documentation, pod, registry=r)
+
+        # Only llm-d has these (none under --metrics-naming=gie).
+        upstream = naming != "gie"
+        self.kv_events_subscribers = (
+            Gauge(
+                "llm_d_epp_kv_cache_events_active_subscribers",
+                "Number of ZMQ subscribers currently managed, including those retrying a failed connection",
+                registry=r,
+            )
+            if upstream
+            else None
+        )
+        llm_d_counts = (
+            (
+                (
+                    "messages",
+                    per_pod(
+                        "llm_d_epp_kv_cache_events_messages_received_total",
+                        "Total number of messages received from ZMQ subscribers",
+                    ),
+                ),
+                (
+                    "reconnections",
+                    per_pod(
+                        "llm_d_epp_kv_cache_events_subscriber_reconnections_total",
+                        "Total number of ZMQ subscriber reconnection attempts",
+                    ),
+                ),
+            )
+            if upstream
+            else ()
+        )
+        self._kv_event_counts = (
+            *llm_d_counts,
+            (
+                "gaps",
+                per_pod(
+                    "epp_kv_events_gaps_total",
+                    "KV-event sequence gaps (messages missed): the endpoint's entries are replayed or cleared.",
+                ),
+            ),
+            (
+                "replays",
+                per_pod("epp_kv_events_replays_total", "Replays requested from the endpoint's replay socket."),
+            ),
+            (
+                "restarts",
+                per_pod(
+                    "epp_kv_events_publisher_restarts_total",
+                    "KV-event publisher restarts seen (sequence going backwards): the endpoint's entries are cleared.",
+                ),
+            ),
+            (
+                "decode_errors",
+                per_pod(
+                    "epp_kv_events_decode_errors_total",
+                    "KV-event messages that were not a vLLM EventBatch: the endpoint's entries are cleared.",
+                ),
+            ),
+            (
+                "disconnects",
+                per_pod(
+                    "epp_kv_events_disconnects_total",
+                    "Connections to the endpoint's KV-event publisher dropped: its entries are cleared.",
+                ),
+            ),
+        )
+        self.kv_events_stores_skipped = Counter(
+            "epp_kv_events_stores_skipped_total",
+            "BlockStored events not indexed (unknown parent block, block size not a multiple of the "
+            "index's, a tier other than GPU, no model in the topic).",
+            registry=r,
+        )
+        self.kv_events_index_blocks = Gauge(
+            "epp_kv_events_index_blocks",
+            "Engine KV blocks the precise prefix index holds for each endpoint, from its KV events.",
+            pod,
+            registry=r,
+        )
         self._prefix_plugins: set[tuple[str, str]] = set()
+        self._kv_event_pods: set[str] = set()
 
     def set_prefix_indexer_sizes(self, sizes: Mapping[tuple[str, str], int]) -> None:
         """Each prefix scorer's index size by (plugin name, plugin type); GIE's gauge gets their sum."""
@@ -457,3 +545,37 @@ class EppMetrics:
         for (name, type_name), size in sizes.items():
             family.labels(name, type_name).set(size)
         self._prefix_plugins = set(sizes)
+
+    def set_kv_events(self, subscribers: Iterable[Subscriber], indexes: Iterable[KvBlockIndex]) -> None:
+        """Mirror the KV-event subscribers' counts and the precise indexes' sizes (summed per endpoint).
+
+        The counts live on the subscribers (plain increments on their tasks); a subscriber made
+        anew (a configuration reload, an endpoint back) starts from 0, which Prometheus reads as a
+        counter reset. Endpoints without a subscriber lose their series, as llm-d's do.
+        """
+        totals: dict[str, list[int]] = {}
+        active = 0
+        for subscriber in subscribers:
+            active += 1
+            counts = totals.setdefault(subscriber.pod, [0] * len(self._kv_event_counts))
+            for i, (attribute, _) in enumerate(self._kv_event_counts):
+                counts[i] += getattr(subscriber, attribute)
+        if self.kv_events_subscribers is not None:
+            self.kv_events_subscribers.set(active)
+        blocks: dict[str, int] = dict.fromkeys(totals, 0)
+        skipped = 0
+        for index in indexes:
+            skipped += index.skipped
+            for pod in index.endpoints():
+                blocks[pod] = blocks.get(pod, 0) + index.blocks(pod)
+        self.kv_events_stores_skipped._only().value = float(skipped)
+        for gone in self._kv_event_pods - blocks.keys():
+            for _, series in self._kv_event_counts:
+                series.remove(gone)
+            self.kv_events_index_blocks.remove(gone)
+        for pod, counts in totals.items():
+            for (_, series), count in zip(self._kv_event_counts, counts, strict=True):
+                series.labels(pod).value = float(count)
+        for pod, n in blocks.items():
+            self.kv_events_index_blocks.labels(pod).set(n)
+        self._kv_event_pods = set(blocks)

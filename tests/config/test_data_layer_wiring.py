@@ -122,6 +122,74 @@ def test_a_ca_bundle_that_is_not_used_is_reported_and_an_unreadable_one_rejects_
         load(LLM_D + text, registry)
 
 
+# The llm-d router's deploy/config/epp-precise-prefix-cache-config.yaml (@ebab6879), without its
+# decode-filter (a P/D-disaggregation filter this picker does not have).
+_PRECISE_SAMPLE = """
+plugins:
+  - type: token-producer
+    parameters:
+      modelName: hf-repo/model-name
+      vllm:
+        url: http://localhost:8000
+  - type: endpoint-notification-source
+  - type: metrics-data-source
+  - type: core-metrics-extractor
+  - type: single-profile-handler
+  - type: precise-prefix-cache-producer
+    parameters:
+      tokenProcessorConfig:
+        blockSize: 64
+      indexerConfig:
+        kvBlockIndexConfig:
+          enableMetrics: true
+  - type: prefix-cache-scorer
+    parameters:
+      prefixMatchInfoProducerName: precise-prefix-cache-producer
+  - type: kv-cache-utilization-scorer
+  - type: queue-scorer
+  - type: max-score-picker
+dataLayer:
+  sources:
+    - pluginRef: metrics-data-source
+      extractors:
+        - pluginRef: core-metrics-extractor
+    - pluginRef: endpoint-notification-source
+      extractors:
+        - pluginRef: precise-prefix-cache-producer
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: prefix-cache-scorer
+        weight: 2.0
+      - pluginRef: kv-cache-utilization-scorer
+        weight: 1.0
+      - pluginRef: queue-scorer
+        weight: 1.0
+      - pluginRef: max-score-picker
+"""
+
+
+def test_upstream_precise_prefix_sample_loads_with_its_endpoint_notification_source(registry: PluginRegistry) -> None:
+    loaded = load(LLM_D + _PRECISE_SAMPLE, registry)
+    assert loaded.notices == ()  # every plugin is wired; nothing ignored
+    spec = scrape(loaded)
+    assert spec.engines.default_engine == "vllm"  # the metrics source is the scraped one, the other is not
+    producer = loaded.plugins["precise-prefix-cache-producer"]
+    assert producer in loaded.endpoints_added and producer in loaded.endpoint_observers
+    assert producer.block_size_tokens == 64  # type: ignore[attr-defined]
+
+
+def test_an_endpoint_notification_source_left_out_of_the_wiring_is_reported(registry: PluginRegistry) -> None:
+    loaded = load(LLM_D + "plugins: [{type: endpoint-notification-source}]\n", registry)
+    assert [(n.setting, n.detail) for n in loaded.notices] == [
+        (
+            "dataLayer",
+            "plugin 'endpoint-notification-source' (type 'endpoint-notification-source') is not wired in "
+            "dataLayer.sources, so it has no effect (as upstream)",
+        )
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -145,6 +213,17 @@ def test_a_ca_bundle_that_is_not_used_is_reported_and_an_unreadable_one_rejects_
             "plugins: [{type: metrics-data-source}, {type: queue-scorer}]\n"
             "dataLayer: {sources: [{pluginRef: metrics-data-source, extractors: [{pluginRef: queue-scorer}]}]}\n",
             r"extractors\[0\]\.pluginRef: plugin 'queue-scorer' \(type 'queue-scorer'\) is not a metrics extractor",
+        ),
+        (
+            "plugins: [{type: endpoint-notification-source}, {type: queue-scorer}]\n"
+            "dataLayer: {sources: [{pluginRef: endpoint-notification-source,\n"
+            "  extractors: [{pluginRef: queue-scorer}]}]}\n",
+            r"sources\[0\]\.extractors\[0\]\.pluginRef: plugin 'queue-scorer' \(type 'queue-scorer'\) is not an "
+            r"endpoint extractor",
+        ),
+        (
+            "plugins: [{type: endpoint-notification-source, parameters: {kind: Pod}}]\n",
+            r"endpoint-notification-source\.parameters: unknown field\(s\) \['kind'\]",
         ),
         (
             "plugins: [{name: metrics-data-source, type: queue-scorer}]\n",

@@ -10,7 +10,7 @@ import random
 import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -23,6 +23,7 @@ from epp.framework.request import ApiKind, InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins import register_in_tree
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
+from epp.telemetry.metrics import EppMetrics
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.modelserver.kv_events import KvEventsConfig
 from epp_sim.tiny_tokenizer import sentence, write_tiny_tokenizer
@@ -52,6 +53,7 @@ kind: EndpointPickerConfig
 plugins:
 - type: token-producer
   parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
+- type: endpoint-notification-source
 - type: precise-prefix-cache-producer
   parameters:
     kvEventsConfig:
@@ -68,6 +70,10 @@ schedulingProfiles:
   - {{pluginRef: queue-scorer, weight: 1}}
   - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
   - {{pluginRef: max-score-picker}}
+dataLayer:  # as upstream's sample: the producer learns endpoints from the endpoint-notification-source
+  sources:
+  - pluginRef: endpoint-notification-source
+    extractors: [{{pluginRef: precise-prefix-cache-producer}}]
 """
 
 
@@ -77,6 +83,13 @@ class Replica:
 
     config: LoadedConfig
     candidates: list[EndpointState]
+    metrics: EppMetrics = field(default_factory=EppMetrics)
+
+    def scrape(self, name: str, pod: str = "ns/pod0-rank-0") -> float | None:
+        """One KV-event series of this replica's ``/metrics``, as the runtime refreshes it before a scrape."""
+        producer = self.producer
+        self.metrics.set_kv_events(producer.subscribers.values(), [producer.index])
+        return self.metrics.registry.get_sample_value(name, {"pod_identifier": pod} if pod else {})
 
     @property
     def producer(self) -> PrecisePrefixCacheProducer:
@@ -288,6 +301,40 @@ async def test_a_dropped_message_clears_the_pod_without_replay(tokenizer_dir: Pa
         # Entries from before the gap are unknown now: not kept silently.
         assert not replica.matched(kept_ids, "127.0.0.2")
         assert not replica.matched(lost_ids, "127.0.0.2")
+        # ... and /metrics says so, for that endpoint only.
+        assert replica.scrape("epp_kv_events_gaps_total") == 1
+        assert replica.scrape("epp_kv_events_gaps_total", "ns/pod1-rank-0") == 0
+        assert replica.scrape("epp_kv_events_replays_total") == 0
+        received = replica.scrape("llm_d_epp_kv_cache_events_messages_received_total")
+        assert received == subscriber.messages and received == publisher.seq - 1  # all but the dropped one
+        blocks = replica.producer.index.blocks("ns/pod0-rank-0")
+        assert blocks > 0 and replica.scrape("epp_kv_events_index_blocks") == blocks  # only what came after
+
+
+async def test_an_undecodable_message_counts_as_a_decode_error_and_clears_the_pod(tokenizer_dir: Path) -> None:
+    async with cluster(tokenizer_dir, pods=2) as c:
+        (replica,) = c.replicas
+        kept = _prompt(9)
+        kept_ids = await c.tokens(c.servers[0], kept)
+        await c.send(c.servers[0], kept)
+        await c.synced()
+        assert replica.matched(kept_ids, "127.0.0.2")
+        assert replica.scrape("epp_kv_events_index_blocks") == replica.producer.index.blocks("ns/pod0-rank-0") > 0
+        assert replica.scrape("llm_d_epp_kv_cache_events_active_subscribers", pod="") == 2
+        publisher = c.servers[0].kv_events
+        assert publisher is not None
+        publisher.publish([["BlockMangled", [1], None]])  # an event type vLLM never sends
+        await c.synced()
+        assert replica.scrape("epp_kv_events_decode_errors_total") == 1
+        assert replica.scrape("epp_kv_events_decode_errors_total", "ns/pod1-rank-0") == 0
+        assert replica.scrape("epp_kv_events_gaps_total") == 0
+        assert not replica.matched(kept_ids, "127.0.0.2")
+        assert replica.scrape("epp_kv_events_index_blocks") == 0
+        # The endpoint leaves: its subscriber and its series go.
+        for observer in replica.config.endpoint_observers:
+            observer.endpoints_removed(["ns/pod0-rank-0"])
+        assert replica.scrape("epp_kv_events_decode_errors_total") is None
+        assert replica.scrape("llm_d_epp_kv_cache_events_active_subscribers", pod="") == 1
 
 
 async def test_a_dropped_message_is_replayed(tokenizer_dir: Path) -> None:
@@ -303,6 +350,7 @@ async def test_a_dropped_message_is_replayed(tokenizer_dir: Path) -> None:
         await c.synced()
         subscriber = replica.producer.subscribers["ns/pod0-rank-0"]
         assert (subscriber.gaps, subscriber.replays) == (1, 1)
+        assert (replica.scrape("epp_kv_events_gaps_total"), replica.scrape("epp_kv_events_replays_total")) == (1, 1)
         assert replica.matched(lost_ids, "127.0.0.2")
         assert await replica.pick(lost + " follow-up") == "127.0.0.2"
 
