@@ -15,6 +15,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from epp.config.picker_config import (
     API_VERSION,
@@ -52,12 +53,14 @@ FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
 )
 """Known ``featureGates`` and whether each is on when the config does not name it."""
 
+_PRECISE_PREFIX_PRODUCER = "precise-prefix-cache-producer"
 _METRICS_DATA_SOURCE = "metrics-data-source"
 
 IGNORABLE_SETTINGS = (
     "flowControl",
     "featureGates.haPopulateNonLeaderDatastore",
     "dataLayer",
+    "indexerConfig.kvBlockIndexConfig.enableMetrics",
 )
 """Settings :func:`ignored_settings` may report (the gauge has a series for each)."""
 
@@ -163,7 +166,23 @@ def ignored_settings(
                     "(the scorers and the saturation detector read them)",
                 )
             )
+    for plugin in config.plugins:
+        if plugin.type == _PRECISE_PREFIX_PRODUCER and _enables_index_metrics(plugin.parameters):
+            notices.append(
+                ConfigNotice(
+                    "indexerConfig.kvBlockIndexConfig.enableMetrics",
+                    f"plugin {plugin.name!r}: the llm_d_epp_kv_cache_index_* lookup, admission and eviction "
+                    "series are not emitted here; the index size is in llm_d_epp_prefix_indexer_size and "
+                    "epp_kv_events_index_blocks",
+                )
+            )
     return notices
+
+
+def _enables_index_metrics(parameters: Any) -> bool:
+    indexer = parameters.get("indexerConfig") if isinstance(parameters, Mapping) else None
+    block_index = indexer.get("kvBlockIndexConfig") if isinstance(indexer, Mapping) else None
+    return isinstance(block_index, Mapping) and block_index.get("enableMetrics") is True
 
 
 def log_notices(notices: Iterable[ConfigNotice]) -> None:

@@ -208,7 +208,7 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Prec
             for other in ("redisConfig", "costAwareMemoryConfig"):
                 if block_index.present(other):
                     raise _refuse(f"indexerConfig.kvBlockIndexConfig.{other}", "an index other than in-memory")
-            block_index.boolean("enableMetrics", False)  # the index size is always in prefix_indexer_size
+            block_index.boolean("enableMetrics", False)  # checked here; reported as without effect at load (compat.py)
             if block_index.present("metricsLoggingInterval"):
                 raise _refuse("indexerConfig.kvBlockIndexConfig.metricsLoggingInterval", "logging index metrics")
             memory = block_index.nested("inMemoryConfig")

@@ -170,8 +170,15 @@ schedulingProfiles:
 
 
 def test_upstream_precise_prefix_sample_loads_with_its_endpoint_notification_source(registry: PluginRegistry) -> None:
-    loaded = load(LLM_D + _PRECISE_SAMPLE, registry)
-    assert loaded.notices == ()  # every plugin is wired; nothing ignored
+    metrics = EppMetrics()
+    loaded = load(LLM_D + _PRECISE_SAMPLE, registry, metrics=metrics)
+    # Every plugin is wired; only the index's own metrics switch has no effect here, and says so.
+    assert [n.setting for n in loaded.notices] == ["indexerConfig.kvBlockIndexConfig.enableMetrics"]
+    assert "llm_d_epp_kv_cache_index_*" in loaded.notices[0].detail
+    setting = {"setting": "indexerConfig.kvBlockIndexConfig.enableMetrics"}
+    assert metrics.registry.get_sample_value("epp_config_ignored_settings", setting) == 1
+    quiet = load(LLM_D + _PRECISE_SAMPLE.replace("enableMetrics: true", "enableMetrics: false"), registry)
+    assert quiet.notices == ()
     spec = scrape(loaded)
     assert spec.engines.default_engine == "vllm"  # the metrics source is the scraped one, the other is not
     producer = loaded.plugins["precise-prefix-cache-producer"]
