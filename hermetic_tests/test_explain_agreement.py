@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
+from picker_configs import LEGACY_V03
 from pool_modes import ALL_MODES, CRD_MODES, POOL, served
 
 from epp.api import pb
@@ -26,17 +27,6 @@ from epp_sim.stack.hermetic import HermeticPool
 
 PROMPT = "You are a helpful assistant. " * 20  # several prefix blocks (64 characters each)
 COUNTED = ("scheduler_attempts", "plugin_duration_seconds_count", "scheduler_e2e_duration_seconds_count")
-LEGACY = """apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: legacy-filter-tree
-- type: random-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {pluginRef: legacy-filter-tree}
-  - {pluginRef: random-picker}
-"""
 
 
 async def explain(env: HermeticPool, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> Any:
@@ -116,7 +106,7 @@ async def test_v03_tree_same_pick_and_same_shed(epp_pool: PoolFactory, mode: Poo
         inference_objective("batch", -1, POOL, mode=mode),
         *served(mode, "sql-lora"),
     ]
-    env = await epp_pool(mode, pods=3, objects=objects, picker_args=["--config-text", LEGACY])
+    env = await epp_pool(mode, pods=3, objects=objects, picker_args=["--config-text", LEGACY_V03])
     full = {"running_loras": ["a", "b"], "max_lora": 2}  # no room for another adapter
     await env.set_pins(
         [

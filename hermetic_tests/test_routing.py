@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from picker_configs import LEGACY_V03
 from pool_modes import ALL_MODES, CRD_MODES, POOL, served
 
 from epp_sim.kube_objects import PoolMode, inference_model, inference_objective
@@ -60,23 +61,10 @@ async def test_lora_affinity_prefers_the_pod_with_the_adapter_loaded(epp_pool: P
         assert routed.endpoint == env.hostport(1)
 
 
-LEGACY = """apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: legacy-filter-tree
-- type: random-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {pluginRef: legacy-filter-tree}
-  - {pluginRef: random-picker}
-"""
-
-
 @pytest.mark.parametrize("mode", CRD_MODES)  # the tree's critical branch needs an InferenceObjective
 async def test_v03_tree_affinity_and_an_excessive_queue_losing_it(epp_pool: PoolFactory, mode: PoolMode) -> None:
     objects = [inference_objective("critical", 10, POOL, mode=mode), *served(mode, "sql-lora")]
-    env = await epp_pool(mode, pods=3, objects=objects, picker_args=["--config-text", LEGACY])
+    env = await epp_pool(mode, pods=3, objects=objects, picker_args=["--config-text", LEGACY_V03])
     headers = {"x-gateway-inference-objective": "critical"}
     lora = {"running_loras": ["sql-lora"], "max_lora": 2}
     free = {"running_loras": [], "max_lora": 2}

@@ -205,18 +205,9 @@ def shared_prefix(
     output_tokens: tuple[int, int] = (16, 48),
 ) -> list[Arrival]:
     """Poisson arrivals; each picks a tenant uniformly and asks a fresh question under its system prompt."""
-    texts = random.Random(seed * 7919 + 1)
-    systems = [f"[tenant {g}] " + _text(texts, system_tokens) for g in range(groups)]
-    rng = random.Random(seed)
-    arrivals = []
-    for at in _poisson(rng, rate, duration):
-        g = rng.randrange(groups)
-        messages = [
-            {"role": "system", "content": systems[g]},
-            {"role": "user", "content": _text(rng, question_tokens)},
-        ]
-        arrivals.append(_arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"tenant-{g}"))
-    return arrivals
+    return _tenant_questions(
+        rate, duration, seed, groups, system_tokens, question_tokens, output_tokens, text=_text, tag="[tenant {}] "
+    )
 
 
 def cache_pressure(
@@ -234,20 +225,48 @@ def cache_pressure(
     Text is :func:`~epp_sim.tiny_tokenizer.sentence` words, one token each with the bench's
     tokenizer (``write_tiny_tokenizer(vocab_size=1000)``), so ``prompt_tokens`` counts words.
     """
-    texts = random.Random(seed * 7919 + 3)
-    systems = [f"tenant {g} " + sentence(texts, system_tokens) for g in range(groups)]
+    return _tenant_questions(
+        rate,
+        duration,
+        seed,
+        groups,
+        system_tokens,
+        question_tokens,
+        output_tokens,
+        text=sentence,
+        tag="tenant {} ",
+        text_salt=3,
+        counted=system_tokens + question_tokens + 8,  # tenant tag, chat template
+    )
+
+
+def _tenant_questions(
+    rate: float,
+    duration: float,
+    seed: int,
+    groups: int,
+    system_tokens: int,
+    question_tokens: int,
+    output_tokens: tuple[int, int],
+    *,
+    text: Callable[[random.Random, int], str],
+    tag: str,
+    text_salt: int = 1,
+    counted: int | None = None,
+) -> list[Arrival]:
+    """Tenants' system prompts (``tag`` names the tenant) and a fresh question under one per arrival."""
+    texts = random.Random(seed * 7919 + text_salt)
+    systems = [tag.format(g) + text(texts, system_tokens) for g in range(groups)]
     rng = random.Random(seed)
     arrivals = []
     for at in _poisson(rng, rate, duration):
         g = rng.randrange(groups)
         messages = [
             {"role": "system", "content": systems[g]},
-            {"role": "user", "content": sentence(rng, question_tokens)},
+            {"role": "user", "content": text(rng, question_tokens)},
         ]
-        tokens = system_tokens + question_tokens + 8  # tenant tag, chat template
-        arrivals.append(
-            _arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"tenant-{g}", prompt_tokens=tokens)
-        )
+        output = rng.randint(*output_tokens)
+        arrivals.append(_arrival(at, BASE_MODEL, messages, output, f"tenant-{g}", prompt_tokens=counted))
     return arrivals
 
 
