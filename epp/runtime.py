@@ -62,6 +62,7 @@ from epp.kube.manager import PoolReconcilers, StandaloneReconciler
 from epp.kube.standalone import standalone_pool_name
 from epp.plugins import register_in_tree
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
+from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
 from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp.requestcontrol.director import PoolDirector
 from epp.requestcontrol.pools import PoolDispatcher, PoolKey
@@ -443,12 +444,14 @@ class Runtime(Service):
             sizes: dict[tuple[str, str], int] = {}
             precise: list[PrecisePrefixCacheProducer] = []
             for config in self.configs.current.values():  # one plugin name may live in several pools
-                for p in config.plugins.values():
-                    if isinstance(p, PrefixCacheScorer | PrecisePrefixCacheProducer):
-                        key = (p.typed_name.name, p.typed_name.type)
-                        sizes[key] = sizes.get(key, 0) + p.index_size
-                    if isinstance(p, PrecisePrefixCacheProducer):
-                        precise.append(p)
+                for plugin in config.plugins.values():
+                    parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
+                    for p in parts:
+                        if isinstance(p, PrefixCacheScorer | PrecisePrefixCacheProducer):
+                            key = (p.typed_name.name, p.typed_name.type)
+                            sizes[key] = sizes.get(key, 0) + p.index_size
+                        if isinstance(p, PrecisePrefixCacheProducer):
+                            precise.append(p)
             self.metrics.set_prefix_indexer_sizes(sizes)
             self.metrics.set_kv_events([s for p in precise for s in p.subscribers.values()], [p.index for p in precise])
 

@@ -54,6 +54,7 @@ FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
 """Known ``featureGates`` and whether each is on when the config does not name it."""
 
 _PRECISE_PREFIX_PRODUCER = "precise-prefix-cache-producer"
+_PRECISE_PREFIX_SCORER = "precise-prefix-cache-scorer"  # llm-d's deprecated all-in-one form of the producer chain
 _METRICS_DATA_SOURCE = "metrics-data-source"
 
 IGNORABLE_SETTINGS = (
@@ -107,6 +108,17 @@ def normalized(config: EndpointPickerConfig) -> tuple[EndpointPickerConfig, list
         notices.append(
             ConfigNotice("apiVersion", f"{LEGACY_API_VERSION} is deprecated, use {API_VERSION}", deprecated=True)
         )
+    for i, plugin in enumerate(config.plugins):
+        if plugin.type == _PRECISE_PREFIX_SCORER:
+            notices.append(
+                ConfigNotice(
+                    f"plugins[{i}].type",
+                    f"plugin {plugin.name or plugin.type!r}: {_PRECISE_PREFIX_SCORER} is deprecated, configure "
+                    f"{_PRECISE_PREFIX_PRODUCER} + prefix-cache-scorer with prefixMatchInfoProducerName: "
+                    f"{_PRECISE_PREFIX_PRODUCER}",
+                    deprecated=True,
+                )
+            )
     update: dict[str, object] = {}
     if config.saturation_detector is not None:
         notices.append(
@@ -167,7 +179,8 @@ def ignored_settings(
                 )
             )
     for plugin in config.plugins:
-        if plugin.type == _PRECISE_PREFIX_PRODUCER and _enables_index_metrics(plugin.parameters):
+        precise = plugin.type in (_PRECISE_PREFIX_PRODUCER, _PRECISE_PREFIX_SCORER)
+        if precise and _enables_index_metrics(plugin.parameters):
             notices.append(
                 ConfigNotice(
                     "indexerConfig.kvBlockIndexConfig.enableMetrics",

@@ -21,6 +21,7 @@ from epp.plugins import (
     parsers,
     pickers,
     precise_prefix_producer,
+    precise_prefix_scorer,
     prefix_cache_scorer,
     queue_scorer,
     running_requests_scorer,
@@ -47,6 +48,8 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     # llm-d's precise prefix-cache routing: token-producer → precise-prefix-cache-producer → prefix-cache-scorer.
     (token_producer.TYPE, token_producer.create),
     (precise_prefix_producer.TYPE, precise_prefix_producer.create),
+    # ... and its deprecated all-in-one form (a composition of the producer and the scorer).
+    (precise_prefix_scorer.TYPE, precise_prefix_scorer.create),
     (pickers.MAX_SCORE_TYPE, pickers.create_max_score),
     (pickers.RANDOM_TYPE, pickers.create_random),
     (pickers.WEIGHTED_RANDOM_TYPE, pickers.create_weighted_random),

@@ -39,7 +39,7 @@ from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
 from epp.plugins._params import Params
 
-__all__ = ["PrecisePrefixCacheProducer", "create"]
+__all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]
 
 TYPE = "precise-prefix-cache-producer"
 log = logging.getLogger(__name__)
@@ -180,13 +180,22 @@ def _report(task: asyncio.Task[None]) -> None:
         log.error("kv-events subscriber %s failed", task.get_name(), exc_info=task.exception())
 
 
-def _refuse(where: str, what: str) -> PluginConfigError:
-    return PluginConfigError(f"{TYPE}.parameters.{where}: {what} is not supported by this picker")
-
-
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheProducer:
     """Factory; llm-d's parameter names and defaults."""
-    p = Params(TYPE, params)
+    return from_parameters(name, params, TYPE)
+
+
+def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> PrecisePrefixCacheProducer:
+    """The producer for llm-d's parameters; errors name ``<plugin_type>.parameters.<field>``.
+
+    ``plugin_type`` is the type the parameters were written for: this one, or the deprecated
+    ``precise-prefix-cache-scorer`` that forwards its parameters here.
+    """
+
+    def _refuse(where: str, what: str) -> PluginConfigError:
+        return PluginConfigError(f"{plugin_type}.parameters.{where}: {what} is not supported by this picker")
+
+    p = Params(plugin_type, params)
     block_size, seed = 16, ""
     tokens = p.nested("tokenProcessorConfig")
     if tokens is not None:
@@ -238,7 +247,7 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Prec
                 try:
                     selector = parse_selector(text)
                 except SelectorError as e:
-                    raise PluginConfigError(f"{TYPE}.parameters.kvEventsConfig.podDiscoveryConfig: {e}") from e
+                    raise PluginConfigError(f"{plugin_type}.parameters.kvEventsConfig.podDiscoveryConfig: {e}") from e
             if discovery.text("podNamespace"):
                 raise _refuse("kvEventsConfig.podDiscoveryConfig.podNamespace", "a namespace other than the pool's")
             port = discovery.integer("socketPort", 5557, minimum=1)

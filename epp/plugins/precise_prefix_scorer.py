@@ -1,0 +1,78 @@
+"""precise-prefix-cache-scorer: llm-d's deprecated all-in-one form of precise prefix-cache routing.
+
+Older llm-d configurations name one plugin where today's name a chain (``precise-prefix-cache-producer``
+→ ``prefix-cache-scorer`` with ``prefixMatchInfoProducerName``). As in the llm-d router, this type
+is a thin composition of those two: its parameters (``tokenProcessorConfig``, ``indexerConfig``,
+``kvEventsConfig``, ``speculativeIndexing``, ``speculativeTTL``) build a producer exactly as they
+would build a ``precise-prefix-cache-producer`` (errors name this type's fields), and an internal
+``prefix-cache-scorer`` with its defaults reads that producer's match info; both carry this
+plugin's name. Every hook delegates, so it routes, learns, subscribes and falls back as the chain
+does. The prompt's token ids still come from a ``token-producer`` in the configuration; llm-d's
+in-process ``indexerConfig.tokenizersPoolConfig`` is refused, as for the producer. The loader
+reports the type as deprecated, naming the chain (``compat.normalized``).
+
+Not carried over: upstream's mode that binds this type to an already configured
+``precise-prefix-cache-producer`` and ignores its own parameters; here it always builds its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.producers import PrefixMatchInfo
+from epp.framework.request import InferenceRequest
+from epp.framework.scheduling import CycleState, SchedulingResult
+from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer, from_parameters
+from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
+
+__all__ = ["PrecisePrefixCacheScorer", "create"]
+
+TYPE = "precise-prefix-cache-scorer"
+
+
+class PrecisePrefixCacheScorer(NamedPlugin):
+    """Scorer, PreRequest, endpoint observer and match-info producer, each by delegation to its two parts."""
+
+    plugin_type = TYPE
+
+    def __init__(self, name: str, producer: PrecisePrefixCacheProducer) -> None:
+        super().__init__(name)
+        self.producer = producer
+        self.scorer = PrefixCacheScorer(name, match_info_producer=name)
+        self.scorer.producer = producer
+
+    @property
+    def parts(self) -> tuple[PrecisePrefixCacheProducer, PrefixCacheScorer]:
+        """The producer and the scorer this plugin is made of (for the index gauges)."""
+        return self.producer, self.scorer
+
+    def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
+        return self.scorer.score(cycle, request, candidates)
+
+    def prefix_match(
+        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
+    ) -> PrefixMatchInfo | None:
+        """As upstream, the match info is also published under this plugin's name for other scorers."""
+        return self.producer.prefix_match(cycle, request, candidates)
+
+    def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:
+        self.producer.pre_request(cycle, request, result)
+        self.scorer.pre_request(cycle, request, result)
+
+    def endpoints_added(self, states: Sequence[EndpointState]) -> None:
+        self.producer.endpoints_added(states)
+
+    def endpoints_removed(self, keys: Collection[str]) -> None:
+        self.producer.endpoints_removed(keys)
+        self.scorer.endpoints_removed(keys)
+
+    async def aclose(self) -> None:
+        await self.producer.aclose()
+
+
+def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheScorer:
+    """Factory; the parameters are the producer's, read under this type's name."""
+    return PrecisePrefixCacheScorer(name, from_parameters(name, params, TYPE))
