@@ -7,225 +7,18 @@ sees them: only the events can explain each decision.
 from __future__ import annotations
 
 import random
-import socket
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-import pytest
+from precise_cluster import CHAIN, cluster, sample_prompt
 
-from epp.config.loader import LoadedConfig, load_config
-from epp.framework.endpoint import Endpoint, EndpointState
-from epp.framework.plugin import PluginContext, PluginRegistry
-from epp.framework.request import ApiKind, InferenceRequest
-from epp.framework.scheduling import CycleState
-from epp.plugins import register_in_tree
-from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
-from epp.telemetry.metrics import EppMetrics
-from epp_sim.modelserver import ModelServer, SimConfig
-from epp_sim.modelserver.kv_events import KvEventsConfig
-from epp_sim.tiny_tokenizer import sentence, write_tiny_tokenizer
+from epp_sim.modelserver import ModelServer
 from epp_sim.waits import wait_until
-
-MODEL = "tiny-model"
-LABELS = {"llm-d.ai/inference-serving": "true"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
-
-
-def _config_text(tokenizer: Path, port: int, replay_port: int) -> str:
-    replay = f", replaySocketPort: {replay_port}" if replay_port else ""
-    return f"""
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-  parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
-- type: endpoint-notification-source
-- type: precise-prefix-cache-producer
-  parameters:
-    kvEventsConfig:
-      podDiscoveryConfig: {{socketPort: {port}{replay}}}
-- type: prefix-cache-scorer
-  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {{pluginRef: prefix-cache-scorer, weight: 2}}
-  - {{pluginRef: queue-scorer, weight: 1}}
-  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
-  - {{pluginRef: max-score-picker}}
-dataLayer:  # as upstream's sample: the producer learns endpoints from the endpoint-notification-source
-  sources:
-  - pluginRef: endpoint-notification-source
-    extractors: [{{pluginRef: precise-prefix-cache-producer}}]
-"""
-
-
-@dataclass
-class Replica:
-    """One picker's plugins (what one ``epp serve`` replica holds), subscribed to every pod."""
-
-    config: LoadedConfig
-    candidates: list[EndpointState]
-    metrics: EppMetrics = field(default_factory=EppMetrics)
-
-    def scrape(self, name: str, pod: str = "ns/pod0-rank-0") -> float | None:
-        """One KV-event series of this replica's ``/metrics``, as the runtime refreshes it before a scrape."""
-        producer = self.producer
-        self.metrics.set_kv_events(producer.subscribers.values(), [producer.index])
-        return self.metrics.registry.get_sample_value(name, {"pod_identifier": pod} if pod else {})
-
-    @property
-    def producer(self) -> PrecisePrefixCacheProducer:
-        plugin = self.config.plugins["precise-prefix-cache-producer"]
-        assert isinstance(plugin, PrecisePrefixCacheProducer)
-        return plugin
-
-    async def pick(self, prompt: str) -> str:
-        request = InferenceRequest("r", model=MODEL, target_model=MODEL, api=ApiKind.COMPLETIONS)
-        request.body = {"model": MODEL, "prompt": prompt}
-        for producer in self.config.data_producers:
-            await producer.produce(request)
-        result = self.config.scheduler.schedule(request, self.candidates, cycle=CycleState())
-        return result.primary.targets[0].endpoint.address
-
-    def matched(self, prompt_ids: Sequence[int], address: str) -> bool:
-        return self.producer.index.longest_prefix(self._key(address), self._keys(prompt_ids)) > 0
-
-    def _key(self, address: str) -> str:
-        return next(c.endpoint.key for c in self.candidates if c.endpoint.address == address)
-
-    def _keys(self, ids: Sequence[int]) -> list[int]:
-        from epp.kvevents.index import block_keys, chain_seed
-
-        return block_keys(ids, self.producer.block_size_tokens, chain_seed(MODEL))
-
-    def synced(self, servers: Sequence[ModelServer]) -> bool:
-        """Every published message has been applied (the subscriber's seq caught up with the publisher's)."""
-        subscribers = self.producer.subscribers
-        for server in servers:
-            publisher = server.kv_events
-            assert publisher is not None
-            sub = subscribers[self._key(server.host)]
-            if publisher.seq and sub.last_seq != publisher.seq - 1:
-                return False
-        return True
-
-
-class Cluster:
-    def __init__(self, tokenizer: Path, port: int, replay_port: int, num_blocks: int) -> None:
-        self.tokenizer = tokenizer
-        self.port = port
-        self.replay_port = replay_port
-        self.num_blocks = num_blocks
-        self.servers: list[ModelServer] = []
-        self.replicas: list[Replica] = []
-        self.client = httpx.AsyncClient(timeout=10)
-
-    def sim_config(self, host: str) -> SimConfig:
-        replay = f"tcp://*:{self.replay_port}" if self.replay_port else None
-        events = KvEventsConfig(
-            enable_kv_cache_events=True,
-            endpoint=f"tcp://*:{self.port}",
-            replay_endpoint=replay,
-            topic=f"kv@{host}@{MODEL}",
-        )
-        return SimConfig(
-            model=MODEL,
-            tokenizer=str(self.tokenizer),
-            kv_events=events,
-            num_gpu_blocks=self.num_blocks,
-            max_model_len=self.num_blocks * 16,
-            max_num_batched_tokens=2048,
-            time_scale=50.0,
-            default_max_tokens=4,
-        )
-
-    async def send(self, server: ModelServer, prompt: str) -> None:
-        response = await self.client.post(
-            f"{server.url}/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 1}
-        )
-        assert response.status_code == 200, response.text
-
-    async def tokens(self, server: ModelServer, prompt: str) -> list[int]:
-        response = await self.client.post(
-            f"{server.url}/v1/completions/render", json={"model": MODEL, "prompt": prompt}
-        )
-        ids: list[int] = response.json()[0]["token_ids"]
-        return ids
-
-    def add_replica(self) -> Replica:
-        registry = PluginRegistry()
-        register_in_tree(registry)
-        config = load_config(_config_text(self.tokenizer, self.port, self.replay_port), registry, PluginContext())
-        candidates = [
-            EndpointState(Endpoint("ns", f"pod{i}-rank-0", f"pod{i}", s.host, s.port, labels=LABELS))
-            for i, s in enumerate(self.servers)
-        ]
-        for observer in config.endpoints_added:
-            observer.endpoints_added(candidates)
-        replica = Replica(config, candidates)
-        self.replicas.append(replica)
-        return replica
-
-    async def synced(self) -> None:
-        await wait_until(
-            lambda: all(r.synced(self.servers) for r in self.replicas), timeout=10, message="replicas synced"
-        )
-
-
-@asynccontextmanager
-async def cluster(
-    tokenizer: Path, *, pods: int = 3, replicas: int = 1, replay: bool = False, num_blocks: int = 256
-) -> AsyncIterator[Cluster]:
-    c = Cluster(tokenizer, _free_port(), _free_port() if replay else 0, num_blocks)
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(c.client.aclose)
-        for i in range(pods):
-            server = ModelServer(c.sim_config(f"127.0.0.{i + 2}"), host=f"127.0.0.{i + 2}")
-            c.servers.append(await stack.enter_async_context(server))
-        for _ in range(replicas):
-            replica = c.add_replica()
-            for closable in replica.config.closables:
-                stack.push_async_callback(closable.aclose)
-        # ZMQ subscriptions take a moment to reach the publishers: announce until every replica hears.
-        warm = 0
-
-        async def heard() -> bool:
-            nonlocal warm
-            warm += 1
-            for server in c.servers:
-                await c.send(server, f"warm up {warm} " + sentence(random.Random(warm), 20))
-            return all(r.synced(c.servers) for r in c.replicas)
-
-        await wait_until(heard, timeout=15, interval=0.05, message="subscribers connected")
-        yield c
-
-
-def _prompt(seed: int, words: int = 120) -> str:
-    return sentence(random.Random(seed), words)
 
 
 async def test_announced_prefix_is_routed_to_its_pod_and_eviction_moves_it(tokenizer_dir: Path) -> None:
     async with cluster(tokenizer_dir, num_blocks=96) as c:
         (replica,) = c.replicas
-        prompt = _prompt(1)
+        prompt = sample_prompt(1)
         ids = await c.tokens(c.servers[1], prompt)
         assert len(ids) >= 64  # several blocks
         await c.send(c.servers[1], prompt)
@@ -238,7 +31,7 @@ async def test_announced_prefix_is_routed_to_its_pod_and_eviction_moves_it(token
 
         # Pod 1 evicts it (other prompts fill its 96 blocks); pod 2 now holds it.
         for seed in range(100, 112):
-            await c.send(c.servers[1], _prompt(seed))
+            await c.send(c.servers[1], sample_prompt(seed))
         await c.synced()
         assert not replica.matched(ids, "127.0.0.3")
         await c.send(c.servers[2], prompt)
@@ -249,7 +42,7 @@ async def test_announced_prefix_is_routed_to_its_pod_and_eviction_moves_it(token
 async def test_publisher_restart_clears_the_pod_and_new_events_route_again(tokenizer_dir: Path) -> None:
     async with cluster(tokenizer_dir, pods=2) as c:
         (replica,) = c.replicas
-        prompt = _prompt(2)
+        prompt = sample_prompt(2)
         ids = await c.tokens(c.servers[0], prompt)
         await c.send(c.servers[0], prompt)
         await c.synced()
@@ -267,14 +60,14 @@ async def test_publisher_restart_clears_the_pod_and_new_events_route_again(token
             async def restart_seen() -> bool:
                 nonlocal n
                 n += 1
-                await c.send(restarted, f"after restart {n} " + _prompt(500 + n, 30))
+                await c.send(restarted, f"after restart {n} " + sample_prompt(500 + n, 30))
                 # Seen as the connection dropping (or, had it missed nothing, seq going backwards).
                 return subscriber.disconnects + subscriber.restarts >= 1 and replica.synced(c.servers)
 
             await wait_until(restart_seen, timeout=15, interval=0.05, message="restart detected")
             # The new process holds nothing it was not sent: the old entries are gone.
             assert not replica.matched(ids, "127.0.0.2")
-            fresh = _prompt(3)
+            fresh = sample_prompt(3)
             await c.send(restarted, fresh)
             await c.synced()
             assert await replica.pick(fresh + " more") == "127.0.0.2"
@@ -285,7 +78,7 @@ async def test_publisher_restart_clears_the_pod_and_new_events_route_again(token
 async def test_a_dropped_message_clears_the_pod_without_replay(tokenizer_dir: Path) -> None:
     async with cluster(tokenizer_dir, pods=2) as c:
         (replica,) = c.replicas
-        kept, lost = _prompt(4), _prompt(5)
+        kept, lost = sample_prompt(4), sample_prompt(5)
         kept_ids, lost_ids = await c.tokens(c.servers[0], kept), await c.tokens(c.servers[0], lost)
         await c.send(c.servers[0], kept)
         await c.synced()
@@ -294,7 +87,7 @@ async def test_a_dropped_message_clears_the_pod_without_replay(tokenizer_dir: Pa
         assert publisher is not None
         publisher.drop_next = 1  # the message announcing `lost` never reaches the subscriber
         await c.send(c.servers[0], lost)
-        await c.send(c.servers[0], _prompt(6))
+        await c.send(c.servers[0], sample_prompt(6))
         await c.synced()
         subscriber = replica.producer.subscribers["ns/pod0-rank-0"]
         assert subscriber.gaps == 1
@@ -314,7 +107,7 @@ async def test_a_dropped_message_clears_the_pod_without_replay(tokenizer_dir: Pa
 async def test_an_undecodable_message_counts_as_a_decode_error_and_clears_the_pod(tokenizer_dir: Path) -> None:
     async with cluster(tokenizer_dir, pods=2) as c:
         (replica,) = c.replicas
-        kept = _prompt(9)
+        kept = sample_prompt(9)
         kept_ids = await c.tokens(c.servers[0], kept)
         await c.send(c.servers[0], kept)
         await c.synced()
@@ -340,13 +133,13 @@ async def test_an_undecodable_message_counts_as_a_decode_error_and_clears_the_po
 async def test_a_dropped_message_is_replayed(tokenizer_dir: Path) -> None:
     async with cluster(tokenizer_dir, pods=2, replay=True) as c:
         (replica,) = c.replicas
-        lost = _prompt(7)
+        lost = sample_prompt(7)
         lost_ids = await c.tokens(c.servers[0], lost)
         publisher = c.servers[0].kv_events
         assert publisher is not None
         publisher.drop_next = 1
         await c.send(c.servers[0], lost)
-        await c.send(c.servers[0], _prompt(8))
+        await c.send(c.servers[0], sample_prompt(8))
         await c.synced()
         subscriber = replica.producer.subscribers["ns/pod0-rank-0"]
         assert (subscriber.gaps, subscriber.replays) == (1, 1)
@@ -356,12 +149,12 @@ async def test_a_dropped_message_is_replayed(tokenizer_dir: Path) -> None:
 
 
 async def test_two_replicas_agree_on_100_of_100_prompts(tokenizer_dir: Path) -> None:
-    async with cluster(tokenizer_dir, pods=3, replicas=2, num_blocks=4096) as c:
+    async with cluster(tokenizer_dir, pods=3, replicas=(CHAIN, CHAIN), num_blocks=4096) as c:
         rng = random.Random(42)
         prompts: list[tuple[str, str]] = []
         for i in range(100):
             server = c.servers[rng.randrange(3)]
-            prompt = f"conversation {i}: " + _prompt(1000 + i, 60)
+            prompt = f"conversation {i}: " + sample_prompt(1000 + i, 60)
             await c.send(server, prompt)
             prompts.append((prompt, server.host))
         await c.synced()

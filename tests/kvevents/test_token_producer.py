@@ -12,12 +12,7 @@ from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins import token_producer
 from epp_sim.modelserver import ModelServer, SimConfig
-from epp_sim.tiny_tokenizer import sentence, write_tiny_tokenizer
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+from epp_sim.tiny_tokenizer import sentence
 
 
 def _request(api: ApiKind, body: dict[str, object]) -> InferenceRequest:

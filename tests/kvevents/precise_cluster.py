@@ -1,0 +1,247 @@
+"""A small precise-routing cluster for the KV-event tests: simulated vLLM pods publishing KV events
+over real ZMQ, and picker replicas (each one ``epp serve``'s plugins, built from a configuration
+in either form: llm-d's chain or its deprecated all-in-one scorer) subscribed to every pod."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from epp.config.loader import LoadedConfig, load_config
+from epp.framework.endpoint import Endpoint, EndpointState
+from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.request import ApiKind, InferenceRequest
+from epp.framework.scheduling import CycleState
+from epp.kvevents.index import block_keys, chain_seed
+from epp.plugins import register_in_tree
+from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
+from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
+from epp.telemetry.metrics import EppMetrics
+from epp_sim.modelserver import ModelServer, SimConfig
+from epp_sim.modelserver.kv_events import KvEventsConfig
+from epp_sim.tiny_tokenizer import sentence
+from epp_sim.waits import wait_until
+
+MODEL = "tiny-model"
+LABELS = {"llm-d.ai/inference-serving": "true"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+CHAIN = "chain"
+ALL_IN_ONE = "all-in-one"
+"""How a replica's configuration spells precise routing: llm-d's plugin chain, or its deprecated
+all-in-one ``precise-prefix-cache-scorer`` (same parameters, same weights)."""
+
+_PRECISE = {
+    CHAIN: """- type: precise-prefix-cache-producer
+  parameters:
+    kvEventsConfig:
+      podDiscoveryConfig: {{socketPort: {port}{replay}}}
+- type: prefix-cache-scorer
+  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}""",
+    ALL_IN_ONE: """- type: precise-prefix-cache-scorer
+  parameters:
+    kvEventsConfig:
+      podDiscoveryConfig: {{socketPort: {port}{replay}}}""",
+}
+SCORER = {CHAIN: "prefix-cache-scorer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
+"""The plugin that scores prefix matches in each form."""
+_EXTRACTOR = {CHAIN: "precise-prefix-cache-producer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
+
+
+def config_text(tokenizer: Path, port: int, replay_port: int, form: str = CHAIN) -> str:
+    replay = f", replaySocketPort: {replay_port}" if replay_port else ""
+    return f"""
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+  parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
+- type: endpoint-notification-source
+{_PRECISE[form].format(port=port, replay=replay)}
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {{pluginRef: {SCORER[form]}, weight: 2}}
+  - {{pluginRef: queue-scorer, weight: 1}}
+  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
+  - {{pluginRef: max-score-picker}}
+dataLayer:  # as upstream's sample: the producer learns endpoints from the endpoint-notification-source
+  sources:
+  - pluginRef: endpoint-notification-source
+    extractors: [{{pluginRef: {_EXTRACTOR[form]}}}]
+"""
+
+
+@dataclass
+class Replica:
+    """One picker's plugins (what one ``epp serve`` replica holds), subscribed to every pod."""
+
+    config: LoadedConfig
+    candidates: list[EndpointState]
+    metrics: EppMetrics = field(default_factory=EppMetrics)
+
+    def scrape(self, name: str, pod: str = "ns/pod0-rank-0") -> float | None:
+        """One KV-event series of this replica's ``/metrics``, as the runtime refreshes it before a scrape."""
+        producer = self.producer
+        self.metrics.set_kv_events(producer.subscribers.values(), [producer.index])
+        return self.metrics.registry.get_sample_value(name, {"pod_identifier": pod} if pod else {})
+
+    @property
+    def producer(self) -> PrecisePrefixCacheProducer:
+        """The producer of either form (the all-in-one holds its own)."""
+        plugins = self.config.plugins
+        plugin = plugins.get("precise-prefix-cache-producer") or plugins["precise-prefix-cache-scorer"]
+        producer = plugin.producer if isinstance(plugin, PrecisePrefixCacheScorer) else plugin
+        assert isinstance(producer, PrecisePrefixCacheProducer)
+        return producer
+
+    async def request(self, prompt: str) -> InferenceRequest:
+        """A completions request for ``prompt``, through the configuration's data producers (tokens)."""
+        request = InferenceRequest("r", model=MODEL, target_model=MODEL, api=ApiKind.COMPLETIONS)
+        request.body = {"model": MODEL, "prompt": prompt}
+        for producer in self.config.data_producers:
+            await producer.produce(request)
+        return request
+
+    async def pick(self, prompt: str) -> str:
+        request = await self.request(prompt)
+        result = self.config.scheduler.schedule(request, self.candidates, cycle=CycleState())
+        return result.primary.targets[0].endpoint.address
+
+    def matched(self, prompt_ids: Sequence[int], address: str) -> bool:
+        return self.producer.index.longest_prefix(self._key(address), self._keys(prompt_ids)) > 0
+
+    def _key(self, address: str) -> str:
+        return next(c.endpoint.key for c in self.candidates if c.endpoint.address == address)
+
+    def _keys(self, ids: Sequence[int]) -> list[int]:
+        return block_keys(ids, self.producer.block_size_tokens, chain_seed(MODEL))
+
+    def synced(self, servers: Sequence[ModelServer]) -> bool:
+        """Every published message has been applied (the subscriber's seq caught up with the publisher's)."""
+        subscribers = self.producer.subscribers
+        for server in servers:
+            publisher = server.kv_events
+            assert publisher is not None
+            sub = subscribers[self._key(server.host)]
+            if publisher.seq and sub.last_seq != publisher.seq - 1:
+                return False
+        return True
+
+
+class Cluster:
+    def __init__(self, tokenizer: Path, port: int, replay_port: int, num_blocks: int) -> None:
+        self.tokenizer = tokenizer
+        self.port = port
+        self.replay_port = replay_port
+        self.num_blocks = num_blocks
+        self.servers: list[ModelServer] = []
+        self.replicas: list[Replica] = []
+        self.client = httpx.AsyncClient(timeout=10)
+
+    def sim_config(self, host: str) -> SimConfig:
+        replay = f"tcp://*:{self.replay_port}" if self.replay_port else None
+        events = KvEventsConfig(
+            enable_kv_cache_events=True,
+            endpoint=f"tcp://*:{self.port}",
+            replay_endpoint=replay,
+            topic=f"kv@{host}@{MODEL}",
+        )
+        return SimConfig(
+            model=MODEL,
+            tokenizer=str(self.tokenizer),
+            kv_events=events,
+            num_gpu_blocks=self.num_blocks,
+            max_model_len=self.num_blocks * 16,
+            max_num_batched_tokens=2048,
+            time_scale=50.0,
+            default_max_tokens=4,
+        )
+
+    async def send(self, server: ModelServer, prompt: str) -> None:
+        response = await self.client.post(
+            f"{server.url}/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 1}
+        )
+        assert response.status_code == 200, response.text
+
+    async def tokens(self, server: ModelServer, prompt: str) -> list[int]:
+        response = await self.client.post(
+            f"{server.url}/v1/completions/render", json={"model": MODEL, "prompt": prompt}
+        )
+        ids: list[int] = response.json()[0]["token_ids"]
+        return ids
+
+    def add_replica(self, form: str = CHAIN) -> Replica:
+        registry = PluginRegistry()
+        register_in_tree(registry)
+        text = config_text(self.tokenizer, self.port, self.replay_port, form)
+        config = load_config(text, registry, PluginContext())
+        candidates = [
+            EndpointState(Endpoint("ns", f"pod{i}-rank-0", f"pod{i}", s.host, s.port, labels=LABELS))
+            for i, s in enumerate(self.servers)
+        ]
+        for observer in config.endpoints_added:
+            observer.endpoints_added(candidates)
+        replica = Replica(config, candidates)
+        self.replicas.append(replica)
+        return replica
+
+    async def synced(self) -> None:
+        await wait_until(
+            lambda: all(r.synced(self.servers) for r in self.replicas), timeout=10, message="replicas synced"
+        )
+
+
+@asynccontextmanager
+async def cluster(
+    tokenizer: Path,
+    *,
+    pods: int = 3,
+    replicas: Sequence[str] = (CHAIN,),
+    replay: bool = False,
+    num_blocks: int = 256,
+) -> AsyncIterator[Cluster]:
+    """``pods`` simulated vLLM pods publishing KV events, and one picker replica per entry of ``replicas``
+    (its form), each subscribed to every pod."""
+    c = Cluster(tokenizer, _free_port(), _free_port() if replay else 0, num_blocks)
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(c.client.aclose)
+        for i in range(pods):
+            server = ModelServer(c.sim_config(f"127.0.0.{i + 2}"), host=f"127.0.0.{i + 2}")
+            c.servers.append(await stack.enter_async_context(server))
+        for form in replicas:
+            replica = c.add_replica(form)
+            for closable in replica.config.closables:
+                stack.push_async_callback(closable.aclose)
+        # ZMQ subscriptions take a moment to reach the publishers: announce until every replica hears.
+        warm = 0
+
+        async def heard() -> bool:
+            nonlocal warm
+            warm += 1
+            for server in c.servers:
+                await c.send(server, f"warm up {warm} " + sentence(random.Random(warm), 20))
+            return all(r.synced(c.servers) for r in c.replicas)
+
+        await wait_until(heard, timeout=15, interval=0.05, message="subscribers connected")
+        yield c
+
+
+def sample_prompt(seed: int, words: int = 120) -> str:
+    return sentence(random.Random(seed), words)
