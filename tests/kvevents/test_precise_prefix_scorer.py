@@ -14,7 +14,7 @@ from precise_cluster import ALL_IN_ONE, CHAIN, SCORER, cluster, config_text, sam
 from epp.config.loader import load_config
 from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistry
 from epp.framework.scheduling import CycleState
-from epp.plugins import register_in_tree
+from epp.plugins import prefix_cache_scorer, register_in_tree
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer, create
 
 
@@ -121,3 +121,13 @@ async def test_it_routes_and_scores_as_the_chain_does(tokenizer_dir: Path) -> No
                 scores.append(scorer.score(CycleState(), await replica.request(follow_up), replica.candidates))
             assert scores[0] == scores[1] and max(scores[1]) > 0
             assert (await chain.pick(follow_up), await all_in_one.pick(follow_up)) == (holder, holder)
+
+
+def test_another_prefix_cache_scorer_may_read_its_match_info() -> None:
+    """As upstream, it publishes match info under its own name."""
+    plugin = _create({})
+    reader = prefix_cache_scorer.create(
+        "reader", {"prefixMatchInfoProducerName": "precise-prefix-cache-scorer"}, PluginContext()
+    )
+    reader.resolve_references(lambda where, name: plugin)
+    assert reader.producer is plugin
