@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from precise_cluster import ALL_IN_ONE, CHAIN, SCORER, cluster, config_text, sample_prompt
 
+from epp.api.views import prefix_index_sizes
 from epp.config.loader import load_config
 from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistry
 from epp.framework.scheduling import CycleState
@@ -97,6 +98,9 @@ def test_the_loader_reports_it_deprecated_naming_the_chain(tokenizer_dir: Path) 
     )
     settings = {n.setting for n in load_config(text, registry, PluginContext()).notices}
     assert "indexerConfig.kvBlockIndexConfig.enableMetrics" in settings
+    # The API's index sizes list its approximate index under its name, as a prefix-cache-scorer's.
+    assert prefix_index_sizes(loaded) == {"precise-prefix-cache-scorer": 0}
+    assert prefix_index_sizes(chain) == {"prefix-cache-scorer": 0}
 
 
 async def test_it_routes_and_scores_as_the_chain_does(tokenizer_dir: Path) -> None:
