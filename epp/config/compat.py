@@ -184,9 +184,9 @@ def ignored_settings(
             notices.append(
                 ConfigNotice(
                     "indexerConfig.kvBlockIndexConfig.enableMetrics",
-                    f"plugin {plugin.name!r}: the llm_d_epp_kv_cache_index_* lookup, admission and eviction "
-                    "series are not emitted here; the index size is in llm_d_epp_prefix_indexer_size and "
-                    "epp_kv_events_index_blocks",
+                    f"plugin {plugin.name or plugin.type!r}: the llm_d_epp_kv_cache_index_* lookup, admission "
+                    "and eviction series are not emitted here; the index size is in "
+                    "llm_d_epp_prefix_indexer_size and epp_kv_events_index_blocks",
                 )
             )
     return notices
