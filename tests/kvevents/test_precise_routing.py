@@ -25,12 +25,9 @@ from epp.plugins import register_in_tree
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.modelserver import ModelServer, SimConfig
-from epp_sim.modelserver.kv_events import KvEventsConfig
+from epp_sim.precise_prefix import MODEL, SERVING_LABELS, events_applied, kv_events_sim_config, precise_picker_config
 from epp_sim.tiny_tokenizer import sentence, write_tiny_tokenizer
 from epp_sim.waits import wait_until
-
-MODEL = "tiny-model"
-LABELS = {"llm-d.ai/inference-serving": "true"}
 
 
 def _free_port() -> int:
@@ -43,38 +40,6 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
-
-
-def _config_text(tokenizer: Path, port: int, replay_port: int) -> str:
-    replay = f", replaySocketPort: {replay_port}" if replay_port else ""
-    return f"""
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-  parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
-- type: endpoint-notification-source
-- type: precise-prefix-cache-producer
-  parameters:
-    kvEventsConfig:
-      podDiscoveryConfig: {{socketPort: {port}{replay}}}
-- type: prefix-cache-scorer
-  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {{pluginRef: prefix-cache-scorer, weight: 2}}
-  - {{pluginRef: queue-scorer, weight: 1}}
-  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
-  - {{pluginRef: max-score-picker}}
-dataLayer:  # as upstream's sample: the producer learns endpoints from the endpoint-notification-source
-  sources:
-  - pluginRef: endpoint-notification-source
-    extractors: [{{pluginRef: precise-prefix-cache-producer}}]
-"""
 
 
 @dataclass
@@ -118,14 +83,7 @@ class Replica:
 
     def synced(self, servers: Sequence[ModelServer]) -> bool:
         """Every published message has been applied (the subscriber's seq caught up with the publisher's)."""
-        subscribers = self.producer.subscribers
-        for server in servers:
-            publisher = server.kv_events
-            assert publisher is not None
-            sub = subscribers[self._key(server.host)]
-            if publisher.seq and sub.last_seq != publisher.seq - 1:
-                return False
-        return True
+        return events_applied(self.producer.subscribers.values(), servers)
 
 
 class Cluster:
@@ -139,22 +97,8 @@ class Cluster:
         self.client = httpx.AsyncClient(timeout=10)
 
     def sim_config(self, host: str) -> SimConfig:
-        replay = f"tcp://*:{self.replay_port}" if self.replay_port else None
-        events = KvEventsConfig(
-            enable_kv_cache_events=True,
-            endpoint=f"tcp://*:{self.port}",
-            replay_endpoint=replay,
-            topic=f"kv@{host}@{MODEL}",
-        )
-        return SimConfig(
-            model=MODEL,
-            tokenizer=str(self.tokenizer),
-            kv_events=events,
-            num_gpu_blocks=self.num_blocks,
-            max_model_len=self.num_blocks * 16,
-            max_num_batched_tokens=2048,
-            time_scale=50.0,
-            default_max_tokens=4,
+        return kv_events_sim_config(
+            self.tokenizer, host, self.port, replay_port=self.replay_port, num_blocks=self.num_blocks
         )
 
     async def send(self, server: ModelServer, prompt: str) -> None:
@@ -173,9 +117,11 @@ class Cluster:
     def add_replica(self) -> Replica:
         registry = PluginRegistry()
         register_in_tree(registry)
-        config = load_config(_config_text(self.tokenizer, self.port, self.replay_port), registry, PluginContext())
+        config = load_config(
+            precise_picker_config(self.tokenizer, self.port, replay_port=self.replay_port), registry, PluginContext()
+        )
         candidates = [
-            EndpointState(Endpoint("ns", f"pod{i}-rank-0", f"pod{i}", s.host, s.port, labels=LABELS))
+            EndpointState(Endpoint("ns", f"pod{i}-rank-0", f"pod{i}", s.host, s.port, labels=SERVING_LABELS))
             for i, s in enumerate(self.servers)
         ]
         for observer in config.endpoints_added:
