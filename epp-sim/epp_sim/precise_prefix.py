@@ -5,19 +5,30 @@ port), so they are written once, here: :func:`kv_events_sim_config` for each sim
 :func:`precise_picker_config` for each picker (llm-d's sample chain: ``token-producer`` →
 ``precise-prefix-cache-producer`` → ``prefix-cache-scorer``, with the load scorers), and
 :func:`events_applied`, the condition a test waits for before it asks a picker to route on what
-the pods announced (ZMQ delivers asynchronously; every replica applies each event on its own time).
+the pods announced (ZMQ delivers asynchronously; every replica applies each event on its own time),
+and :func:`wait_subscribed`, which announces until every picker hears every pod.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
 from epp.kvevents.subscriber import Subscriber
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.modelserver.kv_events import KvEventsConfig
+from epp_sim.tiny_tokenizer import sentence
+from epp_sim.waits import wait_until
 
-__all__ = ["MODEL", "SERVING_LABELS", "events_applied", "kv_events_sim_config", "precise_picker_config"]
+__all__ = [
+    "MODEL",
+    "SERVING_LABELS",
+    "events_applied",
+    "kv_events_sim_config",
+    "precise_picker_config",
+    "wait_subscribed",
+]
 
 MODEL = "tiny-model"
 SERVING_LABELS = {"llm-d.ai/inference-serving": "true"}
@@ -96,3 +107,27 @@ def events_applied(subscribers: Iterable[Subscriber], servers: Iterable[ModelSer
         if publisher.seq and last_seq[publisher.endpoint] != publisher.seq - 1:
             return False
     return True
+
+
+async def wait_subscribed(
+    servers: Sequence[ModelServer],
+    send: Callable[[ModelServer, str], Awaitable[None]],
+    replicas: Callable[[], Iterable[Iterable[Subscriber]]],
+    *,
+    timeout: float = 15.0,
+) -> None:
+    """Announce a fresh prompt on every server (``send``) until every replica has applied all.
+
+    A ZMQ subscription reaches its publisher a moment after the subscriber connects, and what is
+    published before that is lost to it; ``replicas`` gives each picker's subscribers as they are now.
+    """
+    round_ = 0
+
+    async def heard() -> bool:
+        nonlocal round_
+        round_ += 1
+        for server in servers:
+            await send(server, f"warm up {round_} " + sentence(random.Random(round_), 20))
+        return all(events_applied(subscribers, servers) for subscribers in replicas())
+
+    await wait_until(heard, timeout=timeout, interval=0.05, message="every picker subscribed to every pod")

@@ -25,7 +25,14 @@ from epp.plugins import register_in_tree
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.modelserver import ModelServer, SimConfig
-from epp_sim.precise_prefix import MODEL, SERVING_LABELS, events_applied, kv_events_sim_config, precise_picker_config
+from epp_sim.precise_prefix import (
+    MODEL,
+    SERVING_LABELS,
+    events_applied,
+    kv_events_sim_config,
+    precise_picker_config,
+    wait_subscribed,
+)
 from epp_sim.tiny_tokenizer import sentence, write_tiny_tokenizer
 from epp_sim.waits import wait_until
 
@@ -150,17 +157,7 @@ async def cluster(
             replica = c.add_replica()
             for closable in replica.config.closables:
                 stack.push_async_callback(closable.aclose)
-        # ZMQ subscriptions take a moment to reach the publishers: announce until every replica hears.
-        warm = 0
-
-        async def heard() -> bool:
-            nonlocal warm
-            warm += 1
-            for server in c.servers:
-                await c.send(server, f"warm up {warm} " + sentence(random.Random(warm), 20))
-            return all(r.synced(c.servers) for r in c.replicas)
-
-        await wait_until(heard, timeout=15, interval=0.05, message="subscribers connected")
+        await wait_subscribed(c.servers, c.send, lambda: [r.producer.subscribers.values() for r in c.replicas])
         yield c
 
 
