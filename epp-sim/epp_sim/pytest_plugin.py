@@ -19,8 +19,9 @@ is function-scoped and tears down what it started, in reverse order. Tests using
   returns what the picker decided (``.route(body, path=..., headers=...)`` → ``Routed``).
 - ``epp_pool(mode, pods=..., objects=..., picker_args=...)`` — all of the above in one call,
   started only once the picker has synced the pool and scraped every pod.
-- ``epp_envoy(picker)`` — a real Envoy (the GIE data plane: ext_proc in FULL_DUPLEX_STREAMED,
-  ORIGINAL_DST on ``envoy.lb`` metadata) in front of a picker; ``envoy.port`` takes HTTP.
+- ``epp_envoy(picker, ...)`` — a real Envoy (the GIE data plane: ext_proc in FULL_DUPLEX_STREAMED,
+  ORIGINAL_DST on ``envoy.lb`` metadata) in front of a picker, or of several replicas balanced
+  round robin; ``envoy.port`` takes HTTP.
 
 See docs/testing.md for a worked example.
 """
@@ -63,7 +64,7 @@ PodsFactory = Callable[..., Awaitable[SimulatedPods]]
 PickerFactory = Callable[..., Awaitable[InProcessPicker]]
 ClientFactory = Callable[[InProcessPicker], Awaitable[ExtProcClient]]
 PoolFactory = Callable[..., Awaitable[HermeticPool]]
-EnvoyFactory = Callable[[InProcessPicker], Awaitable[EnvoyProcess]]
+EnvoyFactory = Callable[..., Awaitable[EnvoyProcess]]
 
 
 _APISERVER_MARKER = "epp_apiserver"
@@ -178,15 +179,22 @@ async def epp_pool(epp_cluster: FakeCluster, _epp_hosts: _LoopbackHosts) -> Asyn
 
 @pytest_asyncio.fixture
 async def epp_envoy(tmp_path: Path) -> AsyncIterator[EnvoyFactory]:
-    """``envoy = await epp_envoy(picker)``: a real Envoy whose ext_proc filter calls ``picker``."""
+    """``envoy = await epp_envoy(picker)``: a real Envoy whose ext_proc filter calls ``picker``.
+
+    ``epp_envoy(first, second)`` puts active-active replicas behind it: one ext_proc cluster,
+    round robin per request; it returns once Envoy has found every replica healthy.
+    """
     async with AsyncExitStack() as stack:
         count = 0
 
-        async def make(picker: InProcessPicker) -> EnvoyProcess:
+        async def make(picker: InProcessPicker, *replicas: InProcessPicker) -> EnvoyProcess:
             nonlocal count
             count += 1
-            host, _, port = picker.grpc_target.rpartition(":")
-            bootstrap = envoy_bootstrap(listen_port=0, ext_proc=ExtProcTarget(host, int(port)), admin_port=0)
+            targets = []
+            for each in (picker, *replicas):
+                host, _, port = each.grpc_target.rpartition(":")
+                targets.append(ExtProcTarget(host, int(port)))
+            bootstrap = envoy_bootstrap(listen_port=0, ext_proc=targets, admin_port=0)
             envoy = EnvoyProcess(bootstrap, name=f"envoy-{count}", work_dir=tmp_path / f"envoy-{count}")
             await stack.enter_async_context(envoy)
             await envoy.wait_ext_proc_healthy(timeout=30)

@@ -24,12 +24,9 @@ from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.modelserver import ModelServer, SimConfig
-from epp_sim.modelserver.kv_events import KvEventsConfig
+from epp_sim.precise_prefix import MODEL, SERVING_LABELS, events_applied, kv_events_sim_config, wait_subscribed
 from epp_sim.tiny_tokenizer import sentence
 from epp_sim.waits import wait_until
-
-MODEL = "tiny-model"
-LABELS = {"llm-d.ai/inference-serving": "true"}
 
 
 def _free_port() -> int:
@@ -135,14 +132,7 @@ class Replica:
 
     def synced(self, servers: Sequence[ModelServer]) -> bool:
         """Every published message has been applied (the subscriber's seq caught up with the publisher's)."""
-        subscribers = self.producer.subscribers
-        for server in servers:
-            publisher = server.kv_events
-            assert publisher is not None
-            sub = subscribers[self._key(server.host)]
-            if publisher.seq and sub.last_seq != publisher.seq - 1:
-                return False
-        return True
+        return events_applied(self.producer.subscribers.values(), servers)
 
 
 class Cluster:
@@ -156,22 +146,8 @@ class Cluster:
         self.client = httpx.AsyncClient(timeout=10)
 
     def sim_config(self, host: str) -> SimConfig:
-        replay = f"tcp://*:{self.replay_port}" if self.replay_port else None
-        events = KvEventsConfig(
-            enable_kv_cache_events=True,
-            endpoint=f"tcp://*:{self.port}",
-            replay_endpoint=replay,
-            topic=f"kv@{host}@{MODEL}",
-        )
-        return SimConfig(
-            model=MODEL,
-            tokenizer=str(self.tokenizer),
-            kv_events=events,
-            num_gpu_blocks=self.num_blocks,
-            max_model_len=self.num_blocks * 16,
-            max_num_batched_tokens=2048,
-            time_scale=50.0,
-            default_max_tokens=4,
+        return kv_events_sim_config(
+            self.tokenizer, host, self.port, replay_port=self.replay_port, num_blocks=self.num_blocks
         )
 
     async def send(self, server: ModelServer, prompt: str) -> None:
@@ -193,7 +169,7 @@ class Cluster:
         text = config_text(self.tokenizer, self.port, self.replay_port, form)
         config = load_config(text, registry, PluginContext())
         candidates = [
-            EndpointState(Endpoint("ns", f"pod{i}-rank-0", f"pod{i}", s.host, s.port, labels=LABELS))
+            EndpointState(Endpoint("ns", f"pod{i}-rank-0", f"pod{i}", s.host, s.port, labels=SERVING_LABELS))
             for i, s in enumerate(self.servers)
         ]
         for observer in config.endpoints_added:
@@ -229,17 +205,7 @@ async def cluster(
             replica = c.add_replica(form)
             for closable in replica.config.closables:
                 stack.push_async_callback(closable.aclose)
-        # ZMQ subscriptions take a moment to reach the publishers: announce until every replica hears.
-        warm = 0
-
-        async def heard() -> bool:
-            nonlocal warm
-            warm += 1
-            for server in c.servers:
-                await c.send(server, f"warm up {warm} " + sentence(random.Random(warm), 20))
-            return all(r.synced(c.servers) for r in c.replicas)
-
-        await wait_until(heard, timeout=15, interval=0.05, message="subscribers connected")
+        await wait_subscribed(c.servers, c.send, lambda: [r.producer.subscribers.values() for r in c.replicas])
         yield c
 
 

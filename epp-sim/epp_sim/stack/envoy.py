@@ -241,21 +241,22 @@ class EnvoyProcess(Service):
         raise ChildProcessError(f"{self._name}: no listener named {LISTENER!r} in {body}")
 
     async def wait_ext_proc_healthy(self, *, timeout: float) -> None:
-        """Until Envoy's active health check has passed for the ext_proc cluster.
+        """Until Envoy's active health check has passed for every endpoint of the ext_proc cluster.
 
-        Before that, Envoy answers 503 without asking the processor (no healthy host).
+        Before that, Envoy answers 503 without asking the processor (no healthy host), or, with
+        several processors, sends every stream to those already healthy.
         """
 
         async def healthy() -> bool:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with session.get(f"{self.admin_url}/clusters") as resp:
                     text = await resp.text()
-                return any(
-                    line.startswith(f"{EXT_PROC_CLUSTER}::")
-                    and "::health_flags::" in line
-                    and line.endswith("::healthy")
+                flags = [
+                    line.rpartition("::")[2]
                     for line in text.splitlines()
-                )
+                    if line.startswith(f"{EXT_PROC_CLUSTER}::") and "::health_flags::" in line
+                ]
+                return bool(flags) and all(flag == "healthy" for flag in flags)
             return False
 
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:

@@ -19,6 +19,7 @@ the ext_proc filter forwards that namespace, which Envoy sends only when it is l
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -80,7 +81,7 @@ class ExtProcTarget:
 def envoy_bootstrap(
     *,
     listen_port: int,
-    ext_proc: ExtProcTarget | None,
+    ext_proc: ExtProcTarget | Sequence[ExtProcTarget] | None,
     admin_port: int,
     failure_mode_allow: bool = False,
     tls_to_processor: bool = False,
@@ -111,6 +112,10 @@ def envoy_bootstrap(
     ``x-gateway-destination-endpoint`` (a client cannot forge it); ``"header"`` routes on the
     request header the processor sets.
 
+    ``ext_proc`` may list several processors (active-active ``epp serve`` replicas): they become
+    the endpoints of one ext_proc cluster, balanced round robin per stream (one stream is one
+    request) and each health-checked, so a replica that stops answering leaves the rotation.
+
     ``ext_proc=None`` leaves the filter out: requests then route on the client's own
     ``x-gateway-destination-endpoint`` header, so it requires ``route_by="header"``.
 
@@ -138,13 +143,14 @@ def envoy_bootstrap(
             "failure_mode_allow has no effect with FULL_DUPLEX_STREAMED bodies (Envoy fails closed); "
             "use BUFFERED bodies for a fail-open gateway"
         )
-    if ext_proc is None and route_by != "header":
+    targets = _targets(ext_proc)
+    if not targets and route_by != "header":
         raise EnvoyConfigError("without an ext_proc processor nothing sets the routing metadata; use route_by='header'")
 
     http_filters: list[dict[str, Any]] = []
     clusters: list[dict[str, Any]] = [_original_dst_cluster(route_by)]
     response_headers: list[dict[str, Any]] = []
-    if ext_proc is not None:
+    if targets:
         http_filters.append(
             _ext_proc_filter(
                 failure_mode_allow=failure_mode_allow,
@@ -156,7 +162,7 @@ def envoy_bootstrap(
         )
         http_filters.append(_served_endpoint_to_metadata_filter())
         response_headers.append(_SERVED_ENDPOINT_HEADER)
-        clusters.append(_ext_proc_cluster(ext_proc, tls=tls_to_processor, health_check_service=health_check_service))
+        clusters.append(_ext_proc_cluster(targets, tls=tls_to_processor, health_check_service=health_check_service))
     http_filters.append(_router_filter())
     return _bootstrap(
         listener=_listener(
@@ -187,7 +193,7 @@ def envoy_bootstrap_plain(
         "type": _discovery_type(backend_host),
         "connect_timeout": "5s",
         "circuit_breakers": _CIRCUIT_BREAKERS,
-        "load_assignment": _load_assignment(_BACKEND_CLUSTER, backend_host, backend_port),
+        "load_assignment": _load_assignment(_BACKEND_CLUSTER, [(backend_host, backend_port)]),
     }
     return _bootstrap(
         listener=_listener(listen_host, listen_port, [_router_filter()], _BACKEND_CLUSTER),
@@ -353,10 +359,28 @@ def _original_dst_cluster(route_by: RouteBy) -> dict[str, Any]:
     }
 
 
-def _ext_proc_cluster(target: ExtProcTarget, *, tls: bool, health_check_service: str | None) -> dict[str, Any]:
+def _targets(ext_proc: ExtProcTarget | Sequence[ExtProcTarget] | None) -> tuple[ExtProcTarget, ...]:
+    """The processors as a tuple (empty: no filter); an empty list or a repeated target is refused."""
+    if ext_proc is None:
+        return ()
+    targets = (ext_proc,) if isinstance(ext_proc, ExtProcTarget) else tuple(ext_proc)
+    if not targets:
+        raise EnvoyConfigError("ext_proc lists no processor; pass None to leave the filter out")
+    if len(set(targets)) != len(targets):
+        raise EnvoyConfigError(f"ext_proc lists a processor twice: {[f'{t.host}:{t.port}' for t in targets]}")
+    return targets
+
+
+def _ext_proc_cluster(
+    targets: Sequence[ExtProcTarget], *, tls: bool, health_check_service: str | None
+) -> dict[str, Any]:
+    # STRICT_DNS resolves every name (an IP literal resolves to itself); STATIC takes IP literals only.
+    names = any(_discovery_type(t.host) == "STRICT_DNS" for t in targets)
     cluster: dict[str, Any] = {
         "name": EXT_PROC_CLUSTER,
-        "type": _discovery_type(target.host),
+        "type": "STRICT_DNS" if names else "STATIC",
+        # Per stream, i.e. per request: replicas share the requests evenly.
+        "lb_policy": "ROUND_ROBIN",
         "connect_timeout": "5s",
         "circuit_breakers": _CIRCUIT_BREAKERS,
         "typed_extension_protocol_options": {
@@ -365,7 +389,7 @@ def _ext_proc_cluster(target: ExtProcTarget, *, tls: bool, health_check_service:
                 "explicit_http_config": {"http2_protocol_options": {}},
             }
         },
-        "load_assignment": _load_assignment(EXT_PROC_CLUSTER, target.host, target.port),
+        "load_assignment": _load_assignment(EXT_PROC_CLUSTER, [(t.host, t.port) for t in targets]),
     }
     if health_check_service is not None:
         cluster["health_checks"] = [
@@ -391,11 +415,9 @@ def _ext_proc_cluster(target: ExtProcTarget, *, tls: bool, health_check_service:
     return cluster
 
 
-def _load_assignment(cluster: str, host: str, port: int) -> dict[str, Any]:
-    return {
-        "cluster_name": cluster,
-        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket_address(host, port)}}]}],
-    }
+def _load_assignment(cluster: str, addresses: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    endpoints = [{"endpoint": {"address": _socket_address(host, port)}} for host, port in addresses]
+    return {"cluster_name": cluster, "endpoints": [{"lb_endpoints": endpoints}]}
 
 
 def _socket_address(host: str, port: int) -> dict[str, Any]:

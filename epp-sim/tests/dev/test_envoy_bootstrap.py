@@ -19,6 +19,7 @@ from epp_sim.stack.envoy_config import (
 )
 
 TARGET = ExtProcTarget("127.0.0.1", 9002)
+REPLICAS = [TARGET, ExtProcTarget("127.0.0.1", 9012), ExtProcTarget("127.0.0.2", 9002)]
 
 
 def _cluster(bootstrap: dict[str, Any], name: str) -> dict[str, Any]:
@@ -62,6 +63,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ipv6": envoy_bootstrap(listen_port=0, ext_proc=ExtProcTarget("::1", 9002), admin_port=0, listen_host="::1"),
     "no-processor": envoy_bootstrap(listen_port=0, ext_proc=None, admin_port=0, route_by="header"),
     "stock-close": envoy_bootstrap(listen_port=0, ext_proc=TARGET, admin_port=0, graceful_ext_proc_close=False),
+    "replicas": envoy_bootstrap(listen_port=0, ext_proc=REPLICAS, admin_port=0),
+    "replicas-dns": envoy_bootstrap(
+        listen_port=0, ext_proc=[TARGET, ExtProcTarget("epp-1.epp.default.svc", 9002)], admin_port=0
+    ),
     "plain": envoy_bootstrap_plain(0, "127.0.0.1", 8000, 0),
     "plain-dns": envoy_bootstrap_plain(8081, "localhost", 8000, 19000),
 }
@@ -159,6 +164,21 @@ def test_ext_proc_cluster_is_http2_health_checked_and_optionally_tls() -> None:
     assert context == {"alpn_protocols": ["h2"], "validation_context": {}}
 
 
+def test_several_processors_are_one_round_robin_cluster_each_endpoint_health_checked() -> None:
+    single = _cluster(VARIANTS["gie-default"], "ext_proc")
+    replicas = _cluster(VARIANTS["replicas"], "ext_proc")
+    assert replicas["type"] == "STATIC" and replicas["lb_policy"] == "ROUND_ROBIN"
+    (locality,) = replicas["load_assignment"]["endpoints"]
+    addresses = [e["endpoint"]["address"]["socket_address"] for e in locality["lb_endpoints"]]
+    assert addresses == [{"address": t.host, "port_value": t.port} for t in REPLICAS]
+    assert replicas["health_checks"] == single["health_checks"]  # a cluster's checks probe each endpoint
+    # One target alone or in a list: the same cluster.
+    assert envoy_bootstrap(listen_port=0, ext_proc=[TARGET], admin_port=0) == envoy_bootstrap(
+        listen_port=0, ext_proc=TARGET, admin_port=0
+    )
+    assert _cluster(VARIANTS["replicas-dns"], "ext_proc")["type"] == "STRICT_DNS"  # one name among them
+
+
 def test_admin_and_listener_bind_loopback_on_the_requested_ports() -> None:
     bootstrap = VARIANTS["gie-default"]
     assert bootstrap["admin"]["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": 19000}
@@ -181,6 +201,8 @@ def test_without_a_processor_there_is_no_ext_proc_filter_or_cluster() -> None:
     [
         ({"failure_mode_allow": True}, "no effect with FULL_DUPLEX_STREAMED"),
         ({"ext_proc": None}, "route_by='header'"),
+        ({"ext_proc": []}, "lists no processor"),
+        ({"ext_proc": [TARGET, ExtProcTarget("127.0.0.1", 9002)]}, "lists a processor twice"),
         ({"request_body_mode": "STREAMING"}, "request_body_mode must be one of"),
         ({"route_by": "path"}, "route_by must be"),
         ({"listen_port": 70000}, "listen_port must be an integer"),

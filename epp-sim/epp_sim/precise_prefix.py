@@ -1,0 +1,133 @@
+"""Precise prefix routing in a test: pods that publish KV events, the picker config that reads them.
+
+Both sides must agree (the tokenizer's files, the model name in the event topic, the events
+port), so they are written once, here: :func:`kv_events_sim_config` for each simulated pod,
+:func:`precise_picker_config` for each picker (llm-d's sample chain: ``token-producer`` →
+``precise-prefix-cache-producer`` → ``prefix-cache-scorer``, with the load scorers), and
+:func:`events_applied`, the condition a test waits for before it asks a picker to route on what
+the pods announced (ZMQ delivers asynchronously; every replica applies each event on its own time),
+and :func:`wait_subscribed`, which announces until every picker hears every pod.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+
+from epp.kvevents.subscriber import Subscriber
+from epp_sim.modelserver import ModelServer, SimConfig
+from epp_sim.modelserver.kv_events import KvEventsConfig
+from epp_sim.tiny_tokenizer import sentence
+from epp_sim.waits import wait_until
+
+__all__ = [
+    "MODEL",
+    "SERVING_LABELS",
+    "events_applied",
+    "kv_events_sim_config",
+    "precise_picker_config",
+    "wait_subscribed",
+]
+
+MODEL = "tiny-model"
+SERVING_LABELS = {"llm-d.ai/inference-serving": "true"}
+"""The label ``precise-prefix-cache-producer`` selects the pods it subscribes to by (llm-d's default)."""
+
+
+def kv_events_sim_config(
+    tokenizer: Path, host: str, events_port: int, *, replay_port: int = 0, num_blocks: int = 256
+) -> SimConfig:
+    """A fast simulated vLLM at ``host`` with the tokenizer, publishing KV events on ``events_port``."""
+    events = KvEventsConfig(
+        enable_kv_cache_events=True,
+        endpoint=f"tcp://*:{events_port}",
+        replay_endpoint=f"tcp://*:{replay_port}" if replay_port else None,
+        topic=f"kv@{host}@{MODEL}",
+    )
+    return SimConfig(
+        model=MODEL,
+        tokenizer=str(tokenizer),
+        kv_events=events,
+        num_gpu_blocks=num_blocks,
+        max_model_len=num_blocks * 16,
+        max_num_batched_tokens=2048,
+        time_scale=50.0,
+        default_max_tokens=4,
+    )
+
+
+def precise_picker_config(tokenizer: Path, events_port: int, *, replay_port: int = 0) -> str:
+    """The EndpointPickerConfig routing on the pods' KV events, as upstream's precise sample."""
+    replay = f", replaySocketPort: {replay_port}" if replay_port else ""
+    return f"""
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+  parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
+- type: endpoint-notification-source
+- type: precise-prefix-cache-producer
+  parameters:
+    kvEventsConfig:
+      podDiscoveryConfig: {{socketPort: {events_port}{replay}}}
+- type: prefix-cache-scorer
+  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {{pluginRef: prefix-cache-scorer, weight: 2}}
+  - {{pluginRef: queue-scorer, weight: 1}}
+  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
+  - {{pluginRef: max-score-picker}}
+dataLayer:  # as upstream's sample: the producer learns endpoints from the endpoint-notification-source
+  sources:
+  - pluginRef: endpoint-notification-source
+    extractors: [{{pluginRef: precise-prefix-cache-producer}}]
+"""
+
+
+def events_applied(subscribers: Iterable[Subscriber], servers: Iterable[ModelServer]) -> bool:
+    """Every message each server has published has been applied by its subscriber among ``subscribers``.
+
+    A subscriber is matched to its publisher by ZMQ endpoint; a server with no subscriber yet is
+    not caught up. The last sequence number, not a count: a message sent before the subscription
+    reached the publisher is lost to it, as with vLLM.
+    """
+    last_seq = {s.endpoint: s.last_seq for s in subscribers}
+    for server in servers:
+        publisher = server.kv_events
+        if publisher is None:
+            raise ValueError(f"{server.host} publishes no KV events")
+        if publisher.endpoint not in last_seq:
+            return False
+        if publisher.seq and last_seq[publisher.endpoint] != publisher.seq - 1:
+            return False
+    return True
+
+
+async def wait_subscribed(
+    servers: Sequence[ModelServer],
+    send: Callable[[ModelServer, str], Awaitable[None]],
+    replicas: Callable[[], Iterable[Iterable[Subscriber]]],
+    *,
+    timeout: float = 15.0,
+) -> None:
+    """Announce a fresh prompt on every server (``send``) until every replica has applied all.
+
+    A ZMQ subscription reaches its publisher a moment after the subscriber connects, and what is
+    published before that is lost to it; ``replicas`` gives each picker's subscribers as they are now.
+    """
+    round_ = 0
+
+    async def heard() -> bool:
+        nonlocal round_
+        round_ += 1
+        for server in servers:
+            await send(server, f"warm up {round_} " + sentence(random.Random(round_), 20))
+        return all(events_applied(subscribers, servers) for subscribers in replicas())
+
+    await wait_until(heard, timeout=timeout, interval=0.05, message="every picker subscribed to every pod")
