@@ -57,7 +57,29 @@ def kv_events_sim_config(
     )
 
 
-def precise_picker_config(tokenizer: Path, events_port: int, *, replay_port: int = 0) -> str:
+CHAIN = "chain"
+ALL_IN_ONE = "all-in-one"
+"""How a picker's configuration spells precise routing: llm-d's plugin chain, or its deprecated
+all-in-one ``precise-prefix-cache-scorer`` (same parameters, same weights)."""
+
+_PRECISE = {
+    CHAIN: """- type: precise-prefix-cache-producer
+  parameters:
+    kvEventsConfig:
+      podDiscoveryConfig: {{socketPort: {port}{replay}}}
+- type: prefix-cache-scorer
+  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}""",
+    ALL_IN_ONE: """- type: precise-prefix-cache-scorer
+  parameters:
+    kvEventsConfig:
+      podDiscoveryConfig: {{socketPort: {port}{replay}}}""",
+}
+SCORER = {CHAIN: "prefix-cache-scorer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
+"""The plugin that scores prefix matches in each form."""
+_EXTRACTOR = {CHAIN: "precise-prefix-cache-producer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
+
+
+def precise_picker_config(tokenizer: Path, events_port: int, *, replay_port: int = 0, form: str = CHAIN) -> str:
     """The EndpointPickerConfig routing on the pods' KV events, as upstream's precise sample."""
     replay = f", replaySocketPort: {replay_port}" if replay_port else ""
     return f"""
@@ -67,26 +89,21 @@ plugins:
 - type: token-producer
   parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
 - type: endpoint-notification-source
-- type: precise-prefix-cache-producer
-  parameters:
-    kvEventsConfig:
-      podDiscoveryConfig: {{socketPort: {events_port}{replay}}}
-- type: prefix-cache-scorer
-  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}
+{_PRECISE[form].format(port=events_port, replay=replay)}
 - type: queue-scorer
 - type: kv-cache-utilization-scorer
 - type: max-score-picker
 schedulingProfiles:
 - name: default
   plugins:
-  - {{pluginRef: prefix-cache-scorer, weight: 2}}
+  - {{pluginRef: {SCORER[form]}, weight: 2}}
   - {{pluginRef: queue-scorer, weight: 1}}
   - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
   - {{pluginRef: max-score-picker}}
 dataLayer:  # as upstream's sample: the producer learns endpoints from the endpoint-notification-source
   sources:
   - pluginRef: endpoint-notification-source
-    extractors: [{{pluginRef: precise-prefix-cache-producer}}]
+    extractors: [{{pluginRef: {_EXTRACTOR[form]}}}]
 """
 
 

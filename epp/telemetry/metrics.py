@@ -568,14 +568,14 @@ class EppMetrics:
             skipped += index.skipped
             for pod in index.endpoints():
                 blocks[pod] = blocks.get(pod, 0) + index.blocks(pod)
-        self.kv_events_stores_skipped._only().value = float(skipped)
+        self.kv_events_stores_skipped.mirror(skipped)
         for gone in self._kv_event_pods - blocks.keys():
             for _, series in self._kv_event_counts:
                 series.remove(gone)
             self.kv_events_index_blocks.remove(gone)
         for pod, counts in totals.items():
             for (_, series), count in zip(self._kv_event_counts, counts, strict=True):
-                series.labels(pod).value = float(count)
+                series.labels(pod).mirror(count)
         for pod, n in blocks.items():
             self.kv_events_index_blocks.labels(pod).set(n)
         self._kv_event_pods = set(blocks)

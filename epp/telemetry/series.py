@@ -46,6 +46,10 @@ class CounterValue:
             raise ValueError(f"counters only go up; got an increment of {amount}")
         self.value += amount
 
+    def mirror(self, total: float) -> None:
+        """Take a count kept elsewhere (copied in before a scrape); a smaller one reads as a reset."""
+        self.value = float(total)
+
 
 class GaugeValue:
     """One gauge series."""
@@ -81,6 +85,7 @@ class HistogramValue:
 
 
 ValueT = TypeVar("ValueT", CounterValue, GaugeValue, HistogramValue)
+ScalarT = TypeVar("ScalarT", CounterValue, GaugeValue)
 
 
 class Series(Collector, Generic[ValueT]):
@@ -145,15 +150,11 @@ class Series(Collector, Generic[ValueT]):
         raise NotImplementedError
 
 
-class Counter(Series[CounterValue]):
-    def _new(self) -> CounterValue:
-        return CounterValue()
+class _ScalarSeries(Series[ScalarT]):
+    """A metric whose every series is one number (counters and gauges)."""
 
-    def inc(self, amount: float = 1.0) -> None:
-        self._only().inc(amount)
-
-    def _family(self) -> CounterMetricFamily:
-        return CounterMetricFamily(self._name, self._documentation, labels=self._labelnames)
+    def _family(self) -> CounterMetricFamily | GaugeMetricFamily:
+        raise NotImplementedError
 
     def collect(self) -> list[Metric]:
         family = self._family()
@@ -162,7 +163,21 @@ class Counter(Series[CounterValue]):
         return [family]
 
 
-class Gauge(Series[GaugeValue]):
+class Counter(_ScalarSeries[CounterValue]):
+    def _new(self) -> CounterValue:
+        return CounterValue()
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._only().inc(amount)
+
+    def mirror(self, total: float) -> None:
+        self._only().mirror(total)
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self._name, self._documentation, labels=self._labelnames)
+
+
+class Gauge(_ScalarSeries[GaugeValue]):
     def _new(self) -> GaugeValue:
         return GaugeValue()
 
@@ -177,12 +192,6 @@ class Gauge(Series[GaugeValue]):
 
     def _family(self) -> GaugeMetricFamily:
         return GaugeMetricFamily(self._name, self._documentation, labels=self._labelnames)
-
-    def collect(self) -> list[Metric]:
-        family = self._family()
-        for values, series in self._all():
-            family.add_metric(values, series.value)
-        return [family]
 
 
 class Histogram(Series[HistogramValue]):

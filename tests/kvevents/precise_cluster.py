@@ -24,7 +24,15 @@ from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.modelserver import ModelServer, SimConfig
-from epp_sim.precise_prefix import MODEL, SERVING_LABELS, events_applied, kv_events_sim_config, wait_subscribed
+from epp_sim.precise_prefix import (
+    CHAIN,
+    MODEL,
+    SERVING_LABELS,
+    events_applied,
+    kv_events_sim_config,
+    precise_picker_config,
+    wait_subscribed,
+)
 from epp_sim.tiny_tokenizer import sentence
 from epp_sim.waits import wait_until
 
@@ -34,55 +42,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-CHAIN = "chain"
-ALL_IN_ONE = "all-in-one"
-"""How a replica's configuration spells precise routing: llm-d's plugin chain, or its deprecated
-all-in-one ``precise-prefix-cache-scorer`` (same parameters, same weights)."""
-
-_PRECISE = {
-    CHAIN: """- type: precise-prefix-cache-producer
-  parameters:
-    kvEventsConfig:
-      podDiscoveryConfig: {{socketPort: {port}{replay}}}
-- type: prefix-cache-scorer
-  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}""",
-    ALL_IN_ONE: """- type: precise-prefix-cache-scorer
-  parameters:
-    kvEventsConfig:
-      podDiscoveryConfig: {{socketPort: {port}{replay}}}""",
-}
-SCORER = {CHAIN: "prefix-cache-scorer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
-"""The plugin that scores prefix matches in each form."""
-_EXTRACTOR = {CHAIN: "precise-prefix-cache-producer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
-
-
-def config_text(tokenizer: Path, port: int, replay_port: int, form: str = CHAIN) -> str:
-    replay = f", replaySocketPort: {replay_port}" if replay_port else ""
-    return f"""
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-  parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
-- type: endpoint-notification-source
-{_PRECISE[form].format(port=port, replay=replay)}
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {{pluginRef: {SCORER[form]}, weight: 2}}
-  - {{pluginRef: queue-scorer, weight: 1}}
-  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
-  - {{pluginRef: max-score-picker}}
-dataLayer:  # as upstream's sample: the producer learns endpoints from the endpoint-notification-source
-  sources:
-  - pluginRef: endpoint-notification-source
-    extractors: [{{pluginRef: {_EXTRACTOR[form]}}}]
-"""
 
 
 @dataclass
@@ -166,7 +125,7 @@ class Cluster:
     def add_replica(self, form: str = CHAIN) -> Replica:
         registry = PluginRegistry()
         register_in_tree(registry)
-        text = config_text(self.tokenizer, self.port, self.replay_port, form)
+        text = precise_picker_config(self.tokenizer, self.port, replay_port=self.replay_port, form=form)
         config = load_config(text, registry, PluginContext())
         candidates = [
             EndpointState(Endpoint("ns", f"pod{i}-rank-0", f"pod{i}", s.host, s.port, labels=SERVING_LABELS))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from precise_cluster import ALL_IN_ONE, CHAIN, SCORER, cluster, config_text, sample_prompt
+from precise_cluster import cluster, sample_prompt
 
 from epp.api.views import prefix_index_sizes
 from epp.config.loader import load_config
@@ -17,6 +17,7 @@ from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistr
 from epp.framework.scheduling import CycleState
 from epp.plugins import prefix_cache_scorer, register_in_tree
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer, create
+from epp_sim.precise_prefix import ALL_IN_ONE, CHAIN, SCORER, precise_picker_config
 
 
 def _create(params: dict[str, Any]) -> PrecisePrefixCacheScorer:
@@ -86,14 +87,14 @@ def test_bad_parameters_are_refused_naming_its_field(params: dict[str, Any], mes
 def test_the_loader_reports_it_deprecated_naming_the_chain(tokenizer_dir: Path) -> None:
     registry = PluginRegistry()
     register_in_tree(registry)
-    loaded = load_config(config_text(tokenizer_dir, 5557, 0, ALL_IN_ONE), registry, PluginContext())
+    loaded = load_config(precise_picker_config(tokenizer_dir, 5557, form=ALL_IN_ONE), registry, PluginContext())
     (notice,) = [n for n in loaded.notices if n.deprecated and n.setting.startswith("plugins")]
     assert notice.setting == "plugins[2].type"
     assert "precise-prefix-cache-producer + prefix-cache-scorer with prefixMatchInfoProducerName" in notice.detail
-    chain = load_config(config_text(tokenizer_dir, 5557, 0, CHAIN), registry, PluginContext())
+    chain = load_config(precise_picker_config(tokenizer_dir, 5557, form=CHAIN), registry, PluginContext())
     assert [n.setting for n in chain.notices if n.deprecated] == ["apiVersion"]  # the test config is in GIE's group
     # Its parameters are the producer's, so the producer's notices apply to it too.
-    text = config_text(tokenizer_dir, 5557, 0, ALL_IN_ONE).replace(
+    text = precise_picker_config(tokenizer_dir, 5557, form=ALL_IN_ONE).replace(
         "    kvEventsConfig:", "    indexerConfig: {kvBlockIndexConfig: {enableMetrics: true}}\n    kvEventsConfig:"
     )
     settings = {n.setting for n in load_config(text, registry, PluginContext()).notices}

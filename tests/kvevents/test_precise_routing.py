@@ -9,9 +9,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from precise_cluster import CHAIN, cluster, sample_prompt
+from precise_cluster import cluster, sample_prompt
 
 from epp_sim.modelserver import ModelServer
+from epp_sim.precise_prefix import CHAIN
 from epp_sim.waits import wait_until
 
 
