@@ -31,7 +31,11 @@ def test_flags_and_defaults() -> None:
     assert (args.pending_timeout, args.interval, args.actuate, args.metrics_port) == (150.0, 15.0, True, 8080)
     assert args.func is not None
     defaults = parse()
-    assert (defaults.pending_timeout, defaults.interval, defaults.actuate) == (600.0, 30.0, False)
+    assert (defaults.pending_timeout, defaults.interval, defaults.actuate) == (
+        600.0,
+        None,
+        False,
+    )  # 15s, or $GLOBAL_OPT_INTERVAL
     with pytest.raises(SystemExit):
         parse("--pending-timeout", "soon")
 
@@ -82,3 +86,28 @@ async def test_loop_serves_gauges_until_stopped(tmp_path: Path) -> None:
             assert await asyncio.wait_for(task, 10) == 0
         finally:
             await cancel_and_wait(task)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("", 15.0), ("45s", 45.0), ("2m", 120.0), ("30", 15.0), ("500ms", 15.0), ("soon", 15.0)]
+)
+def test_global_opt_interval_as_upstream_reads_it(monkeypatch: pytest.MonkeyPatch, value: str, seconds: float) -> None:
+    from epp.autoscale.command import _interval_from_env
+
+    monkeypatch.setenv("GLOBAL_OPT_INTERVAL", value)
+    assert _interval_from_env() == seconds  # a unit and >= 1s, else 15s (upstream's fallback)
+
+
+def test_upstream_environment_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMETHEUS_BASE_URL", "https://prometheus:9090")
+    monkeypatch.setenv("CONTROLLER_INSTANCE", "team-a")
+    args = parse()
+    assert (args.prometheus_url, args.controller_instance) == ("https://prometheus:9090", "team-a")
+
+
+async def test_limited_mode_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WVA_LIMITED_MODE", "true")
+    assert await run(parse()) == 2
+    assert "WVA_LIMITED_MODE=true: GPU inventory discovery from Nodes is not supported" in capsys.readouterr().err
