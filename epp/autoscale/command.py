@@ -185,7 +185,9 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
         clock = SystemClock()
         source: MetricsSource
         if args.prometheus_url:
-            source = PrometheusSource(session, args.prometheus_url)  # upstream PromQL already takes the peak
+            source = PrometheusSource(  # upstream PromQL already takes the peak
+                session, args.prometheus_url, on_unattributed=metrics.unattributed
+            )
         else:
             source = ScrapeSource(session, clock, timeout=args.scrape_timeout)
             if args.peak_window > 0:

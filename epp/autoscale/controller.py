@@ -321,8 +321,6 @@ class Controller:
         for d in decisions:
             if error and d.reason is Reason.NO_METRICS:
                 d = dataclasses.replace(d, message=f"cannot read load: {error}")
-            if d.reason is Reason.LIMIT and d.message.startswith("the model keeps one replica"):
-                self._metrics.enforcer("minimum_replicas")
             m = by_key[d.variant]
             out.append(_Decided(m.spec, d, m.target, m.accelerator, m.target.gpus_per_replica, error, cfg.priority))
         return out

@@ -10,9 +10,11 @@ guard, so a replica that will never come (no GPU for it) stops holding the model
 prefill variant's transition does not block decode scaling, and spares are not averaged across
 roles); a variant with pending replicas gets no scale-up until they are Ready or time out.
 
-Then, for both: scale-to-zero for an idle model (every variant to its minimum), at least one
-replica for a model that is not idle (upstream's enforcer: the cheapest variant), and
-``minReplicas`` / ``maxReplicas`` corrections, which take precedence.
+Then, for both: scale-to-zero for an idle model (every variant to its minimum), and
+``minReplicas`` / ``maxReplicas`` corrections, which take precedence. (Upstream's enforcer also
+gives the cheapest variant one replica when a model not idle would reach zero; here neither
+analyzer path can: V1 never goes below 1, and V2's cheapest variant keeps one while no costlier
+one has any.)
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ class GroupDecider:
             decisions = []
             for role in sorted({m.target.role for m in members}):
                 decisions += decide_v1([_v1_input(m) for m in members if m.target.role == role], cfg)
-        return _enforce(members, decisions, idle, v2=cfg.v2)
+        return _enforce(members, decisions, idle)
 
     def _votes(
         self,
@@ -222,7 +224,7 @@ def _v2_decision(
     return Decision(m.spec.key, s.current, target, Reason.STEADY, detail, signals)
 
 
-def _enforce(members: Sequence[Member], decisions: list[Decision], idle: str, *, v2: bool) -> list[Decision]:
+def _enforce(members: Sequence[Member], decisions: list[Decision], idle: str) -> list[Decision]:
     by_key = {m.spec.key: m for m in members}
     out: list[Decision] = []
     for d in decisions:
@@ -237,10 +239,4 @@ def _enforce(members: Sequence[Member], decisions: list[Decision], idle: str, *,
                 d, target=m.spec.min_replicas, reason=Reason.LIMIT, message=f"below minReplicas {m.spec.min_replicas}"
             )
         out.append(d)
-    if v2 and not idle and out and sum(d.target for d in out) == 0:
-        cheapest = min(out, key=lambda d: (by_key[d.variant].spec.cost, d.variant.name))
-        i = out.index(cheapest)
-        out[i] = replace(
-            cheapest, target=1, reason=Reason.LIMIT, message="the model keeps one replica (scale-to-zero is off)"
-        )
     return out

@@ -3,8 +3,9 @@
 Every enabled analyzer's calibrated result is a vote. **Scale-up** when any voter needs capacity
 (any-up): per role, the variant with the lowest cost per unit of capacity takes as many replicas
 as the neediest voter asks for (``ceil(required / its per-replica capacity)``), up to its maximum;
-the roles of a disaggregated model commit together in proportion (upstream's joint Δ-utilization
-step), and each voter's need shrinks by the capacity committed in its own unit. **Scale-down**
+the roles of a disaggregated model commit together (upstream's joint step: a role its maximum
+holds back holds the others to the same fraction of what they need, in replicas), and each
+voter's need shrinks by the capacity committed, in its own unit. **Scale-down**
 only when every *live* voter has spare capacity for the role (all-down): the most expensive
 variant first (ties: lower score-weighted capacity, then name) gives back the fewest replicas any
 live voter can spare, never below its minimum, and the cheapest variant keeps one replica while no
@@ -122,23 +123,20 @@ def _scale_up(
             if pick is None:
                 return  # a role with no variant left to grow: the model cannot commit jointly
             picks[role] = pick
-        sized: dict[str, tuple[int, float, float]] = {}
+        sized: dict[str, tuple[int, int]] = {}  # role → (replicas it may take, replicas it needs)
         for role, (name, cap) in picks.items():
-            n = max(
+            wanted = max(
                 (math.ceil(need[i][role] / p) for i, v in enumerate(votes) if (p := v.result.per_replica(name)) > 0),
                 default=0,
             )
-            n = int(min(n, cap))
-            prc = next(v.per_replica for v in anchor if v.name == name)
-            demand = max(nd[role] for nd in need)
-            sized[role] = (n, prc, 1.0 if demand <= 0 else n * prc / demand)
-        delta = min(util for _, _, util in sized.values())
+            sized[role] = (int(min(wanted, cap)), wanted)
+        # roles commit together: a role held back by its cap holds the others to the same fraction
+        delta = min((n / wanted for n, wanted in sized.values() if wanted > 0), default=0.0)
         if delta <= 0:
             return
         committed = False
-        for role, (n, prc, _) in sized.items():
-            demand = max(nd[role] for nd in need)
-            k = max(math.floor(delta * demand / prc), min(1, n)) if prc > 0 and demand > 0 else 0
+        for role, (n, wanted) in sized.items():
+            k = max(math.floor(delta * wanted), min(1, n)) if wanted > 0 else 0
             if k <= 0:
                 continue
             name = picks[role][0]

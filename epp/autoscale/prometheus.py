@@ -7,6 +7,9 @@ escaped like upstream's ``EscapePromQLValue``), grouped per instance (#1121): ``
 ``instance`` label has a port, so each data-parallel rank scraped on its own port is a reading.
 NaN and ±Inf become 0 (upstream ``fixNaN``); the queue is truncated to an integer.
 
+Series of the model from pods that belong to no variant (a deleted workload's, one no scaler
+declares) are dropped and counted (``wva_pod_mapping_miss_total``).
+
 One deliberate difference: vLLM's prefix-cache counters are queried as
 ``vllm:prefix_cache_hits_total`` / ``..._queries_total``, the names a real vLLM exposes (upstream
 queries them without ``_total`` and reads nothing). Model-level signals: the picker's flow-control
@@ -19,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -117,10 +120,18 @@ def _instance(labels: Mapping[str, str]) -> tuple[str, str] | None:
 class PrometheusSource:
     """Upstream's queries against the Prometheus HTTP API (``/api/v1/query``)."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        on_unattributed: Callable[[str, int], None] | None = None,
+    ) -> None:
         self._session = session
         self._url = base_url.rstrip("/") + "/api/v1/query"
         self._timeout = timeout
+        self._on_unattributed = on_unattributed
 
     async def query(self, promql: str) -> list[tuple[Mapping[str, str], float]]:
         """An instant query's vector; NaN and ±Inf become 0 (upstream ``fixNaN``)."""
@@ -153,11 +164,16 @@ class PrometheusSource:
         results = await asyncio.gather(*(self.query(self._fmt(q[n], key)) for n in names))
         by_name = dict(zip(names, results, strict=True))
         values: dict[tuple[str, str], dict[str, float]] = {}
+        strangers: set[str] = set()
         for name in ("kv", "queue"):
             for labels, value in by_name[name]:
                 inst = _instance(labels)
                 if inst is not None and inst[0] in wanted:
                     values.setdefault(inst, {"kv": 0.0, "queue": 0.0})[name] = value  # missing one: 0
+                elif inst is not None:
+                    strangers.add(inst[0])
+        if strangers and self._on_unattributed is not None:
+            self._on_unattributed(key.namespace, len(strangers))  # the model's series from pods of no variant
         capacity: dict[tuple[str, str], int] = {}
         for labels, value in by_name["capacity"]:
             inst = _instance(labels)

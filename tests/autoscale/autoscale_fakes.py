@@ -12,6 +12,26 @@ from epp.autoscale.types import ModelKey, ReplicaMetrics, VariantKey
 from epp.kube.client import KubeUnavailableError
 
 
+def annotated_hpa(
+    ns: str, name: str, *, model: str = "llama", cost: str = "10", target: str = "", **spec: Any
+) -> dict[str, Any]:
+    """An HPA declaring a variant the WVA v0.9 way."""
+    return {
+        "metadata": {
+            "namespace": ns,
+            "name": name,
+            "uid": f"uid-hpa-{name}",
+            "annotations": {"llm-d.ai/managed": "true", "llm-d.ai/model-id": model, "llm-d.ai/variant-cost": cost},
+        },
+        "spec": {
+            "scaleTargetRef": {"kind": "Deployment", "name": target or name},
+            "minReplicas": 1,
+            "maxReplicas": 10,
+            **spec,
+        },
+    }
+
+
 def va(
     ns: str,
     name: str,
@@ -56,13 +76,20 @@ class FakeCluster:
         self.vas[VariantKey(m["namespace"], m["name"])] = obj
 
     def set_deployment(
-        self, ns: str, name: str, *, spec: int, status: int | None = None, ready: int | None = None
+        self,
+        ns: str,
+        name: str,
+        *,
+        spec: int,
+        status: int | None = None,
+        ready: int | None = None,
+        template: dict[str, Any] | None = None,
     ) -> None:
         status = spec if status is None else status
         ready = status if ready is None else ready
         self.deployments[(ns, name)] = {
             "metadata": {"namespace": ns, "name": name, "uid": f"uid-{ns}-{name}", "generation": 1},
-            "spec": {"replicas": spec, "selector": {"matchLabels": {"app": name}}},
+            "spec": {"replicas": spec, "selector": {"matchLabels": {"app": name}}, "template": template or {}},
             "status": {"replicas": status, "readyReplicas": ready, "observedGeneration": 1},
         }
 
@@ -71,7 +98,8 @@ class FakeCluster:
         return [f"{name}-rs-{i}" for i in range(dep["status"]["replicas"])]
 
     async def list_variant_autoscalings(self) -> list[Mapping[str, Any]] | None:
-        return [copy.deepcopy(v) for v in self.vas.values()]
+        """None when no VA was ever added: the CRD is not installed."""
+        return [copy.deepcopy(v) for v in self.vas.values()] if self.vas else None
 
     async def list_hpas(self) -> list[Mapping[str, Any]]:
         return copy.deepcopy(self.hpas)

@@ -81,11 +81,13 @@ async def test_upstream_queries_per_instance_and_mapping(
     prometheus.responses[
         'vllm:request_generation_tokens_sum{namespace="team\\"a",model_name="meta/llama\\\\3"}[5m])'
     ] = _vector(({"pod": "a", "instance": "10.0.0.1:8000"}, "42"))
-    source = PrometheusSource(session, prometheus.url)
+    strangers: list[tuple[str, int]] = []
+    source = PrometheusSource(session, prometheus.url, on_unattributed=lambda ns, n: strangers.append((ns, n)))
     key = ModelKey('team"a', "meta/llama\\3")
     pods = [PodTarget(key.namespace, n, "", 0) for n in ("a", "b", "c")]
     readings = {r.key: r for r in await source.collect(key, pods)}
     assert set(readings) == {"a:8000", "a:8001", "b", "c"}  # "stale" is not one of the controller's pods
+    assert strangers == [('team"a', 1)]  # counted as a pod mapping miss
     assert (readings["a:8000"].kv_cache_usage, readings["a:8000"].queue_length) == (0.5, 3.0)  # queue truncated
     assert readings["a:8000"].tokens_capacity == 1600 and readings["a:8001"].tokens_capacity == 0
     assert readings["a:8000"].avg_output_tokens == 42.0

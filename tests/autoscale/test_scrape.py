@@ -155,3 +155,42 @@ async def test_scrape_idle_needs_a_full_window_of_evidence(session: aiohttp.Clie
         assert await source.idle(KEY, pods, 120) is False
         assert await source.idle(ModelKey("other", "llama"), pods, 120) is None
     assert await source.model_signals(KEY) is None  # the pickers' own pages say that
+
+
+_SGLANG_PAGE = """\
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="llama"} 3.0
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="llama"} 5.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="llama"} 0.4
+# TYPE sglang:max_total_num_tokens gauge
+sglang:max_total_num_tokens{model_name="llama"} 50000.0
+# TYPE sglang:generation_tokens_histogram histogram
+sglang:generation_tokens_histogram_sum{model_name="llama"} %d
+sglang:generation_tokens_histogram_count{model_name="llama"} %d
+"""
+
+
+async def test_an_sglang_pod_is_read_with_sglangs_names(session: aiohttp.ClientSession) -> None:
+    pages = iter([_SGLANG_PAGE % (1000, 10), _SGLANG_PAGE % (1600, 12)])
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=next(pages))
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.220", 0).start()
+    clock = ManualClock()
+    source = ScrapeSource(session, clock)
+    pod = PodTarget("ns", "sg", "127.0.0.220", runner.addresses[0][1], engine="sglang")
+    try:
+        await source.collect(KEY, [pod])
+        clock.advance(30)
+        [reading] = await source.collect(KEY, [pod])
+    finally:
+        await runner.cleanup()
+    assert (reading.kv_cache_usage, reading.queue_length, reading.tokens_capacity) == (0.4, 3.0, 50000)
+    assert reading.avg_output_tokens == 300.0  # (1600 − 1000) / (12 − 10)
