@@ -1,7 +1,7 @@
 """Two more built-in kinds: ``autoscaling/v2`` HorizontalPodAutoscaler and core ``v1`` Event.
 
 The HPA is what upstream WVA v0.9 declares variants on (annotated ``llm-d.ai/managed``) and what
-KEDA creates for a ScaledObject; the fake cluster's HPA controller (:mod:`epp_sim.hpa`) acts on it.
+KEDA creates for a ScaledObject; the fake cluster's HPA controller (:mod:`epp_sim.scalers.hpa`) acts on it.
 Events are what the autoscaler records on its decisions. Their schemas cover the fields manifests,
 kubectl and controllers use; the registry strategy's defaults and checks are in ``_prepare_hpa``
 (``minReplicas`` defaults to 1; ``maxReplicas >= 1`` and ``>= minReplicas``; a scale target needs a
