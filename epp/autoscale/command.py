@@ -3,7 +3,8 @@ the ``/metrics`` server and the controller, runs the loop and tears it all down 
 
 Flag defaults follow upstream WVA where it has one, including its environment variables
 (``GLOBAL_OPT_INTERVAL`` 15 s, ``POD_NAMESPACE``, ``SATURATION_CONFIG_MAP_NAME``,
-``WVA_SCALE_TO_ZERO``, ``CONTROLLER_INSTANCE``, ``PROMETHEUS_BASE_URL``). ``WVA_LIMITED_MODE=true``
+``WVA_SCALE_TO_ZERO``, ``CONTROLLER_INSTANCE``, ``WATCH_NAMESPACE``, ``PROMETHEUS_BASE_URL`` and the
+Prometheus TLS and token settings of :mod:`epp.autoscale.prometheus_access`). ``WVA_LIMITED_MODE=true``
 is refused: it turns on GPU inventory discovery from Nodes, which this autoscaler does not do
 (declare a quota limiter instead).
 """
@@ -24,6 +25,7 @@ from epp.autoscale.inputs import MetricsSource
 from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.peak import PeakSource
 from epp.autoscale.prometheus import PrometheusSource
+from epp.autoscale.prometheus_access import PrometheusAccess, PrometheusAccessError
 from epp.autoscale.resources import KubeCluster
 from epp.autoscale.saturation_config import SATURATION_CONFIGMAP
 from epp.autoscale.scrape import ScrapeSource
@@ -48,6 +50,11 @@ def _duration(flag: str) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"--{flag}: invalid duration {text!r} (use e.g. 30s, 10m)") from None
 
     return parse
+
+
+def _env_bool(name: str) -> bool:
+    """A boolean environment variable as upstream's config loader reads one (Go's ``ParseBool``; else false)."""
+    return os.environ.get(name, "") in ("1", "t", "T", "true", "TRUE", "True")
 
 
 def _interval_from_env() -> float:
@@ -75,7 +82,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "Events and status, and optionally scale workloads directly.",
     )
     p.add_argument("--kubeconfig", default="", help="kubeconfig path (default: KUBECONFIG, ~/.kube/config, in-cluster)")
-    p.add_argument("--watch-namespace", default="", help="only variants declared in this namespace (default: all)")
+    p.add_argument(
+        "--watch-namespace",
+        default=os.environ.get("WATCH_NAMESPACE", ""),
+        help="only variants declared in this namespace (env WATCH_NAMESPACE; default: all)",
+    )
     p.add_argument(
         "--config-namespace",
         default=os.environ.get("POD_NAMESPACE", DEFAULT_CONFIG_NAMESPACE),
@@ -128,6 +139,39 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=os.environ.get("PROMETHEUS_BASE_URL", ""),
         help="read load with upstream PromQL instead of scraping pods (env PROMETHEUS_BASE_URL)",
     )
+    env = os.environ.get
+    p.add_argument(
+        "--prometheus-ca-cert",
+        default=env("PROMETHEUS_CA_CERT_PATH", ""),
+        help="https: CA bundle for Prometheus's certificate (env PROMETHEUS_CA_CERT_PATH; default: system CAs)",
+    )
+    p.add_argument(
+        "--prometheus-client-cert",
+        default=env("PROMETHEUS_CLIENT_CERT_PATH", ""),
+        help="https: client certificate for mTLS (env PROMETHEUS_CLIENT_CERT_PATH)",
+    )
+    p.add_argument(
+        "--prometheus-client-key",
+        default=env("PROMETHEUS_CLIENT_KEY_PATH", ""),
+        help="https: its key (env PROMETHEUS_CLIENT_KEY_PATH)",
+    )
+    p.add_argument(
+        "--prometheus-insecure-skip-verify",
+        action="store_true",
+        default=_env_bool("PROMETHEUS_TLS_INSECURE_SKIP_VERIFY"),
+        help="https: do not check Prometheus's certificate (env PROMETHEUS_TLS_INSECURE_SKIP_VERIFY)",
+    )
+    p.add_argument(
+        "--prometheus-server-name",
+        default=env("PROMETHEUS_SERVER_NAME", ""),
+        help="https: the name Prometheus's certificate must carry, if not the URL's host (env PROMETHEUS_SERVER_NAME)",
+    )
+    p.add_argument(
+        "--prometheus-token-file",
+        default=env("PROMETHEUS_TOKEN_PATH", ""),
+        help="https: file holding the bearer token, re-read every minute (env PROMETHEUS_TOKEN_PATH; "
+        "PROMETHEUS_BEARER_TOKEN gives the token itself and wins)",
+    )
     p.add_argument("--scrape-port", type=int, default=8000, help="pod metrics port when the pod declares none")
     p.add_argument(
         "--peak-window",
@@ -140,6 +184,34 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--metrics-port", type=int, default=8080, help="port for /metrics (wva_* gauges)")
     p.add_argument("--once", action="store_true", help="run one cycle, print the decisions and exit")
     p.set_defaults(func=_command)
+
+
+def _prometheus_access(args: argparse.Namespace) -> PrometheusAccess | None:
+    """How to reach ``--prometheus-url`` (reads the certificate and token files); None without one."""
+    tls = {
+        "--prometheus-ca-cert": args.prometheus_ca_cert,
+        "--prometheus-client-cert": args.prometheus_client_cert,
+        "--prometheus-client-key": args.prometheus_client_key,
+        "--prometheus-insecure-skip-verify": args.prometheus_insecure_skip_verify,
+        "--prometheus-server-name": args.prometheus_server_name,
+        "--prometheus-token-file": args.prometheus_token_file,
+        "PROMETHEUS_BEARER_TOKEN": os.environ.get("PROMETHEUS_BEARER_TOKEN", ""),
+    }
+    if not args.prometheus_url:
+        given = [name for name, value in tls.items() if value]
+        if given:
+            raise PrometheusAccessError(f"{', '.join(given)}: only with --prometheus-url (PROMETHEUS_BASE_URL)")
+        return None
+    return PrometheusAccess.build(
+        args.prometheus_url,
+        ca_cert=args.prometheus_ca_cert,
+        client_cert=args.prometheus_client_cert,
+        client_key=args.prometheus_client_key,
+        insecure_skip_verify=args.prometheus_insecure_skip_verify,
+        server_name=args.prometheus_server_name,
+        token=tls["PROMETHEUS_BEARER_TOKEN"],
+        token_path=args.prometheus_token_file,
+    )
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -174,6 +246,11 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
         print(f"epp autoscale: {e}", file=sys.stderr)
         return 2
     try:
+        access = await asyncio.to_thread(_prometheus_access, args)
+    except PrometheusAccessError as e:
+        print(f"epp autoscale: {e}", file=sys.stderr)
+        return 2
+    try:
         api = await make_api(args.kubeconfig or None)
     except KubeError as e:
         print(f"epp autoscale: {e}", file=sys.stderr)
@@ -184,9 +261,9 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
     try:
         clock = SystemClock()
         source: MetricsSource
-        if args.prometheus_url:
+        if access is not None:
             source = PrometheusSource(  # upstream PromQL already takes the peak
-                session, args.prometheus_url, on_unattributed=metrics.unattributed
+                session, access, on_unattributed=metrics.unattributed
             )
         else:
             source = ScrapeSource(session, clock, timeout=args.scrape_timeout)

@@ -5,7 +5,8 @@ The queries are upstream's (``internal/collector/registration/``), per engine (#
 histograms and cached/prompt token counters), filtered by ``namespace`` and ``model_name`` (values
 escaped like upstream's ``EscapePromQLValue``), grouped per instance (#1121): ``pod:port`` when the
 ``instance`` label has a port, so each data-parallel rank scraped on its own port is a reading.
-NaN and ±Inf become 0 (upstream ``fixNaN``); the queue is truncated to an integer.
+NaN and ±Inf become 0 (upstream ``fixNaN``); the queue is truncated to an integer. TLS and the
+bearer token are :mod:`epp.autoscale.prometheus_access`'s; redirects are not followed.
 
 Series of the model from pods that belong to no variant (a deleted workload's, one no scaler
 declares) are dropped and counted (``wva_pod_mapping_miss_total``).
@@ -29,6 +30,7 @@ import aiohttp
 
 from epp.autoscale.engine_args import SGLANG, VLLM
 from epp.autoscale.inputs import InputError, ModelSignals, PodTarget
+from epp.autoscale.prometheus_access import PrometheusAccess
 from epp.autoscale.types import ModelKey, ReplicaMetrics
 
 __all__ = ["QUERIES", "PrometheusSource"]
@@ -123,24 +125,35 @@ class PrometheusSource:
     def __init__(
         self,
         session: aiohttp.ClientSession,
-        base_url: str,
+        access: PrometheusAccess | str,
         *,
         timeout: float = 10.0,
         on_unattributed: Callable[[str, int], None] | None = None,
     ) -> None:
         self._session = session
-        self._url = base_url.rstrip("/") + "/api/v1/query"
+        self._access = access if isinstance(access, PrometheusAccess) else PrometheusAccess(access)
+        self._url = self._access.url.rstrip("/") + "/api/v1/query"
         self._timeout = timeout
         self._on_unattributed = on_unattributed
 
     async def query(self, promql: str) -> list[tuple[Mapping[str, str], float]]:
         """An instant query's vector; NaN and ±Inf become 0 (upstream ``fixNaN``)."""
         try:
-            async with (
-                asyncio.timeout(self._timeout),
-                self._session.get(self._url, params={"query": promql}) as resp,
-            ):
-                body: Any = await resp.json(content_type=None)
+            async with asyncio.timeout(self._timeout):
+                access = self._access
+                async with self._session.get(
+                    self._url,
+                    params={"query": promql},
+                    headers=await access.headers(),
+                    ssl=access.tls if access.tls is not None else True,
+                    server_hostname=access.server_name,
+                    allow_redirects=False,
+                ) as resp:
+                    if 300 <= resp.status < 400:
+                        raise InputError(f"Prometheus query {promql!r}: redirected ({resp.status}), not followed")
+                    if resp.status in (401, 403):
+                        raise InputError(f"Prometheus query {promql!r}: HTTP {resp.status} (check the bearer token)")
+                    body: Any = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
             raise InputError(f"Prometheus query {promql!r} failed: {e!r}") from e
         if not isinstance(body, Mapping) or body.get("status") != "success":

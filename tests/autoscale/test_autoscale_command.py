@@ -99,10 +99,64 @@ def test_global_opt_interval_as_upstream_reads_it(monkeypatch: pytest.MonkeyPatc
 
 
 def test_upstream_environment_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PROMETHEUS_BASE_URL", "https://prometheus:9090")
-    monkeypatch.setenv("CONTROLLER_INSTANCE", "team-a")
+    env = {
+        "PROMETHEUS_BASE_URL": "https://prometheus:9090",
+        "CONTROLLER_INSTANCE": "team-a",
+        "WATCH_NAMESPACE": "llm",
+        "PROMETHEUS_CA_CERT_PATH": "/ca.crt",
+        "PROMETHEUS_CLIENT_CERT_PATH": "/tls.crt",
+        "PROMETHEUS_CLIENT_KEY_PATH": "/tls.key",
+        "PROMETHEUS_SERVER_NAME": "prometheus.monitoring",
+        "PROMETHEUS_TOKEN_PATH": "/token",
+        "PROMETHEUS_TLS_INSECURE_SKIP_VERIFY": "TRUE",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     args = parse()
-    assert (args.prometheus_url, args.controller_instance) == ("https://prometheus:9090", "team-a")
+    assert (args.prometheus_url, args.controller_instance, args.watch_namespace) == (
+        "https://prometheus:9090",
+        "team-a",
+        "llm",
+    )
+    assert (args.prometheus_ca_cert, args.prometheus_client_cert, args.prometheus_client_key) == (
+        "/ca.crt",
+        "/tls.crt",
+        "/tls.key",
+    )
+    assert (args.prometheus_server_name, args.prometheus_token_file) == ("prometheus.monitoring", "/token")
+    assert args.prometheus_insecure_skip_verify
+    monkeypatch.setenv("PROMETHEUS_TLS_INSECURE_SKIP_VERIFY", "yes")  # Go's ParseBool: not a true
+    assert not parse().prometheus_insecure_skip_verify
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--prometheus-ca-cert", "/ca.crt"], {}, "--prometheus-ca-cert: only with --prometheus-url"),
+        ([], {"PROMETHEUS_BEARER_TOKEN": "t"}, "PROMETHEUS_BEARER_TOKEN: only with --prometheus-url"),
+        (
+            ["--prometheus-url", "http://prometheus:9090"],
+            {"PROMETHEUS_BEARER_TOKEN": "t"},
+            "refusing to send a bearer token over plain http",
+        ),
+        (
+            ["--prometheus-url", "https://prometheus:9090", "--prometheus-ca-cert", "/nowhere/ca.crt"],
+            {},
+            "PROMETHEUS_CA_CERT_PATH: cannot load a CA bundle from '/nowhere/ca.crt'",
+        ),
+    ],
+)
+async def test_prometheus_access_settings_are_checked_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    env: dict[str, str],
+    message: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert await run(parse(*argv)) == 2
+    assert message in capsys.readouterr().err
 
 
 async def test_limited_mode_is_refused_by_name(
