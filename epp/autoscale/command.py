@@ -31,11 +31,13 @@ from epp.autoscale.saturation_config import SATURATION_CONFIGMAP
 from epp.autoscale.scrape import ScrapeSource
 from epp.autoscale.wake import PickerReader
 from epp.clock import SystemClock
+from epp.config.options import MetricsEndpointOptions, OptionsError
 from epp.datalayer.http_client import create_session
 from epp.durations import parse_duration
 from epp.kube.client import KubeError, close_api, make_api
 from epp.tasks import cancel_and_wait, start_guarded
-from epp.telemetry.metrics_server import MetricsServer
+from epp.telemetry.metrics_auth import MetricsAuth
+from epp.telemetry.metrics_server import MetricsServer, MetricsTlsError
 
 __all__ = ["add_parser", "run"]
 
@@ -182,6 +184,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--scrape-timeout", type=_duration("scrape-timeout"), default=2.0, help="per-pod scrape deadline")
     p.add_argument("--metrics-port", type=int, default=8080, help="port for /metrics (wva_* gauges)")
+    p.add_argument(
+        "--metrics-endpoint-auth",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="/metrics needs a bearer token allowed by TokenReview and RBAC (as the picker's flag; default off)",
+    )
+    p.add_argument("--metrics-cert-dir", default="", help="directory with tls.crt and tls.key: HTTPS on /metrics")
+    p.add_argument(
+        "--metrics-client-ca-file", default="", help="PEM CA: /metrics requires verified client certificates"
+    )
     p.add_argument("--once", action="store_true", help="run one cycle, print the decisions and exit")
     p.set_defaults(func=_command)
 
@@ -247,7 +259,14 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
         return 2
     try:
         access = await asyncio.to_thread(_prometheus_access, args)
-    except PrometheusAccessError as e:
+        endpoint = MetricsEndpointOptions(
+            port=args.metrics_port,
+            auth=args.metrics_endpoint_auth,
+            cert_dir=args.metrics_cert_dir,
+            client_ca_file=args.metrics_client_ca_file,
+            pprof=False,
+        )
+    except (PrometheusAccessError, OptionsError) as e:
         print(f"epp autoscale: {e}", file=sys.stderr)
         return 2
     try:
@@ -257,9 +276,14 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
         return 1
     session = create_session()
     metrics = AutoscalerMetrics(controller_instance=args.controller_instance)
-    server = MetricsServer(metrics)
+    clock = SystemClock()
+    server = MetricsServer(
+        metrics,
+        auth=MetricsAuth(api, clock=clock) if endpoint.auth else None,
+        cert_dir=endpoint.cert_dir,
+        client_ca_file=endpoint.client_ca_file,
+    )
     try:
-        clock = SystemClock()
         source: MetricsSource
         if access is not None:
             source = PrometheusSource(  # upstream PromQL already takes the peak
@@ -287,7 +311,11 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
                 detail = f"{d.current} -> {d.target} ({d.reason.value}) {d.message}" if d else outcome.error
                 print(f"{key}: {detail}")
             return 0
-        await server.start("", args.metrics_port)
+        try:
+            await server.start("", endpoint.port)
+        except MetricsTlsError as e:
+            print(f"epp autoscale: {e}", file=sys.stderr)
+            return 2
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = []

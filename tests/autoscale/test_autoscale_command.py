@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -13,7 +15,9 @@ import yaml
 from epp.autoscale.command import add_parser, run
 from epp.tasks import cancel_and_wait, start_guarded
 from epp_sim.apiserver.fixture import running_apiserver
+from epp_sim.pki import make_pki
 from epp_sim.ports import free_port
+from epp_sim.stack.cluster import FakeCluster
 from epp_sim.waits import wait_until
 
 CRD = Path(__file__).parents[2] / "manifests" / "autoscaler" / "crd.yaml"
@@ -165,3 +169,86 @@ async def test_limited_mode_is_refused_by_name(
     monkeypatch.setenv("WVA_LIMITED_MODE", "true")
     assert await run(parse()) == 2
     assert "WVA_LIMITED_MODE=true: GPU inventory discovery from Nodes is not supported" in capsys.readouterr().err
+
+
+async def _serving(run_args: argparse.Namespace, probe: Callable[[], Awaitable[bool]]) -> None:
+    """Run the loop until ``probe`` holds, then stop it (exit 0)."""
+    stop = asyncio.Event()
+    task = start_guarded(run(run_args, stop=stop), name="test-autoscale-command")
+    try:
+        await wait_until(probe, timeout=10)
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+    finally:
+        await cancel_and_wait(task)
+
+
+async def _status(url: str, *, tls: ssl.SSLContext | bool = True, token: str = "") -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        async with aiohttp.ClientSession() as http, http.get(url, ssl=tls, headers=headers) as resp:
+            return resp.status
+    except aiohttp.ClientError:
+        return 0
+
+
+async def test_metrics_over_https_with_client_certificates(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki", server="epp-autoscaler", client="prometheus")
+    port = free_port()
+    url = f"https://127.0.0.1:{port}/metrics"
+    async with running_apiserver(kubeconfig_path=tmp_path / "kubeconfig") as api:
+        argv = ("--kubeconfig", str(api.kubeconfig), "--metrics-port", str(port))
+        tls = ("--metrics-cert-dir", str(pki.server_dir), "--metrics-client-ca-file", str(pki.ca))
+
+        async def served() -> bool:
+            if await _status(url, tls=pki.client()) != 200:
+                return False
+            assert await _status(url, tls=pki.client(with_cert=False)) == 0  # no client certificate: no handshake
+            assert await _status(f"http://127.0.0.1:{port}/metrics") == 0  # no plaintext
+            return True
+
+        await _serving(parse(*argv, *tls), served)
+
+
+async def test_metrics_endpoint_auth_asks_the_api_server(epp_cluster: FakeCluster) -> None:
+    reader = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "prom", "namespace": "default"}}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "metrics-reader"},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "metrics-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "prom", "namespace": "default"}],
+    }
+    nobody = {**reader, "metadata": {"name": "nobody", "namespace": "default"}}
+    await epp_cluster.apply_all([reader, nobody, role, binding])
+    token = (await epp_cluster.kubectl("create", "token", "prom")).strip()
+    other = (await epp_cluster.kubectl("create", "token", "nobody")).strip()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    argv = ("--kubeconfig", str(epp_cluster.kubeconfig), "--metrics-port", str(port), "--metrics-endpoint-auth")
+
+    async def served() -> bool:
+        if await _status(url, token=token) != 200:
+            return False
+        assert await _status(url) == 401
+        assert await _status(url, token=other) == 403  # authenticated, not allowed by RBAC
+        return True
+
+    await _serving(parse(*argv), served)
+
+
+async def test_metrics_tls_settings_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert await run(parse("--metrics-client-ca-file", "/ca.crt")) == 2
+    assert "--metrics-client-ca-file requires --metrics-cert-dir" in capsys.readouterr().err
+    assert await run(parse("--metrics-cert-dir", str(tmp_path))) == 2  # TLS with nothing checking the scraper
+    assert "set --metrics-client-ca-file or --metrics-endpoint-auth" in capsys.readouterr().err
+    async with running_apiserver(kubeconfig_path=tmp_path / "kubeconfig") as api:
+        argv = ("--kubeconfig", str(api.kubeconfig), "--metrics-port", "0", "--metrics-endpoint-auth")
+        assert await run(parse(*argv, "--metrics-cert-dir", str(tmp_path))) == 2
+    assert f"--metrics-cert-dir {tmp_path}: cannot use tls.crt and tls.key" in capsys.readouterr().err
