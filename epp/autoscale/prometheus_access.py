@@ -26,6 +26,7 @@ import urllib.parse
 from pathlib import Path
 
 from epp.clock import Clock, SystemClock
+from epp.datalayer.metrics_fetch import TlsFileError, tls_context
 
 __all__ = ["TOKEN_REFRESH", "PrometheusAccess", "PrometheusAccessError"]
 
@@ -40,21 +41,12 @@ class PrometheusAccessError(ValueError):
 
 def _tls(ca_cert: str, client_cert: str, client_key: str, *, verify: bool) -> ssl.SSLContext:
     try:
-        context = ssl.create_default_context(cafile=ca_cert if verify and ca_cert else None)
-    except (OSError, ssl.SSLError) as e:
-        raise PrometheusAccessError(f"PROMETHEUS_CA_CERT_PATH: cannot load a CA bundle from {ca_cert!r}: {e}") from e
+        context = tls_context(verify=verify, ca_file=ca_cert, cert_file=client_cert, key_file=client_key)
+    except TlsFileError as e:  # its message names the file; ours names the setting
+        raise PrometheusAccessError(
+            f"Prometheus TLS (PROMETHEUS_CA_CERT_PATH, PROMETHEUS_CLIENT_CERT_PATH, PROMETHEUS_CLIENT_KEY_PATH): {e}"
+        ) from e
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    if not verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if client_cert:
-        try:
-            context.load_cert_chain(client_cert, client_key)
-        except (OSError, ssl.SSLError) as e:
-            raise PrometheusAccessError(
-                f"PROMETHEUS_CLIENT_CERT_PATH / PROMETHEUS_CLIENT_KEY_PATH: cannot load a certificate and key "
-                f"from {client_cert!r} and {client_key!r}: {e}"
-            ) from e
     return context
 
 

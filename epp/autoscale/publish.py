@@ -25,6 +25,7 @@ from epp.autoscale.decision import Decision, Reason
 from epp.autoscale.events import EventRecorder
 from epp.autoscale.metrics import UNRESOLVED, AutoscalerMetrics
 from epp.autoscale.scaletargets import ACCELERATOR_LABEL, UNKNOWN_ACCELERATOR
+from epp.autoscale.types import VariantKey
 from epp.autoscale.variants import Source, VariantSpec
 from epp.kube.client import KubeError
 
@@ -190,8 +191,6 @@ class Publisher:
         """A declaration that cannot be used: a VariantAutoscaling says why in its status."""
         if source is not Source.VA:
             return
-        from epp.autoscale.types import VariantKey
-
         previous = tuple((obj.get("status") or {}).get("conditions") or ())
         status = {"conditions": [condition(previous, "TargetResolved", False, "InvalidSpec", error, wall)]}
         try:

@@ -14,24 +14,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 
-__all__ = ["SHAPE_WINDOW", "SPEED_WINDOW", "CounterWindow", "Derived"]
+from epp.autoscale.types import ReplicaMetrics
+
+__all__ = ["SHAPE_WINDOW", "SPEED_WINDOW", "CounterWindow"]
 
 SHAPE_WINDOW = 300.0
 SPEED_WINDOW = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Derived:
-    """What the window says about one instance (0: unknown)."""
-
-    avg_input_tokens: float = 0.0
-    avg_output_tokens: float = 0.0
-    prefix_hit_rate: float = 0.0
-    avg_itl: float = 0.0
-    request_rate: float = 0.0
-    generation_rate: float = 0.0
 
 
 class CounterWindow:
@@ -70,8 +60,10 @@ class CounterWindow:
             return 0.0
         return inc[0] / inc[1]
 
-    def derived(self) -> Derived:
-        return Derived(
+    def shaped(self, reading: ReplicaMetrics) -> ReplicaMetrics:
+        """``reading`` with the workload shape and speed this window says (0: unknown)."""
+        return replace(
+            reading,
             avg_input_tokens=self._ratio("prompt_sum", "prompt_count", SHAPE_WINDOW),
             avg_output_tokens=self._ratio("gen_sum", "gen_count", SHAPE_WINDOW),
             prefix_hit_rate=min(1.0, self._ratio("hits", "queries", SHAPE_WINDOW)),

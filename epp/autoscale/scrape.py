@@ -103,20 +103,11 @@ class ScrapeSource:
         instance = f"{pod.name}:{rank.rank}" if rank.rank else pod.name
         window = windows.setdefault(instance, CounterWindow())
         window.add(self._clock.now(), rank.counters)
-        d = window.derived()
         kv, waiting, running = gauges
-        reading = ReplicaMetrics(
-            pod=pod.name,
-            kv_cache_usage=kv,
-            queue_length=waiting,
-            instance=instance,
-            tokens_capacity=rank.capacity,
-            avg_input_tokens=d.avg_input_tokens,
-            avg_output_tokens=d.avg_output_tokens,
-            prefix_hit_rate=d.prefix_hit_rate,
-            avg_itl=d.avg_itl,
-            request_rate=d.request_rate,
-            generation_rate=d.generation_rate,
+        reading = window.shaped(
+            ReplicaMetrics(
+                pod=pod.name, kv_cache_usage=kv, queue_length=waiting, instance=instance, tokens_capacity=rank.capacity
+            )
         )
         return reading, running > 0 or waiting > 0 or window.rose("done")
 

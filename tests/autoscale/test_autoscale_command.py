@@ -146,7 +146,7 @@ def test_upstream_environment_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         (
             ["--prometheus-url", "https://prometheus:9090", "--prometheus-ca-cert", "/nowhere/ca.crt"],
             {},
-            "PROMETHEUS_CA_CERT_PATH: cannot load a CA bundle from '/nowhere/ca.crt'",
+            "cannot load a CA bundle from '/nowhere/ca.crt'",
         ),
     ],
 )

@@ -17,12 +17,6 @@ from epp.autoscale.types import ModelKey, ReplicaMetrics
 KEY = ModelKey("ns", "llama")
 
 
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
 def _vector(*series: tuple[dict[str, str], str]) -> dict[str, Any]:
     return {
         "status": "success",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import aiohttp
 import pytest
 from aiohttp import web
@@ -17,12 +15,6 @@ from epp_sim.modelserver.config import SimConfig
 from epp_sim.modelserver.fixture import model_servers
 
 KEY = ModelKey("ns", "llama")
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 def _v1(readings: list[ReplicaMetrics]) -> dict[str, tuple[float, float]]:

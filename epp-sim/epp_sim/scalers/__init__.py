@@ -40,9 +40,7 @@ class ClusterScalers:
         self._clock = clock or SystemClock()
         self.prometheus = prometheus
         self.keda = KedaOperator(store, prometheus, clock=self._clock)
-        self.hpa = HpaController(
-            store, ClusterMetrics(prometheus, self.keda), clock=self._clock, sync_period=sync_period
-        )
+        self.hpa = HpaController(store, ClusterMetrics(prometheus, self.keda), clock=self._clock)
         self.sync_period = sync_period
 
     async def sync(self) -> None:

@@ -1,8 +1,8 @@
 """A simulated HorizontalPodAutoscaler controller (kube-controller-manager's) for the fake cluster.
 
-Each :meth:`HpaController.sync` (every ``sync_period`` of its clock when run as a loop; 15 s like
-``--horizontal-pod-autoscaler-sync-period``) does, for every ``autoscaling/v2`` HPA, what the real
-controller does with External metrics:
+Each :meth:`HpaController.sync` (:class:`~epp_sim.scalers.ClusterScalers` runs one every
+``sync_period``, 15 s like ``--horizontal-pod-autoscaler-sync-period``) does, for every
+``autoscaling/v2`` HPA, what the real controller does with External metrics:
 
 - the target's replicas through its ``scale`` subresource (a Deployment, or any kind served with
   one: a LeaderWorkerSet); a target at 0 with ``minReplicas > 0`` is left alone ("scaling
@@ -25,7 +25,6 @@ simulated: such a metric marks ``ScalingActive`` False with a reason that names 
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import math
@@ -126,24 +125,11 @@ def _limit(current: int, events: Sequence[tuple[float, int]], rules: Mapping[str
 class HpaController:
     """Keeps every HPA's target at what its metrics ask for; :meth:`sync` once, or :meth:`run` as a loop."""
 
-    def __init__(
-        self, store: Store, metrics: ExternalMetrics, *, clock: Clock | None = None, sync_period: float = 15.0
-    ) -> None:
+    def __init__(self, store: Store, metrics: ExternalMetrics, *, clock: Clock | None = None) -> None:
         self._store = store
         self._metrics = metrics
         self._clock = clock or SystemClock()
-        self.sync_period = sync_period
         self._history: dict[tuple[str, str], _History] = {}
-
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.sync()
-            except asyncio.CancelledError:
-                raise
-            except (ApiError, OSError, RuntimeError) as e:
-                log.warning("hpa sync failed", extra={"error": str(e)})
-            await self._clock.sleep(self.sync_period)
 
     async def sync(self) -> None:
         """One pass over every HPA."""
