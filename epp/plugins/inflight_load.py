@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.plugins._params import Params
 
@@ -30,6 +30,7 @@ class InFlightLoadProducer(NamedPlugin):
 
     __slots__ = ("add_output", "max_output", "output_ratio")
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.IN_FLIGHT_ESTIMATOR})
 
     def __init__(
         self, name: str = "", *, add_output: bool = False, output_ratio: float = 1.5, max_output: int | None = None

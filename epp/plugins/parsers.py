@@ -18,9 +18,9 @@ None of them takes parameters (as upstream); a configuration giving some is refu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from epp.framework.plugin import PluginContext, TypedName
+from epp.framework.plugin import PluginContext, PluginKind, TypedName
 from epp.framework.request import ApiKind
 from epp.plugins._params import Params
 
@@ -66,6 +66,7 @@ class ParserPlugin:
     """One configured parser: its type decides its claims."""
 
     __slots__ = ("_claims", "typed_name")
+    kinds: ClassVar[frozenset[PluginKind]] = frozenset({PluginKind.PARSER})
 
     def __init__(self, type_name: str, name: str = "") -> None:
         self.typed_name = TypedName(type_name, name or type_name)

@@ -23,7 +23,7 @@ from itertools import chain
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfoProducer
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
@@ -104,6 +104,7 @@ class PrefixCacheScorer(NamedPlugin):
     """Scorer + PreRequest + endpoint-removal observer around one :class:`PrefixIndex`."""
 
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.SCORER, PluginKind.PRE_REQUEST})
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ from epp.datastore.types import (
 )
 from epp.errors import EppError, ErrorCode
 from epp.framework.endpoint import EndpointState, MetricsSnapshot
-from epp.framework.plugin import PluginContext, PluginRegistry, TypedName
+from epp.framework.plugin import PluginContext, PluginKind, PluginRegistry, TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.labels import Selector
@@ -297,6 +297,8 @@ def test_route_headers_only() -> None:
 
 class Hooks:
     """A scorer that also learns from decisions and responses (like the prefix-cache scorer)."""
+
+    kinds = frozenset({PluginKind.SCORER, PluginKind.PRE_REQUEST, PluginKind.POST_RESPONSE})
 
     def __init__(self, name: str, *, fail: bool = False) -> None:
         self.typed_name = TypedName("hooks", name)
