@@ -113,7 +113,7 @@ class LoadedConfig:
     closables: tuple[AsyncClosable, ...] = ()
     """Plugins holding background resources, closed when this config is replaced or the picker stops."""
     admission: bool = True
-    """Whether the director sheds sheddable work on ``saturation_detector`` before scheduling:
+    """Whether the pipeline sheds sheddable work on ``saturation_detector`` before scheduling:
     False when every profile runs a filter that sheds by itself (the v0.3 tree) and the config
     names no saturation detector."""
     feature_gates: frozenset[str] = frozenset()

@@ -7,7 +7,7 @@ a profile references it) it keeps endpoints whose in-flight count is below ``max
 (1 + headroom)``, with no fail-open: an empty result fails the profile, as upstream.
 
 The count is kept through the request's life: +1 at PreRequest on the chosen endpoint, -1 when
-the director reports the request finished (PostResponse); a config reload hands the counts to the
+the pipeline reports the request finished (PostResponse); a config reload hands the counts to the
 new instance (``inherit``), so requests routed before it still count. Only ``concurrencyMode: requests`` is
 implemented; ``tokens`` and ``hybrid`` need upstream's token estimator and are refused at load.
 """

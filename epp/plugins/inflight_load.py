@@ -1,6 +1,6 @@
 """inflight-load-producer: how many tokens a routed request adds to its endpoint's in-flight load.
 
-The counting itself is the request director's (always on, O(1): two integers on the endpoint,
+The counting itself is the request pipeline's (always on, O(1): two integers on the endpoint,
 added at routing, subtracted when the stream ends however it ends); this plugin only sets the
 estimate, with the llm-d router's parameters. Input tokens are estimated from the body size at
 4 bytes a token (the picker does not tokenise; upstream counts a tokenised prompt). With

@@ -1,7 +1,7 @@
 """The in-flight load scorers: ``token-load-scorer`` and ``active-request-scorer`` (llm-d router).
 
 Both read what the picker itself has in flight on each endpoint (``EndpointState``'s
-``in_flight_tokens`` / ``in_flight_requests``, counted by the request director from routing to
+``in_flight_tokens`` / ``in_flight_requests``, counted by the request pipeline from routing to
 the end of the response), so a burst routed between two scrapes already counts:
 
 - ``token-load-scorer``: ``1 − min(1, tokens / queueThresholdTokens)``; 0 tokens → 1, the
