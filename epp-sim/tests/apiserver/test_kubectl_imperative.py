@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -110,12 +108,6 @@ async def workloads(tmp_path: Path) -> AsyncIterator[tuple[RunningApiServer, Man
         yield api, clock, Kubectl(api.kubeconfig, tmp_path / "home")
 
 
-async def _lines_until(stream: asyncio.StreamReader, lines: list[str], word: str) -> None:
-    async with asyncio.timeout(10):
-        while not any(word in line for line in lines):
-            lines.append((await stream.readline()).decode())
-
-
 async def test_scale_label_annotate_rollout_status_get_watch_and_delete_wait(
     workloads: tuple[RunningApiServer, ManualClock, Kubectl],
 ) -> None:
@@ -142,25 +134,13 @@ async def test_scale_label_annotate_rollout_status_get_watch_and_delete_wait(
     assert sorted(r.split()[5] for r in rows) == ["127.0.0.100", "127.0.0.101"]
     assert {tuple(r.split()[1:3]) for r in rows} == {("1/1", "Running")}
 
-    watcher = await asyncio.create_subprocess_exec(
-        *kubectl.argv("get", "pods", "--watch"),
-        env=kubectl.env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    assert watcher.stdout is not None
-    lines: list[str] = []
-    try:
-        await _lines_until(watcher.stdout, lines, "Running")
+    async with kubectl.streaming("get", "pods", "--watch") as watch:
+        await watch.read_until("Running")
         await wait_until(
             lambda: store.events.open_watches() > controller_watches, timeout=10, message="get --watch watching"
         )
         await kubectl.run("scale", "deployment", "vllm", "--replicas=3")
-        await _lines_until(watcher.stdout, lines, "ContainerCreating")  # the third pod, loading
-    finally:
-        os.killpg(watcher.pid, signal.SIGTERM)
-        await watcher.wait()
+        await watch.read_until("ContainerCreating")  # the third pod, loading
     dep = store.get("Deployment", "vllm", namespace="default")
     assert (dep["spec"]["replicas"], dep["metadata"]["generation"]) == (3, 2)
 

@@ -15,6 +15,17 @@ _METRIC = """type=1? object=2:ObjectMetric{0} pods=3:PodsMetric{0} resource=4:Re
     external=5:ExternalMetric{0} containerResource=7:ContainerResourceMetric{0}"""
 """``MetricSpec`` and ``MetricStatus``: one field per metric source, each a ``…MetricSource`` / ``…MetricStatus``."""
 
+
+def _per_source(suffix: str, value: str) -> dict[str, str]:
+    """The pods, resource, container-resource and external ``…Metric{suffix}`` messages: field 2 is ``value``."""
+    return {
+        f"PodsMetric{suffix}": f"metric=1:MetricIdentifier {value}",
+        f"ResourceMetric{suffix}": f"name=1? {value}",
+        f"ContainerResourceMetric{suffix}": f"name=1? {value} container=3?",
+        f"ExternalMetric{suffix}": f"metric=1:MetricIdentifier {value}",
+    }
+
+
 PART = Part(
     messages={
         "Scale": "metadata=1:ObjectMeta spec=2:ScaleSpec status=3:ScaleStatus",
@@ -28,10 +39,7 @@ PART = Part(
         "MetricSpec": _METRIC.format("Source"),
         "ObjectMetricSource": """describedObject=1:CrossVersionObjectReference target=2:MetricTarget
             metric=3:MetricIdentifier""",
-        "PodsMetricSource": "metric=1:MetricIdentifier target=2:MetricTarget",
-        "ResourceMetricSource": "name=1? target=2:MetricTarget",
-        "ContainerResourceMetricSource": "name=1? target=2:MetricTarget container=3?",
-        "ExternalMetricSource": "metric=1:MetricIdentifier target=2:MetricTarget",
+        **_per_source("Source", "target=2:MetricTarget"),
         "MetricIdentifier": "name=1? selector=2:LabelSelector",
         "MetricTarget": "type=1? value=2:Quantity averageValue=3:Quantity averageUtilization=4:int?",
         "HorizontalPodAutoscalerBehavior": "scaleUp=1:HPAScalingRules scaleDown=2:HPAScalingRules",
@@ -43,10 +51,7 @@ PART = Part(
         "MetricStatus": _METRIC.format("Status"),
         "ObjectMetricStatus": """metric=1:MetricIdentifier current=2:MetricValueStatus
             describedObject=3:CrossVersionObjectReference""",
-        "PodsMetricStatus": "metric=1:MetricIdentifier current=2:MetricValueStatus",
-        "ResourceMetricStatus": "name=1? current=2:MetricValueStatus",
-        "ContainerResourceMetricStatus": "name=1? current=2:MetricValueStatus container=3?",
-        "ExternalMetricStatus": "metric=1:MetricIdentifier current=2:MetricValueStatus",
+        **_per_source("Status", "current=2:MetricValueStatus"),
         "MetricValueStatus": "value=1:Quantity averageValue=2:Quantity averageUtilization=3:int?",
         "HorizontalPodAutoscalerCondition": """type=1? status=2? lastTransitionTime=3:Time reason=4 message=5
             observedGeneration=6:int?""",
