@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from epp_sim.apiserver import ApiError
+from epp_sim.apiserver import ApiError, Store
 from epp_sim.apiserver.protobuf import decode
 from epp_sim.apiserver.protobuf.codec import table
 from epp_sim.apiserver.protobuf.messages import Part, build
@@ -252,3 +252,14 @@ BAD_BODIES: list[tuple[str, bytes, int, str]] = [
 def test_bad_bodies_are_refused_with_a_message_naming_the_problem(body: bytes, code: int, message: str) -> None:
     error = rejected(body)
     assert error.code == code and message in error.message, error.message
+
+
+async def test_a_service_port_without_target_port_defaults_to_its_port() -> None:
+    """Protobuf always carries ServicePort.targetPort (zero when unset); the server defaults it as for JSON."""
+    ports = f_bytes(1, f_bytes(1, "http") + f_int(3, 8000) + f_bytes(4, b"")) + f_bytes(1, f_int(3, 9000))
+    service = decode(envelope("v1", "Service", meta("svc") + f_bytes(2, ports)))
+    assert [p.get("targetPort") for p in service["spec"]["ports"]] == [0, None]
+    store = Store()
+    stored = store.create("Service", service, namespace="default")
+    await store.aclose()
+    assert [p["targetPort"] for p in stored["spec"]["ports"]] == [8000, 9000]
