@@ -199,6 +199,15 @@ def test_token_request_and_extra_values() -> None:
     assert got["spec"] == {"user": "bob", "extra": {"scopes": ["a", "b"]}}
 
 
+def _deep_schema(levels: int) -> bytes:
+    """A CRD whose schema's ``not`` holds a schema whose ``not`` holds … ``levels`` deep."""
+    schema = b""
+    for _ in range(levels):
+        schema = f_bytes(28, schema)
+    version = f_bytes(1, "v1") + f_bytes(4, f_bytes(1, schema))
+    return f_bytes(2, f_bytes(7, version))
+
+
 BAD_BODIES: list[tuple[str, bytes, int, str]] = [
     ("no magic", b'{"kind": "Namespace"}', 400, "no k8s\\x00 magic"),
     ("truncated envelope", b"k8s\x00\x0a\xff", 400, "not a valid Kubernetes protobuf envelope: truncated varint"),
@@ -237,6 +246,12 @@ BAD_BODIES: list[tuple[str, bytes, int, str]] = [
         envelope("v1", "Namespace", meta("n", f_bytes(8, f_int(1, 10**15)))),
         400,
         "at metadata.creationTimestamp: time 1000000000000000s 0ns is out of range",
+    ),
+    (
+        "nested too deep",
+        envelope("apiextensions.k8s.io/v1", "CustomResourceDefinition", _deep_schema(150)),
+        400,
+        "messages nested more than 100 deep",
     ),
     ("a kind not read in protobuf", envelope("example.com/v1", "Widget", b""), 415, "not example.com/v1 Widget"),
     (

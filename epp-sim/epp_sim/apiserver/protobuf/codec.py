@@ -53,6 +53,8 @@ PROTOBUF = "application/vnd.kubernetes.protobuf"
 _MAGIC = b"k8s\x00"
 _WIRE = {"string": LENGTH, "bytes": LENGTH, "json": LENGTH, "int": VARINT, "bool": VARINT, "double": FIXED64}
 _WIRE_NAMES = {VARINT: "varint", FIXED64: "64-bit", LENGTH: "length-delimited", 5: "32-bit"}
+_MAX_DEPTH = 100
+"""Deeper than any real object (a CRD schema nests a few levels per property); bounds the recursion."""
 
 
 @functools.cache
@@ -112,8 +114,18 @@ class _Reader:
     def __init__(self, messages: Table) -> None:
         self.table = messages
         self.refused: list[str] = []
+        self.depth = 0
 
     def message(self, message: Message, data: bytes, path: str) -> Any:
+        if self.depth >= _MAX_DEPTH:
+            raise _MalformedError(path, f"messages nested more than {_MAX_DEPTH} deep")
+        self.depth += 1
+        try:
+            return self._message(message, data, path)
+        finally:
+            self.depth -= 1
+
+    def _message(self, message: Message, data: bytes, path: str) -> Any:
         out: dict[str, Any] = {}
         try:
             for number, wire, value in fields(data):
