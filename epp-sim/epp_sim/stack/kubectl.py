@@ -90,6 +90,10 @@ class Kubectl:
             proc.kill()
             await proc.wait()
             raise KubectlError(f"kubectl {' '.join(args)} did not finish within {self.timeout}s") from None
+        except asyncio.CancelledError:  # the caller gave up (a test's teardown): leave no kubectl behind
+            proc.kill()
+            await proc.wait()
+            raise
         # kubectl warns about our fake server's version on every call; that line is noise.
         stderr = "\n".join(line for line in err.decode().splitlines() if "version difference" not in line)
         assert proc.returncode is not None
