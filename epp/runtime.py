@@ -1,16 +1,17 @@
 """Composition root of ``epp serve``: builds every part, starts them in order, stops them in reverse.
 
-Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges, its own
-plugin instances (so per-endpoint plugin state never crosses pools) and a director. Shared: the
-metrics registry, the kr8s API, the ext_proc/health servers, the
-metrics server and the configuration watcher. A reloaded configuration is swapped in whole, and
-in the same step each pool's scrapers take its data layer (``ScraperManager.apply``) and stateful
-plugins hand their state to their new instances (``StatefulPlugin.inherit``). Each pool's flow
-controller (the ``flowControl`` gate) belongs to the pool, not the config: a reload keeps its queue,
-and one that changes the flow-control settings is refused.
+Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges and its
+routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, so per-endpoint
+plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
+Shared: the metrics registry, the kr8s API, the ext_proc/health servers, the metrics server and the
+configuration watcher. A reloaded configuration is swapped in whole, and in the same step each
+pool's scrapers take its data layer (``ScraperManager.apply``) and its routing the new pipeline
+(``PoolRouting.apply``: stateful plugins hand over their state). Each pool's flow controller
+(the ``flowControl`` gate) belongs to the pool, not the config: a reload keeps its queue, and one
+that changes the flow-control settings is refused.
 
-Start order: logging → metrics → API client → datastores and reconcilers → scrapers → config →
-directors → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
+Start order: logging → metrics → API client → config → datastores, routings and reconcilers →
+scrapers → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
 (bounded) → config watcher → elector → plugins' background resources (KV-event subscribers) →
 reconcilers → scrapers → gauges → metrics server → API client.
@@ -31,7 +32,7 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from epp.api.auth import ApiAuthInterceptor
@@ -39,7 +40,7 @@ from epp.api.service import ApiSources, add_api
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
 from epp.config.compat import log_notices
-from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
+from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
@@ -51,11 +52,8 @@ from epp.extproc.cert_reload import CertReloader
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
-from epp.flowcontrol.controller import FlowController
-from epp.framework.endpoint import EndpointState
 from epp.framework.health import HealthPolicy
-from epp.framework.plugin import PluginContext, PluginRegistry, StatefulPlugin
-from epp.framework.producers import AsyncClosable
+from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
@@ -64,8 +62,8 @@ from epp.plugins import register_in_tree
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
 from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
-from epp.requestcontrol.director import PoolDirector
-from epp.requestcontrol.pools import PoolDispatcher, PoolKey
+from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
+from epp.requestcontrol.pools import PoolPipelines
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
@@ -100,8 +98,7 @@ class PoolRuntime:
     reconciler: PoolReconcilers | StandaloneReconciler
     scrapers: ScraperManager
     gauges: PoolGauges
-    director: PoolDirector
-    flow_control: FlowController | None = None
+    routing: PoolRouting
     unsubscribe: Callable[[], None] = field(default=lambda: None)
 
     @property
@@ -140,7 +137,6 @@ class Runtime(Service):
         self.elector: LeaderElector | None = None
         self._cert_reloader: CertReloader | None = None
         self.tracing: Tracing | None = None  # None unless --tracing and an exporter is configured
-        self._closing: set[asyncio.Task[None]] = set()  # closing the plugins of replaced configs
 
     @property
     def server(self) -> ExtProcServer:
@@ -204,8 +200,7 @@ class Runtime(Service):
             await pool.reconciler.start()
             await pool.scrapers.start()
             await pool.gauges.start()
-            if pool.flow_control is not None:
-                await pool.flow_control.start()
+            await pool.routing.start()
         if o.leader_election:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
@@ -217,7 +212,7 @@ class Runtime(Service):
                 clock=self.clock,
             )
             await self.elector.start()
-        directors = PoolDispatcher({p.key: p.director for p in self.pools})
+        pipelines = PoolPipelines({p.key: p.routing for p in self.pools})
         stream_options = StreamOptions(
             max_request_body_bytes=o.max_request_body_bytes,
             disable_subset_filter=o.disable_endpoint_subset_filter,
@@ -231,10 +226,10 @@ class Runtime(Service):
         )
         endpoint = o.metrics_endpoint
         auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth else None
-        api = self._api_services(directors, holder, auth)
+        api = self._api_services(pipelines, holder, auth)
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
-            directors,
+            pipelines,
             self.metrics,
             options=stream_options,
             tracing=self.tracing,
@@ -285,17 +280,13 @@ class Runtime(Service):
         """A changed config file, loaded; refused when it changes flow control, which is read once at startup."""
         configs = self._load_configs(text, keys)
         for pool in self.pools:
-            running = pool.flow_control.settings.fingerprint() if pool.flow_control is not None else None
-            new = configs[pool.key].flow_control
-            if (new.fingerprint() if new is not None else None) != running:
-                raise ConfigError(
-                    "flowControl: the flow-control gate and settings are read once at startup (queued requests "
-                    "stay where they are); restart the picker to change them"
-                )
+            refusal = pool.routing.refusal(configs[pool.key])
+            if refusal is not None:
+                raise refusal
         return configs
 
     def _api_services(
-        self, directors: PoolDispatcher[PoolDirector], holder: ConfigHolder[Configs], auth: MetricsAuth | None
+        self, pipelines: PoolPipelines, holder: ConfigHolder[Configs], auth: MetricsAuth | None
     ) -> ExtraServices | None:
         """The epp.v1 API, guarded by the /metrics authorizer; None when it is off."""
         o = self.options
@@ -304,8 +295,7 @@ class Runtime(Service):
         source = f"--config-file {o.config_file}" if o.config_file else "--config-text" if o.config_text else "default"
         sources = ApiSources(
             pools=self.pools,
-            directors=directors,
-            configs=holder.get,
+            pipelines=pipelines,
             generation=lambda: holder.generation,
             last_reload=lambda: (self._watcher is not None, self._watcher.last_error if self._watcher else ""),
             config_source=source,
@@ -364,78 +354,29 @@ class Runtime(Service):
             interval=o.refresh_prometheus_metrics_interval,
             staleness_threshold=o.metrics_staleness_threshold,
         )
-        flow_settings = holder.current[key].flow_control
-        flow_control = None
-        if flow_settings is not None:
-            flow_control = FlowController(
-                flow_settings,
-                pool_name=key[1],
-                endpoints=datastore.endpoints,
-                detector=lambda: holder.current[key].saturation_detector,
-                clock=self.clock,
-                metrics=self.metrics,
-            )
-        director = PoolDirector(
+        routing = PoolRouting(
+            key,
             datastore,
-            lambda: holder.current[key],
-            self.metrics,
-            self.clock,
-            self.rng,
-            conformance_hooks=o.conformance_test_hooks,
-            emit_endpoint_scores=o.emit_endpoint_scores,
-            staleness_threshold=o.metrics_staleness_threshold,
-            pool_name=key[1],
-            flow_control=flow_control,
+            holder.current[key],
+            metrics=self.metrics,
+            clock=self.clock,
+            rng=self.rng,
+            options=RoutingOptions(
+                staleness_threshold=o.metrics_staleness_threshold,
+                emit_endpoint_scores=o.emit_endpoint_scores,
+                conformance_hooks=o.conformance_test_hooks,
+            ),
         )
-        pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, director, flow_control)
-
-        def on_endpoints(added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
-            health.on_endpoints(added, removed)
-            if removed:
-                self._forget_endpoints(key, [s.endpoint.key for s in removed])
-            if added and self.configs is not None:
-                for observer in self.configs.current[key].endpoints_added:
-                    observer.endpoints_added(added)
-
-        pool.unsubscribe = datastore.subscribe(on_endpoints)
+        pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, routing)
+        pool.unsubscribe = datastore.subscribe(health.on_endpoints)
         return pool
 
     def _apply_reload(self, old: Configs, new: Configs) -> None:
         """A reloaded configuration, in the same loop step as the swap: each pool's scrapers take its data
-        layer, stateful plugins (same name and type) hand their state to their new instances, the new
-        plugins learn the pool's endpoints (subscribers start), and the old ones are closed."""
+        layer and its routing the new pipeline (``PoolRouting.apply``)."""
         for pool in self.pools:
             pool.scrapers.apply(new[pool.key].scrape)
-            previous = old[pool.key].plugins
-            for name, plugin in new[pool.key].plugins.items():
-                before = previous.get(name)
-                if (
-                    isinstance(plugin, StatefulPlugin)
-                    and before is not None
-                    and before.typed_name.type == plugin.typed_name.type
-                ):
-                    plugin.inherit(before)
-            present = pool.datastore.endpoints()
-            if present:
-                for observer in new[pool.key].endpoints_added:
-                    observer.endpoints_added(present)
-        closables = [c for config in old.values() for c in config.closables]
-        if closables:
-            self._closing.add(start_guarded(_close_all(closables), name="epp-close-replaced-plugins"))
-
-    async def _close_plugins(self) -> None:
-        """Stop step: plugins' background resources (KV-event subscribers, tokenizer clients)."""
-        await asyncio.gather(*self._closing)
-        self._closing.clear()
-        if self.configs is not None:
-            await _close_all([c for config in self.configs.current.values() for c in config.closables])
-
-    def _forget_endpoints(self, key: PoolKey, keys: Collection[str]) -> None:
-        """Endpoints left the pool: plugins drop their per-endpoint state (the prefix index)."""
-        if self.configs is None:
-            return
-        for observer in self.configs.current[key].endpoint_observers:
-            observer.endpoints_removed(keys)
+            pool.routing.apply(new[pool.key])
 
     def _refresh_gauges(self) -> None:
         for pool in self.pools:
@@ -443,7 +384,7 @@ class Runtime(Service):
         if self.configs is not None:
             sizes: dict[tuple[str, str], int] = {}
             precise: list[PrecisePrefixCacheProducer] = []
-            for config in self.configs.current.values():  # one plugin name may live in several pools
+            for config in (pool.routing.config for pool in self.pools):  # one plugin name may live in several pools
                 for plugin in config.plugins.values():
                     parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
                     for p in parts:
@@ -502,8 +443,7 @@ class Runtime(Service):
         await cancel_and_wait(self._readiness)
         self._readiness = None
         for pool in self.pools:  # queued requests end with 503 rejected-shutting-down before the grace starts
-            if pool.flow_control is not None:
-                await pool.flow_control.stop()
+            await pool.routing.stop()
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
@@ -520,7 +460,8 @@ class Runtime(Service):
         if self.elector is not None:
             await self.elector.stop()
             self.elector = None
-        await self._close_plugins()
+        for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer clients)
+            await pool.routing.aclose()
         for pool in reversed(self.pools):
             pool.unsubscribe()
             await pool.reconciler.stop()
@@ -533,11 +474,3 @@ class Runtime(Service):
         if self._api is not None:
             await close_api(self._api)
             self._api = None
-
-
-async def _close_all(closables: Sequence[AsyncClosable]) -> None:
-    for closable in closables:
-        try:
-            await closable.aclose()
-        except Exception:  # one plugin's failure must not keep the others open
-            log.exception("closing a plugin failed")

@@ -170,3 +170,61 @@ async def test_a_burst_through_envoy_is_queued_not_refused(epp_pool: PoolFactory
     assert env.sample(f"{name}_count", **labels) == 12
     assert env.sample(f"{name}_bucket", **labels, le="0.01") < 12  # some waited for a pod (~160 ms a request)
     assert ext_proc_problems(await env.envoy.counters()) == {}
+
+
+# The llm-d flow-control guide's configuration (its well-lit-path sample): a fairness policy declared among
+# the plugins and a profile that names no picker. The profile gets max-score-picker, as upstream's loader
+# gives it: a fairness policy has a ``pick`` too, but its type declares no Picker kind.
+GUIDE_CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: round-robin-fairness-policy
+- type: fcfs-ordering-policy
+- type: concurrency-detector
+  parameters: {maxConcurrency: 132, concurrencyMode: requests, headroom: 0.0}
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 2}
+  - {pluginRef: kv-cache-utilization-scorer, weight: 2}
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+flowControl:
+  saturationDetector: {pluginRef: concurrency-detector}
+  maxBytes: "10Gi"
+  maxRequests: "1k"
+  defaultRequestTTL: "60s"
+  priorityBands:
+  - {priority: 100, maxRequests: "500", fairnessPolicyRef: round-robin-fairness-policy,
+     orderingPolicyRef: fcfs-ordering-policy}
+  - {priority: 0, maxRequests: "200", fairnessPolicyRef: round-robin-fairness-policy,
+     orderingPolicyRef: fcfs-ordering-policy}
+  - {priority: -10, maxRequests: "50", fairnessPolicyRef: round-robin-fairness-policy,
+     orderingPolicyRef: fcfs-ordering-policy}
+"""
+
+
+async def test_the_flow_control_guide_config_routes_through_envoy(epp_pool: PoolFactory) -> None:
+    env = await epp_pool(
+        "v1",
+        pods=3,
+        envoy=True,
+        objects=served("v1", "m"),
+        picker_args=["--config-text", GUIDE_CONFIG],
+        sim_config=SimConfig(model="m"),
+    )
+    assert env.runtime.configs is not None
+    (loaded,) = env.runtime.configs.current.values()
+    profile = loaded.scheduler.profiles["default"]
+    assert profile.picker.typed_name.type == "max-score-picker"
+    async with aiohttp.ClientSession() as http:
+        for i in range(6):
+            body = {"model": "m", "prompt": f"guide request {i}", "max_tokens": 4}
+            async with http.post(f"{env.envoy_url}/v1/completions", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+                assert (await resp.json())["model"] == "m"
+    assert ext_proc_problems(await env.envoy.counters()) == {}

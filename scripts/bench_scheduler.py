@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""Microbenchmark: µs per ``PoolDirector.route`` with the default profile vs a plain random choice.
+"""Microbenchmark: µs per request through the pool's pipeline (route, then finished) with the default
+profile vs a plain random choice.
 
-Runs on the real Datastore, EppMetrics and default config (metrics recording included), with
-random queue/KV/LoRA metrics on 8 and 64 endpoints. Usage: ``.venv/bin/python scripts/bench_scheduler.py``.
+Runs on the real Datastore, PoolRouting, EppMetrics and default config (metrics recording included),
+with random queue/KV/LoRA metrics on 8 and 64 endpoints, on an event loop.
+Usage: ``.venv/bin/python scripts/bench_scheduler.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from epp.clock import SystemClock
-from epp.config.loader import LoadedConfig, load_default_config
+from epp.config.loader import load_default_config
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import MetricsSnapshot
@@ -22,7 +24,7 @@ from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.labels import Selector
 from epp.plugins import register_in_tree
-from epp.requestcontrol.director import PoolDirector
+from epp.requestcontrol.pool_routing import PoolRouting
 from epp.telemetry.metrics import EppMetrics
 
 
@@ -47,18 +49,14 @@ def make_store(n: int, clock: SystemClock, rng: random.Random) -> Datastore:
     return store
 
 
-def _same(config: LoadedConfig) -> LoadedConfig:
-    return config
-
-
-def per_call_us(fn: Callable[[], object], iterations: int) -> float:
+async def per_call_us(fn: Callable[[], Awaitable[object]], iterations: int) -> float:
     for _ in range(min(iterations, 2000)):
-        fn()
+        await fn()
     best = float("inf")
     for _ in range(5):
         start = time.perf_counter()
         for _ in range(iterations):
-            fn()
+            await fn()
         best = min(best, (time.perf_counter() - start) / iterations)
     return best * 1e6
 
@@ -66,26 +64,32 @@ def per_call_us(fn: Callable[[], object], iterations: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--iterations", type=int, default=20000)
-    args = parser.parse_args()
+    asyncio.run(bench(parser.parse_args().iterations))
+
+
+async def bench(iterations: int) -> None:
     clock = SystemClock()
     registry = PluginRegistry()
     register_in_tree(registry)
-    print(f"{'endpoints':>9}  {'PoolDirector.route':>15}  {'random.choice':>14}")
+    print(f"{'endpoints':>9}  {'pipeline route':>15}  {'random.choice':>14}")
     for n in (8, 64):
         rng = random.Random(n)
         store = make_store(n, clock, rng)
         metrics = EppMetrics()
         config = load_default_config(registry, PluginContext(clock=clock, seed=1), metrics=metrics)
-        director = PoolDirector(store, functools.partial(_same, config), metrics, clock, random.Random(2))
-        request = InferenceRequest(request_id="bench", model="lora-1", headers={})
+        routing = PoolRouting(("default", "bench"), store, config, metrics=metrics, clock=clock, rng=random.Random(2))
 
-        def route(director: PoolDirector = director, request: InferenceRequest = request) -> object:
-            return director.route(request, None)
+        async def route(routing: PoolRouting = routing) -> object:
+            pipeline = routing.pipeline
+            ctx = pipeline.context(InferenceRequest(request_id="bench", model="lora-1", headers={}), None)
+            decision = await pipeline.route(ctx)
+            pipeline.finished(ctx, completed=True, status=200)
+            return decision
 
-        def baseline(store: Datastore = store, rng: random.Random = rng) -> object:
+        async def baseline(store: Datastore = store, rng: random.Random = rng) -> object:
             return RoutingDecision([rng.choice(store.endpoints())])
 
-        routed, chosen = per_call_us(route, args.iterations), per_call_us(baseline, args.iterations)
+        routed, chosen = await per_call_us(route, iterations), await per_call_us(baseline, iterations)
         print(f"{n:>9}  {routed:>12.1f} µs  {chosen:>11.2f} µs")
 
 

@@ -3,7 +3,8 @@
 
 One request is the messages Envoy sends in the GIE mode for a completion (protocol config with
 request headers, the body, response headers, the JSON response body), fed to a real
-:class:`~epp.extproc.stream.Stream` with the real director, the default profile and 8 endpoints;
+:class:`~epp.extproc.stream.Stream` with the real pool routing (its pipeline), the default profile and
+8 endpoints, on an event loop;
 its answers are built as they would be sent. What the picker's own code costs per request, the
 part of the picker/no-op gap that is ours to cut (``epp bench overhead`` measures the whole).
 Numbers, not assertions: run it before and after touching the hot path.
@@ -14,10 +15,11 @@ Numbers, not assertions: run it before and after touching the hot path.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from bench_scheduler import make_store
 
@@ -27,8 +29,8 @@ from epp.extproc import pb
 from epp.extproc.stream import Processor, Stream, StreamOptions
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.plugins import register_in_tree
-from epp.requestcontrol.director import PoolDirector
-from epp.requestcontrol.pools import PoolDispatcher
+from epp.requestcontrol.pool_routing import PoolRouting
+from epp.requestcontrol.pools import PoolPipelines
 from epp.telemetry.metrics import EppMetrics
 
 
@@ -65,14 +67,14 @@ def request_messages(prompt_bytes: int, rng: random.Random) -> list[pb.Processin
     ]
 
 
-def per_request_us(run: Callable[[], None], iterations: int) -> float:
+async def per_request_us(run: Callable[[], Awaitable[None]], iterations: int) -> float:
     for _ in range(min(iterations, 500)):
-        run()
+        await run()
     best = float("inf")
     for _ in range(5):
         start = time.perf_counter()
         for _ in range(iterations):
-            run()
+            await run()
         best = min(best, (time.perf_counter() - start) / iterations)
     return best * 1e6
 
@@ -82,7 +84,10 @@ def main() -> None:
     parser.add_argument("--prompt-bytes", type=int, default=1024)
     parser.add_argument("--iterations", type=int, default=5000)
     parser.add_argument("--endpoints", type=int, default=8)
-    args = parser.parse_args()
+    asyncio.run(bench(parser.parse_args()))
+
+
+async def bench(args: argparse.Namespace) -> None:
     clock = SystemClock()
     rng = random.Random(1)
     registry = PluginRegistry()
@@ -90,19 +95,20 @@ def main() -> None:
     metrics = EppMetrics()
     store = make_store(args.endpoints, clock, rng)
     config = load_default_config(registry, PluginContext(clock=clock, seed=1), metrics=metrics)
-    director = PoolDirector(store, lambda: config, metrics, clock, random.Random(2))
-    processor = Processor(PoolDispatcher({("default", "bench"): director}), metrics, StreamOptions())
+    key = ("default", "bench")
+    routing = PoolRouting(key, store, config, metrics=metrics, clock=clock, rng=random.Random(2))
+    processor = Processor(PoolPipelines({key: routing}), metrics, StreamOptions())
     requests = [request_messages(args.prompt_bytes, rng) for _ in range(64)]
     turn = iter(range(1 << 62))
 
-    def one_request() -> None:
+    async def one_request() -> None:
         stream = Stream(processor)
         for message in requests[next(turn) % len(requests)]:
-            for answer in stream.handle(message):
+            for answer in await stream.handle(message):
                 answer.SerializeToString()  # what gRPC does to each answer before sending it
         stream.close()
 
-    cost = per_request_us(one_request, args.iterations)
+    cost = await per_request_us(one_request, args.iterations)
     print(f"{args.prompt_bytes} B prompt, {args.endpoints} endpoints: {cost:.1f} µs/request")
 
 

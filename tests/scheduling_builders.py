@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
 
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
+from epp.framework.parsing import ParserTable
 from epp.framework.request import InferenceRequest
+from epp.plugins.parsers import DEFAULT_PARSER_TYPES, parser_of_type
 
 NOW = 1000.0
 """ManualClock's default start; snapshots built here are fresh at this time."""
@@ -52,3 +57,16 @@ def request(
 
 def names(states: Iterable[EndpointState]) -> list[str]:
     return [s.endpoint.pod_name for s in states]
+
+
+_PARSERS = ParserTable(parser_of_type(t) for t in DEFAULT_PARSER_TYPES)  # type: ignore[misc]
+
+
+def parsed(path: str, body: Mapping[str, Any], *, request_id: str = "r") -> InferenceRequest:
+    """A request whose ``body`` was sent to ``path`` and read by the default parsers, as a served one is."""
+    request = InferenceRequest(request_id=request_id, headers={":path": path})
+    raw = orjson.dumps(body)
+    parser, api = _PARSERS.resolve(path)
+    parser.parse(raw, api).apply_to(request, len(raw))
+    request.target_model = request.model
+    return request

@@ -1,7 +1,9 @@
 """The Kubernetes objects simulated pools are made of: one definition of each.
 
 A simulated pod is a Pod whose status says what a kubelet would say once its container runs:
-``Running``, its own ``podIP`` (the simulator's loopback address) and the ``Ready`` condition.
+``Running``, its own ``podIP`` (the simulator's loopback address), the ``Ready`` condition and
+container statuses with every field a kubelet sets (image, imageID, containerID, started), so
+the typed clients (``kubernetes``' pydantic models) read it.
 The local stack, the hermetic harness, the benchmarks and the simulated workload controller all
 build pods here, so "Ready" means the same thing everywhere. The inference objects (pool,
 objective, model, rewrite) are built here too, for our tests and for a platform team's own.
@@ -12,6 +14,7 @@ Objectives and rewrites exist in two API groups with one schema: GIE's
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -37,6 +40,7 @@ PoolMode = Literal["v1", "v1alpha2", "standalone"]
 
 _CONTAINER = "vllm"
 _IMAGE = "epp-sim/vllm"
+_CONTAINERS: tuple[Mapping[str, Any], ...] = ({"name": _CONTAINER, "image": _IMAGE},)
 _NODE = "sim-node"
 
 
@@ -60,32 +64,62 @@ def pod(
     }
 
 
-def pod_status_loading() -> dict[str, Any]:
-    """Scheduled, container still starting (the model is loading): not Ready, no IP yet."""
+def _image_id(image: str) -> str:
+    """What a container runtime reports for ``image``: its repository and a (made-up, stable) digest."""
+    ref = image.split("@", 1)[0]
+    repository = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref  # a tag, not a registry port
+    return f"{repository}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+
+
+def _container_status(container: Mapping[str, Any], *, running: bool, ready: bool, pod_uid: str) -> dict[str, Any]:
+    """One ``containerStatuses`` entry with every field a kubelet sets (the typed clients require image and imageID)."""
+    name, image = str(container.get("name", _CONTAINER)), str(container.get("image", _IMAGE))
+    status: dict[str, Any] = {
+        "name": name,
+        "image": image,
+        "imageID": "",
+        "ready": ready,
+        "restartCount": 0,
+        "started": running,
+        "lastState": {},
+        "state": {"waiting": {"reason": "ContainerCreating"}},
+    }
+    if running:
+        digest = hashlib.sha256(f"{pod_uid}/{name}".encode()).hexdigest()
+        status.update(imageID=_image_id(image), containerID=f"containerd://{digest}", state={"running": {}})
+    return status
+
+
+def pod_status_loading(*, containers: Sequence[Mapping[str, Any]] = _CONTAINERS) -> dict[str, Any]:
+    """Scheduled, containers still being created (the model is loading): not Ready, no IP yet."""
     return {
         "phase": "Pending",
         "conditions": [
             {"type": "PodScheduled", "status": "True"},
             {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
         ],
+        "containerStatuses": [_container_status(c, running=False, ready=False, pod_uid="") for c in containers],
     }
 
 
-def pod_status_ready(ip: str, *, containers: Sequence[str] = (_CONTAINER,), ready: bool = True) -> dict[str, Any]:
-    """Running at ``ip``; ``ready=False`` is a running pod that fails its readiness probe."""
+def pod_status_ready(
+    ip: str, *, containers: Sequence[Mapping[str, Any]] = _CONTAINERS, pod_uid: str = "", ready: bool = True
+) -> dict[str, Any]:
+    """Running at ``ip`` (``containers``: the pod spec's); ``ready=False`` is a running pod that fails its probe."""
     flag = "True" if ready else "False"
     return {
         "phase": "Running",
         "podIP": ip,
         "podIPs": [{"ip": ip}],
         "hostIP": "127.0.0.1",
+        "hostIPs": [{"ip": "127.0.0.1"}],
         "conditions": [
             {"type": "PodScheduled", "status": "True"},
             {"type": "ContainersReady", "status": flag},
             {"type": "Ready", "status": flag},
         ],
         "containerStatuses": [
-            {"name": name, "ready": ready, "restartCount": 0, "state": {"running": {}}} for name in containers
+            _container_status(c, running=True, ready=ready, pod_uid=pod_uid or ip) for c in containers
         ],
     }
 

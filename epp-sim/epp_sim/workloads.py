@@ -351,7 +351,7 @@ class WorkloadsController:
             raise
         key = (ns, pod["metadata"]["name"])
         self._addresses[key] = (host, port)
-        status = pod_status_loading()
+        status = pod_status_loading(containers=spec["containers"])
         pod = self._store.patch("pods", key[1], {"status": status}, namespace=ns, subresource="status")
         self._start_loading(key, template, self.load_delay)
         return pod
@@ -371,11 +371,11 @@ class WorkloadsController:
                 server = ModelServer(self._sim_config(template), host=host, port=port)
                 await server.start()
                 self._servers[key] = server
-            if self._store.lookup(self._store.type_of("pods"), key[1], key[0]) is None:
+            pod = self._store.lookup(self._store.type_of("pods"), key[1], key[0])
+            if pod is None:
                 await self._retire(key)  # deleted while its server was starting
                 return
-            containers = [str(c.get("name", "main")) for c in (template.get("spec") or {}).get("containers") or ()]
-            status = pod_status_ready(host, containers=containers)
+            status = pod_status_ready(host, containers=pod["spec"]["containers"], pod_uid=pod["metadata"]["uid"])
             self._store.patch("pods", key[1], {"status": status}, namespace=key[0], subresource="status")
             log.info("sim pod ready", extra={"pod": f"{key[0]}/{key[1]}", "address": f"{host}:{port}"})
         except asyncio.CancelledError:

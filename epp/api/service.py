@@ -1,8 +1,8 @@
 """The ``epp.v1`` services (Endpoints, Explain, Config) over a running picker's state.
 
-They read what the request path reads (datastores, the current configurations, the directors)
-and write nothing: ``Explain`` asks a pool's director for its dry run
-(:meth:`~epp.requestcontrol.director.PoolDirector.explain`), the same code a routed request runs.
+They read what the request path reads (datastores, the pools' routings and their configurations)
+and write nothing: ``Explain`` runs the pool's request pipeline, the code a routed request runs,
+with a recorder that records instead of acting (``requestcontrol.recorder.ExplainRecorder``).
 Every call is answered between two awaits on the event loop, so it sees one consistent state. A
 bad call (unknown pool, no body) ends with ``INVALID_ARGUMENT`` or ``NOT_FOUND`` and never
 touches the server. :func:`add_api` registers the three on a gRPC server and returns their names
@@ -12,7 +12,7 @@ for reflection.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,15 +21,13 @@ import grpc
 from epp.api import pb
 from epp.api.views import config_message, endpoint_message, explanation_message, prefix_index_sizes
 from epp.clock import Clock
-from epp.config.loader import LoadedConfig
 from epp.datastore.types import DatastoreReader
 from epp.errors import EppError, ErrorCode
-from epp.extproc.request_body import parse_request_body
 from epp.framework import headers as wire
-from epp.framework.parsing import request_path
 from epp.framework.request import InferenceRequest
-from epp.requestcontrol.director import PoolDirector
-from epp.requestcontrol.pools import PoolDispatcher, PoolKey
+from epp.requestcontrol.pool_routing import PoolKey, PoolRouting
+from epp.requestcontrol.pools import PoolPipelines
+from epp.requestcontrol.recorder import ExplainRecorder
 
 __all__ = ["ApiPool", "ApiSources", "add_api"]
 
@@ -44,7 +42,7 @@ class ApiPool(Protocol):
     def datastore(self) -> DatastoreReader: ...
 
     @property
-    def director(self) -> PoolDirector: ...
+    def routing(self) -> PoolRouting: ...
 
     @property
     def synced(self) -> bool: ...
@@ -55,8 +53,7 @@ class ApiSources:
     """Where each answer comes from; callables are read at each call, so reloads show at once."""
 
     pools: Sequence[ApiPool]
-    directors: PoolDispatcher[PoolDirector]
-    configs: Callable[[], Mapping[PoolKey, LoadedConfig]]
+    pipelines: PoolPipelines
     generation: Callable[[], int]
     last_reload: Callable[[], tuple[bool, str]]
     """(the file is watched, why its last change was rejected or "")."""
@@ -88,7 +85,6 @@ class _Endpoints(pb.EndpointsServicer):  # type: ignore[misc]  # generated base 
     async def ListEndpoints(self, request: Any, context: Any) -> pb.ListEndpointsResponse:  # noqa: N802
         s = self._s
         now = s.clock.now()
-        configs = s.configs()
         answer = pb.ListEndpointsResponse()
         for pool in await _selected(s, request.pool, context):
             namespace, name = pool.key
@@ -98,7 +94,7 @@ class _Endpoints(pb.EndpointsServicer):  # type: ignore[misc]  # generated base 
                     name=name,
                     synced=pool.synced,
                     endpoints=[endpoint_message(e, now, s.staleness_threshold) for e in pool.datastore.endpoints()],
-                    prefix_index_sizes=prefix_index_sizes(configs[pool.key]),
+                    prefix_index_sizes=prefix_index_sizes(pool.routing.config),
                     metrics_staleness_threshold_seconds=s.staleness_threshold,
                 )
             )
@@ -111,10 +107,9 @@ class _Config(pb.ConfigServicer):  # type: ignore[misc]  # generated base is unt
 
     async def GetConfig(self, request: Any, context: Any) -> pb.GetConfigResponse:  # noqa: N802
         s = self._s
-        configs = s.configs()
         watched, error = s.last_reload()
         return pb.GetConfigResponse(
-            pools=[config_message(*p.key, configs[p.key]) for p in await _selected(s, request.pool, context)],
+            pools=[config_message(*p.key, p.routing.config) for p in await _selected(s, request.pool, context)],
             source=s.config_source,
             generation=s.generation(),
             last_reload=pb.ReloadResult(watched=watched, successful=not error, error=error),
@@ -135,20 +130,20 @@ class _Explain(pb.ExplainServicer):  # type: ignore[misc]  # generated base is u
         headers = {k.lower(): v for k, v in request.headers.items()}
         inference = InferenceRequest(request_id=headers.get(wire.REQUEST_ID) or f"explain-{uuid.uuid4()}")
         inference.headers = headers
+        recorder = ExplainRecorder(inference)
         try:
-            director = self._s.directors.director_for(inference)
-            parsed = parse_request_body(request.body, director.api_for(request_path(headers)))
+            pool = self._s.pipelines.pool_for(inference)
+            pipeline = pool.pipeline
+            ctx = pipeline.parse(inference, request.body, None, recorder)
         except EppError as e:  # a body the picker refuses, or a pool it does not serve
             code = grpc.StatusCode.NOT_FOUND if e.code is ErrorCode.NOT_FOUND else grpc.StatusCode.INVALID_ARGUMENT
             await _abort(context, code, str(e))
             raise  # unreachable: abort raises
-        parsed.apply_to(inference, len(request.body))
-        pending = director.prepare(inference)  # data producers (token-producer), as for a real request
-        if pending is not None:
-            await pending
-        explanation = director.explain(inference, None)
-        key = next(p.key for p in self._s.pools if p.director is director)
-        return explanation_message("/".join(key), explanation)
+        try:
+            await pipeline.route(ctx)
+        except EppError as e:  # the answer a client would get: part of the explanation
+            recorder.explanation.error = e
+        return explanation_message("/".join(pool.key), recorder.explanation)
 
 
 def add_api(server: Any, sources: ApiSources) -> tuple[str, ...]:

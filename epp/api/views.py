@@ -19,7 +19,8 @@ from epp.config.loader import LoadedConfig
 from epp.framework.endpoint import EndpointState
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
 from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
-from epp.requestcontrol.explain import Admission, Explanation
+from epp.requestcontrol.admission import Admission
+from epp.requestcontrol.explain import Explanation
 from epp.scheduling.trace import ProfileTrace
 
 __all__ = ["config_message", "endpoint_message", "explanation_message", "prefix_index_sizes"]
@@ -88,7 +89,7 @@ def config_message(namespace: str, name: str, config: LoadedConfig) -> pb.PoolCo
 
 
 def explanation_message(pool: str, explanation: Explanation) -> pb.ExplainResponse:
-    """What the director decided in its dry run, and every step's outcome."""
+    """What the pipeline decided in its dry run, and every step's outcome."""
     request = explanation.request
     message = pb.ExplainResponse(
         pool=pool,

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from epp.config.compat import ConfigNotice
+from epp.config.kinds import plays
 from epp.config.picker_config import (
     LEGACY_API_VERSION,
     ConfigError,
@@ -41,12 +42,11 @@ from epp.config.picker_config import (
 )
 from epp.framework.datalayer import MetricsExtractor, MetricsSource, MetricsSourceSpec, ScrapeSpec
 from epp.framework.engine_metrics import EngineTable
-from epp.framework.plugin import Plugin
+from epp.framework.plugin import Plugin, PluginKind, declared_kinds
 from epp.framework.producers import EndpointsAddedObserver
 from epp.framework.scheduling import EndpointsObserver
 from epp.plugins import core_metrics_extractor, metrics_data_source
 from epp.plugins.endpoint_notification_source import TYPE as _ENDPOINT_SOURCE
-from epp.plugins.endpoint_notification_source import EndpointNotificationSource
 
 __all__ = ["NOTICE_SETTING", "ScrapeBuilder", "data_layer_scrape", "default_sources"]
 
@@ -58,6 +58,7 @@ NOTICE_SETTING = "dataLayer"
 
 _SOURCE = metrics_data_source.TYPE
 _EXTRACTOR = core_metrics_extractor.TYPE
+_DATA_LAYER_KINDS = frozenset({PluginKind.DATA_SOURCE, PluginKind.DATA_EXTRACTOR, PluginKind.ENDPOINT_SOURCE})
 
 
 def default_sources(
@@ -72,7 +73,7 @@ def default_sources(
         gie_section = config.api_version == LEGACY_API_VERSION and section.inject_defaults is None
         if section.inject_defaults is False or gie_section:
             return None
-        if any(isinstance(plugins.get(s.plugin_ref), MetricsSource) for s in section.sources):
+        if any(plays(plugins.get(s.plugin_ref), PluginKind.DATA_SOURCE) for s in section.sources):
             return None
     for name in (_SOURCE, _EXTRACTOR):
         if name not in plugins:
@@ -107,9 +108,9 @@ def _wired(
     endpoint_wiring: list[Plugin] = []
     for i, entry in enumerate(section.sources if section is not None else ()):
         plugin = ref(f"dataLayer.sources[{i}].pluginRef", entry.plugin_ref)
-        if isinstance(plugin, EndpointNotificationSource):
+        if plays(plugin, PluginKind.ENDPOINT_SOURCE):
             endpoint_wiring += [plugin, *_endpoint_extractors(i, entry, ref)]
-        elif isinstance(plugin, MetricsSource):
+        elif plays(plugin, PluginKind.DATA_SOURCE) and isinstance(plugin, MetricsSource):
             metrics_entries.append((i, entry, plugin))
         else:
             raise _kind_error(
@@ -132,7 +133,7 @@ def _wired(
         )
     where = f"dataLayer.sources[{i}].extractors[0].pluginRef"
     extractor = ref(where, entry.extractors[0].plugin_ref)
-    if not isinstance(extractor, MetricsExtractor):
+    if not plays(extractor, PluginKind.DATA_EXTRACTOR) or not isinstance(extractor, MetricsExtractor):
         raise _kind_error(where, extractor, f"a metrics extractor ({_EXTRACTOR})")
     return source, extractor, endpoint_wiring
 
@@ -157,7 +158,7 @@ def data_layer_scrape(
             "so it has no effect (as upstream)",
         )
         for name, plugin in plugins.items()
-        if isinstance(plugin, MetricsSource | MetricsExtractor | EndpointNotificationSource) and id(plugin) not in wired
+        if declared_kinds(plugin) & _DATA_LAYER_KINDS and id(plugin) not in wired
     ]
     if build is None:
         return None, notices

@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from epp.config.kinds import plays
 from epp.config.picker_config import ConfigError, FlowControlConfig, PriorityBandConfig
 from epp.durations import parse_duration
 from epp.framework.flowcontrol import FairnessPolicy, OrderingPolicy, UsageLimitPolicy
-from epp.framework.plugin import Plugin
+from epp.framework.plugin import Plugin, PluginKind
 from epp.plugins.flow_policies import FCFS_TYPE, GLOBAL_STRICT_TYPE, STATIC_USAGE_LIMIT_TYPE
 from epp.quantities import parse_quantity
 
@@ -126,12 +127,12 @@ class _Bands:
         self._lookup = lookup
         self._add_default = add_default
 
-    def _policy(self, where: str, ref: str | None, default_type: str, kind: type) -> Plugin:
+    def _policy(self, where: str, ref: str | None, default_type: str, kind: PluginKind) -> Plugin:
         name = ref if ref else self._add_default(default_type)
         plugin = self._lookup(where, name)
-        if not isinstance(plugin, kind):
+        if not plays(plugin, kind):
             raise ConfigError(
-                f"{where}: plugin {name!r} (type {plugin.typed_name.type!r}) is not a {kind.__name__} "
+                f"{where}: plugin {name!r} (type {plugin.typed_name.type!r}) is not a {kind} "
                 "(a flow-control policy of that kind)"
             )
         return plugin
@@ -150,12 +151,14 @@ class _Bands:
             fairness = template.fairness
         else:
             fairness = self._policy(
-                f"{where}.fairnessPolicyRef", spec.fairness_policy_ref, GLOBAL_STRICT_TYPE, FairnessPolicy
+                f"{where}.fairnessPolicyRef", spec.fairness_policy_ref, GLOBAL_STRICT_TYPE, PluginKind.FAIRNESS_POLICY
             )
         if spec.ordering_policy_ref is None and template is not None:
             ordering = template.ordering
         else:
-            ordering = self._policy(f"{where}.orderingPolicyRef", spec.ordering_policy_ref, FCFS_TYPE, OrderingPolicy)
+            ordering = self._policy(
+                f"{where}.orderingPolicyRef", spec.ordering_policy_ref, FCFS_TYPE, PluginKind.ORDERING_POLICY
+            )
         assert isinstance(fairness, FairnessPolicy) and isinstance(ordering, OrderingPolicy)
         return BandSettings(spec.priority or 0, max_bytes, max_requests, fairness, ordering)
 
@@ -190,7 +193,7 @@ def flow_control_settings(
     usage_ref = section.usage_limit_policy_plugin_ref
     usage_where = f"{where}.usageLimitPolicyPluginRef"
     usage = lookup(usage_where, usage_ref if usage_ref else add_default(STATIC_USAGE_LIMIT_TYPE))
-    if not isinstance(usage, UsageLimitPolicy):
+    if not plays(usage, PluginKind.USAGE_LIMIT_POLICY) or not isinstance(usage, UsageLimitPolicy):
         raise ConfigError(
             f"{usage_where}: plugin {usage.typed_name.name!r} (type {usage.typed_name.type!r}) is not a usage-limit "
             "policy"

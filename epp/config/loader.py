@@ -47,6 +47,7 @@ from epp.config.defaults import (
     default_config,
 )
 from epp.config.flow_control import FlowControlSettings, flow_control_settings
+from epp.config.kinds import check_declared_kinds, playing, plays
 from epp.config.picker_config import (
     ConfigError,
     EndpointPickerConfig,
@@ -61,7 +62,7 @@ from epp.config.picker_config import (
 )
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.parsing import Parser, ParserTable
-from epp.framework.plugin import Plugin, PluginContext, PluginRegistry
+from epp.framework.plugin import Plugin, PluginContext, PluginKind, PluginRegistry
 from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
@@ -112,7 +113,7 @@ class LoadedConfig:
     closables: tuple[AsyncClosable, ...] = ()
     """Plugins holding background resources, closed when this config is replaced or the picker stops."""
     admission: bool = True
-    """Whether the director sheds sheddable work on ``saturation_detector`` before scheduling:
+    """Whether the pipeline sheds sheddable work on ``saturation_detector`` before scheduling:
     False when every profile runs a filter that sheds by itself (the v0.3 tree) and the config
     names no saturation detector."""
     feature_gates: frozenset[str] = frozenset()
@@ -261,9 +262,11 @@ class _Builder:
     def _create(self, spec: PluginSpec, where: str) -> Plugin:
         parameters = MappingProxyType(dict(spec.parameters or {}))
         try:
-            return self._registry.create(spec.type, spec.name, parameters, self._context)
+            plugin = self._registry.create(spec.type, spec.name, parameters, self._context)
         except ValueError as exc:  # PluginConfigError and factories' own range checks
             raise ConfigError(f"{where} ({spec.name!r}, type {spec.type!r}).parameters: {exc}") from exc
+        check_declared_kinds(plugin, where)
+        return plugin
 
     def _add_default_plugin(self, type_name: str) -> str:
         """Instantiate ``type_name`` with default parameters under its type name; returns the name."""
@@ -293,21 +296,23 @@ class _Builder:
             refs = tuple(
                 SchedulingPlugin(plugin_ref=name)
                 for name, p in plugins.items()
-                if isinstance(p, Filter | Scorer | Picker)
+                if plays(p, PluginKind.FILTER) or plays(p, PluginKind.SCORER) or plays(p, PluginKind.PICKER)
             )
             profiles = (SchedulingProfile(name=DEFAULT_PROFILE_NAME, plugins=refs),)
-        if len(profiles) == 1 and not any(isinstance(p, ProfileHandler) for p in plugins.values()):
+        if len(profiles) == 1 and not playing(plugins.values(), PluginKind.PROFILE_HANDLER):
             self._add_default_plugin(DEFAULT_PROFILE_HANDLER_TYPE)
 
-        default_picker = next((name for name, p in plugins.items() if isinstance(p, Picker)), None)
+        # Only a plugin whose type declares the Picker kind: a flow-control fairness policy also has a
+        # ``pick`` method, and must never be taken for a profile's picker.
+        default_picker = next((name for name, p in plugins.items() if plays(p, PluginKind.PICKER)), None)
         defaulted: list[SchedulingProfile] = []
         for profile in profiles:
             refs_out: list[SchedulingPlugin] = []
             has_picker = False
             for ref in profile.plugins:
                 plugin = plugins[ref.plugin_ref]
-                has_picker = has_picker or isinstance(plugin, Picker)
-                if ref.weight is None and isinstance(plugin, Scorer):
+                has_picker = has_picker or plays(plugin, PluginKind.PICKER)
+                if ref.weight is None and plays(plugin, PluginKind.SCORER):
                     ref = ref.model_copy(update={"weight": DEFAULT_SCORER_WEIGHT})
                 refs_out.append(ref)
             if not has_picker:
@@ -345,7 +350,7 @@ class _Builder:
 
     def build(self, metrics: EppMetrics | None, build_scrape: ScrapeBuilder | None) -> LoadedConfig:
         config, plugins = self.config, self.plugins
-        handlers = [p for p in plugins.values() if isinstance(p, ProfileHandler)]
+        handlers = playing(plugins.values(), PluginKind.PROFILE_HANDLER)
         if len(handlers) > 1:
             names = sorted(h.typed_name.name for h in handlers)
             raise ConfigError(f"plugins: at most one profile handler is allowed, got {names}")
@@ -354,6 +359,7 @@ class _Builder:
                 f"plugins: {len(config.scheduling_profiles)} scheduling profiles need a profile handler plugin"
             )
         handler = handlers[0]
+        assert isinstance(handler, ProfileHandler)  # check_declared_kinds made sure
         if handler.typed_name.type == DEFAULT_PROFILE_HANDLER_TYPE and len(config.scheduling_profiles) != 1:
             raise ConfigError(
                 f"schedulingProfiles: {handler.typed_name.type} allows exactly one profile, "
@@ -374,7 +380,7 @@ class _Builder:
         detector_ref = config.flow_control.saturation_detector if config.flow_control is not None else None
         detector_name = detector_ref.plugin_ref if detector_ref is not None else DEFAULT_SATURATION_DETECTOR_TYPE
         detector = self._ref(self._detector_where, detector_name)
-        if not isinstance(detector, SaturationDetector):
+        if not plays(detector, PluginKind.SATURATION_DETECTOR) or not isinstance(detector, SaturationDetector):
             raise ConfigError(
                 f"{self._detector_where}: plugin {detector_name!r} "
                 f"(type {detector.typed_name.type!r}) is not a saturation detector"
@@ -392,18 +398,31 @@ class _Builder:
             plugins=MappingProxyType(dict(plugins)),
             scheduler=Scheduler(profile_handler=handler, profiles=profiles, metrics=metrics),
             saturation_detector=detector,
-            pre_request=tuple(p for p in plugins.values() if isinstance(p, PreRequest)),
-            post_response=tuple(p for p in plugins.values() if isinstance(p, PostResponse)),
+            pre_request=tuple(
+                p for p in plugins.values() if plays(p, PluginKind.PRE_REQUEST) and isinstance(p, PreRequest)
+            ),
+            post_response=tuple(
+                p for p in plugins.values() if plays(p, PluginKind.POST_RESPONSE) and isinstance(p, PostResponse)
+            ),
             response_headers=tuple(p for p in plugins.values() if isinstance(p, ResponseHeaderContributor)),
             endpoint_observers=tuple(p for p in plugins.values() if isinstance(p, EndpointsObserver)),
             endpoints_added=tuple(p for p in plugins.values() if isinstance(p, EndpointsAddedObserver)),
-            data_producers=tuple(p for p in plugins.values() if isinstance(p, DataProducer)),
+            data_producers=tuple(
+                p for p in plugins.values() if plays(p, PluginKind.DATA_PRODUCER) and isinstance(p, DataProducer)
+            ),
             closables=tuple(p for p in plugins.values() if isinstance(p, AsyncClosable)),
             admission=self._detector_named or not self_admitting,
             notices=tuple(data_layer_notices),
             scrape=scrape,
             parsers=parsers,
-            in_flight=next((p for p in plugins.values() if isinstance(p, InFlightEstimator)), InFlightLoadProducer()),
+            in_flight=next(
+                (
+                    p
+                    for p in plugins.values()
+                    if plays(p, PluginKind.IN_FLIGHT_ESTIMATOR) and isinstance(p, InFlightEstimator)
+                ),
+                InFlightLoadProducer(),
+            ),
         )
 
     def _parsers(self) -> ParserTable:
@@ -414,7 +433,7 @@ class _Builder:
         for i, ref in enumerate(refs):
             where = "parser.pluginRef" if ref is config.parser else f"requestHandler.parsers[{i}].pluginRef"
             plugin = self._ref(where, ref.plugin_ref)
-            if not isinstance(plugin, Parser):
+            if not plays(plugin, PluginKind.PARSER) or not isinstance(plugin, Parser):
                 raise ConfigError(
                     f"{where}: plugin {ref.plugin_ref!r} (type {plugin.typed_name.type!r}) is not a parser"
                 )
@@ -460,18 +479,22 @@ class _Builder:
         for j, ref in enumerate(spec.plugins):
             where = f"schedulingProfiles[{index}].plugins[{j}]"
             plugin = self._ref(f"{where}.pluginRef", ref.plugin_ref)
-            if not isinstance(plugin, Filter | Scorer | Picker):
+            roles = 0
+            if plays(plugin, PluginKind.FILTER) and isinstance(plugin, Filter):
+                filters.append(plugin)
+                roles += 1
+            if plays(plugin, PluginKind.SCORER) and isinstance(plugin, Scorer):
+                weight = DEFAULT_SCORER_WEIGHT if ref.weight is None else ref.weight
+                scorers.append(WeightedScorer(plugin, weight))
+                roles += 1
+            if plays(plugin, PluginKind.PICKER) and isinstance(plugin, Picker):
+                pickers.append(plugin)
+                roles += 1
+            if not roles:
                 raise ConfigError(
                     f"{where}.pluginRef: plugin {ref.plugin_ref!r} (type {plugin.typed_name.type!r}) "
                     "is not a filter, scorer or picker"
                 )
-            if isinstance(plugin, Filter):
-                filters.append(plugin)
-            if isinstance(plugin, Scorer):
-                weight = DEFAULT_SCORER_WEIGHT if ref.weight is None else ref.weight
-                scorers.append(WeightedScorer(plugin, weight))
-            if isinstance(plugin, Picker):
-                pickers.append(plugin)
         if len(pickers) != 1:
             names = [p.typed_name.name for p in pickers]
             raise ConfigError(

@@ -13,17 +13,20 @@ A response to a passthrough request (``read_body=False``) is neither held nor sc
 chunk goes straight back, as upstream's ``passthrough-parser`` reads no response.
 
 When the client's model name differs from the one the server was sent, the server's name is
-replaced by the client's in every chunk, so the client sees the name it asked for. The relay is
+replaced by the client's (:class:`~epp.extproc.model_rename.ModelRenamer`), so the client sees the
+name it asked for, even when a chunk boundary cuts through it (in Envoy's ``FULL_DUPLEX_STREAMED``
+mode, the GIE mode; in the modes where every body message gets exactly one answer, each chunk is
+renamed on its own). The relay is
 :attr:`done` once the response is complete (end of stream, trailers, or a mode in which Envoy
 sends no body); the stream then records it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
 from epp.extproc import pb
+from epp.extproc.model_rename import ModelRenamer
 from epp.extproc.responses import (
     body_chunk,
     body_chunks,
@@ -41,13 +44,6 @@ _BODY_NONE = pb.BODY_NONE
 _UPSTREAM_SERVICE_TIME = headers.UPSTREAM_SERVICE_TIME
 
 
-def _model_renames(served: str, client: str) -> tuple[tuple[bytes, bytes], ...]:
-    """``"model":<served>`` → ``"model":<client>``, compact spelling first, then spaced."""
-    old = json.dumps(served, ensure_ascii=False).encode()
-    new = json.dumps(client, ensure_ascii=False).encode()
-    return ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))
-
-
 class ResponseRelay:
     """Relays one response; ``done``, ``usage``, ``size``, ``status``, ``upstream_error`` and
     ``from_upstream`` (the model server answered, not Envoy itself) say how it went.
@@ -62,7 +58,7 @@ class ResponseRelay:
         "_mode",
         "_chunk_size",
         "_max_buffer",
-        "_renames",
+        "_renamer",
         "_extra_headers",
         "_scanner",
         "_read_body",
@@ -90,7 +86,7 @@ class ResponseRelay:
         self._mode = mode
         self._chunk_size = chunk_size
         self._max_buffer = max_buffer
-        self._renames = _model_renames(*rename) if rename is not None and mode != _BODY_NONE else ()
+        self._renamer = ModelRenamer(*rename) if rename is not None and mode != _BODY_NONE else None
         self._extra_headers = extra_headers or {}
         self._scanner: SseUsageScanner | None = None
         self._read_body = read_body
@@ -128,7 +124,7 @@ class ResponseRelay:
         if http_headers.end_of_stream or self._mode == _BODY_NONE:
             self._finish(None)  # No body follows, or Envoy will not send it to us.
         return response_headers_response(
-            [(k, v.encode()) for k, v in extra.items()], remove_content_length=bool(self._renames)
+            [(k, v.encode()) for k, v in extra.items()], remove_content_length=self._renamer is not None
         )
 
     def on_body(self, body: pb.HttpBody) -> Sequence[pb.ProcessingResponse]:
@@ -142,25 +138,37 @@ class ResponseRelay:
         if end:
             whole = self._take_held()
             self._finish(usage_from_json(whole))
-            return self._send_held(whole, end_of_stream=True) if self._full_duplex else (self._replaced(chunk),)
+            return (
+                self._send_held(whole, end_of_stream=True, last=True) if self._full_duplex else (self._replaced(chunk),)
+            )
         if self.size > self._max_buffer:
             # Too large to hold for its usage: hand over what is held, pass the rest through.
             self._passing = True
             whole = self._take_held()
-            return self._send_held(whole, end_of_stream=False) if self._full_duplex else (self._replaced(chunk),)
+            return (
+                self._send_held(whole, end_of_stream=False, last=False)
+                if self._full_duplex
+                else (self._replaced(chunk),)
+            )
         # Envoy in BUFFERED/STREAMED mode waits for an answer to every message; ours comes now.
         return () if self._full_duplex else (self._replaced(chunk),)
 
     def on_trailers(self) -> Sequence[pb.ProcessingResponse]:
         """Trailers end the response: flush what is held (without EoS), then answer them."""
         answers: list[pb.ProcessingResponse] = []
-        if self._scanner is not None:
-            self._scanner.finish()
-            self._finish(self._scanner.usage)
+        if self._passing:
+            if self._scanner is not None:
+                self._scanner.finish()
+                self._finish(self._scanner.usage)
+            else:
+                self._finish(None)
+            rest = self._rename(b"", end=True)
+            if rest and self._full_duplex:  # bytes held back by the renamer: they end the body
+                answers.append(body_chunk(rest, request=False, end_of_stream=False))
         else:
             whole = self._take_held()
             if whole and self._full_duplex:
-                answers += self._send_held(whole, end_of_stream=False)
+                answers += self._send_held(whole, end_of_stream=False, last=True)
             self._finish(usage_from_json(whole) if whole else None)
         answers.append(response_trailers_response())
         return answers
@@ -183,25 +191,26 @@ class ResponseRelay:
                 scanner.finish()
             self._finish(scanner.usage if scanner is not None else None)
         if self._full_duplex:
-            return (body_chunk(self._rename(chunk), request=False, end_of_stream=end),)
+            return (body_chunk(self._rename(chunk, end=end), request=False, end_of_stream=end),)
         return (self._replaced(chunk),)
 
     def _replaced(self, chunk: bytes) -> pb.ProcessingResponse:
-        out = self._rename(chunk)
+        """The one answer a body message gets outside FULL_DUPLEX_STREAMED: renamed on its own."""
+        out = self._rename(chunk, end=True)
         return response_body_replaced(None if out is chunk else out)
 
-    def _send_held(self, whole: bytes, *, end_of_stream: bool) -> list[pb.ProcessingResponse]:
-        return body_chunks(self._rename(whole), self._chunk_size, request=False, end_of_stream=end_of_stream)
+    def _send_held(self, whole: bytes, *, end_of_stream: bool, last: bool) -> list[pb.ProcessingResponse]:
+        """``whole`` in chunks; ``last``: no body follows (EoS, or trailers come next)."""
+        out = self._rename(whole, end=last)
+        return body_chunks(out, self._chunk_size, request=False, end_of_stream=end_of_stream)
 
     def _take_held(self) -> bytes:
         held, self._held = self._held, []
         return held[0] if len(held) == 1 else b"".join(held)
 
-    def _rename(self, data: bytes) -> bytes:
-        for needle, replacement in self._renames:
-            if needle in data:
-                return data.replace(needle, replacement)
-        return data
+    def _rename(self, data: bytes, *, end: bool) -> bytes:
+        renamer = self._renamer
+        return data if renamer is None else renamer.feed(data, end=end)
 
     def _finish(self, usage: Usage | None) -> None:
         if not self.done:

@@ -25,7 +25,7 @@ from epp.extproc import pb
 from epp.extproc.grpc_stream_metrics import GrpcStreamMetrics
 from epp.extproc.health import HealthState
 from epp.extproc.replies import Replies
-from epp.extproc.stream import Directors, Processor, Stream, StreamOptions
+from epp.extproc.stream import Pipelines, Processor, Stream, StreamOptions
 from epp.extproc.tls import ServerTls
 from epp.framework.endpoint import join_host_port
 from epp.telemetry.metrics import EppMetrics
@@ -125,7 +125,7 @@ class ExtProcServer:
 
     def __init__(
         self,
-        directors: Directors,
+        pipelines: Pipelines,
         metrics: EppMetrics,
         *,
         options: StreamOptions,
@@ -133,7 +133,7 @@ class ExtProcServer:
         ext_proc: ExtProcOptions | None = None,
         health_port_services: ExtraServices | None = None,
     ) -> None:
-        self._processor = Processor(directors, metrics, options, tracing)
+        self._processor = Processor(pipelines, metrics, options, tracing)
         self._ext_proc = ext_proc or ExtProcOptions()
         # Registered only when asked for, as upstream: the series do not exist otherwise.
         self._stream_metrics = GrpcStreamMetrics(metrics.registry) if self._ext_proc.stream_metrics else None

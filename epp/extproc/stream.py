@@ -14,13 +14,14 @@ without it the GIE mode is assumed. A header-only request (``end_of_stream`` on 
 e.g. GET) is routed at the headers phase. The response half is a
 :class:`~epp.extproc.response_relay.ResponseRelay`.
 
-The stream moves through one :class:`Phase` at a time. It only *carries* the request: the
-model, objective and priority are resolved by the pool's :class:`Director`, chosen once per
-request by :class:`Directors`, which is also the one told when the request is over.
-
-Handling is synchronous (:meth:`Stream.handle` returns the answers to write); only
-:meth:`Stream.run` awaits, so a stream's state can never be observed half-updated, and the
-``finally`` in ``run`` releases everything however the stream ends (EoS, error, cancellation).
+The stream moves through one :class:`Phase` at a time. It only *carries* the request: once the
+body is complete, the pool's :class:`RequestPipeline` of that moment (:class:`Pipelines`; the
+request's configuration snapshot) parses it into a
+:class:`~epp.requestcontrol.context.RequestContext` and routes it; that pipeline is the one told
+when the request is over. :meth:`Stream.handle` awaits the route (data producers, the flow-control
+queue) in the stream's own task, never the loop's; the ``finally`` in ``run`` releases everything
+however the stream ends (EoS, error, cancellation, which also takes a queued request out of the
+queue).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import AsyncIterable, Awaitable, Sequence
+from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Protocol
@@ -37,7 +38,6 @@ from epp.errors import EppError, ErrorCode
 from epp.extproc import pb
 from epp.extproc.observe import RequestLabels, StreamMetrics
 from epp.extproc.replies import Replies
-from epp.extproc.request_body import ParsedBody, parse_request_body, serialize_go
 from epp.extproc.response_relay import ResponseRelay
 from epp.extproc.responses import (
     body_chunks,
@@ -49,13 +49,13 @@ from epp.extproc.responses import (
 from epp.extproc.served_endpoint import served_endpoint_echo
 from epp.extproc.subset_hint import subset_hint
 from epp.framework import headers as wire
-from epp.framework.parsing import request_path
-from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
+from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.requestcontrol.context import RequestContext
 from epp.telemetry.logs import request_id_var
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.tracing import RequestTrace, Tracing, activated
 
-__all__ = ["Director", "Directors", "Phase", "Processor", "Stream", "StreamOptions"]
+__all__ = ["Phase", "Pipelines", "Processor", "RequestPipeline", "Stream", "StreamOptions"]
 
 log = logging.getLogger(__name__)
 
@@ -89,57 +89,30 @@ class StreamOptions:
             raise ValueError(f"max_response_buffer_bytes must be > 0, got {self.max_response_buffer_bytes}")
 
 
-@dataclass(frozen=True, slots=True)
-class _ParsedRequest:
-    """A request whose body is parsed, on its way to a route (possibly after a wait)."""
+class RequestPipeline(Protocol):
+    """What one request needs from its pool's pipeline (``requestcontrol.pipeline.Pipeline``)."""
 
-    director: Director
-    request: InferenceRequest
-    raw: bytes
-    parsed: ParsedBody
-    t_last: float  # the last request byte
-    t_parsed: float
-
-
-class Director(Protocol):
-    """What one request needs from its pool's request control (``requestcontrol.PoolDirector``)."""
-
-    def route(
-        self, request: InferenceRequest, subset: frozenset[str] | None
-    ) -> RoutingDecision | Awaitable[RoutingDecision]:
-        """Resolve target model, objective and priority onto ``request``, admit and schedule.
-
-        Raises EppError (429, 503, 404...). With flow control a request that must wait comes
-        back as an awaitable: the stream awaits it (the decision, or the EppError of the way the
-        request left the queue); cancelling it takes the request out of the queue."""
+    def parse(self, request: InferenceRequest, raw: bytes, subset: frozenset[str] | None) -> RequestContext:
+        """The request's context with its body read; EppError(BAD_REQUEST) when no parser takes it."""
         ...
 
-    def prepare(self, request: InferenceRequest) -> Awaitable[None] | None:
-        """Work to await before :meth:`route` (data producers such as tokenization), or None.
-
-        Never raises for the request's sake: a producer that fails leaves the request without its data."""
+    async def route(self, ctx: RequestContext) -> RoutingDecision:
+        """Resolve target model, objective and priority, admit (possibly waiting in the flow-control queue)
+        and schedule; raises EppError (429, 503, 404...). Cancelling it takes the request out of the queue."""
         ...
 
-    def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
+    def context(self, request: InferenceRequest, subset: frozenset[str] | None) -> RequestContext:
+        """The context of a request without a body."""
+        ...
+
+    def route_headers_only(self, ctx: RequestContext) -> RoutingDecision:
         """Header-only request: a random endpoint; EppError(INTERNAL, 'no pods available in datastore') if none."""
         ...
 
-    def api_for(self, path: str) -> ApiKind:
-        """The API of a body sent to ``path``, by the configured parsers; EppError(BAD_REQUEST) if none takes it."""
-        ...
+    def finished(self, ctx: RequestContext, *, completed: bool, status: int = 0, gateway_reply: bool = False) -> None:
+        """Called exactly once per request that reached its pipeline, when the stream is over with it.
 
-    def finished(
-        self,
-        request: InferenceRequest,
-        decision: RoutingDecision | None,
-        *,
-        completed: bool,
-        status: int = 0,
-        gateway_reply: bool = False,
-    ) -> None:
-        """Called exactly once per request that reached its director, when the stream is over with it.
-
-        ``decision`` is None when routing itself raised; ``completed`` is True only when the
+        ``ctx.decision`` is None when routing itself raised; ``completed`` is True only when the
         response was seen to its end; ``status`` is the response's HTTP status, 0 when no response
         headers came; ``gateway_reply``: Envoy made that answer itself (it could not reach the
         endpoint, or the connection was reset), the model server never answered.
@@ -147,11 +120,11 @@ class Director(Protocol):
         ...
 
 
-class Directors(Protocol):
-    """The directors of every pool the picker serves (``requestcontrol.PoolDispatcher``)."""
+class Pipelines(Protocol):
+    """The pipelines of every pool the picker serves (``requestcontrol.pools.PoolPipelines``)."""
 
-    def director_for(self, request: InferenceRequest) -> Director:
-        """The director of the pool the request names; EppError (404, 400) when it names none we serve."""
+    def pipeline_for(self, request: InferenceRequest) -> RequestPipeline:
+        """The pipeline in force in the pool the request names; EppError (404, 400) when it names none we serve."""
         ...
 
 
@@ -160,23 +133,24 @@ class Phase(enum.Enum):
 
     OPEN = "open"  # nothing read yet (the first message may carry protocol_config)
     READING = "reading"  # request headers read, body being collected
+    ROUTING = "routing"  # the body is read; producers, the flow-control queue or scheduling are deciding
     ROUTED = "routed"  # the destination was sent; the request is on its way upstream
     RESPONDING = "responding"  # response messages are being relayed
     DONE = "done"  # the response is complete (or the stream was rejected)
 
 
 class Processor:
-    """What every stream of one server shares: the directors, the metric recorder, the options, the tracing.
+    """What every stream of one server shares: the pools' pipelines, the metric recorder, the options, the tracing.
 
     ``tracing`` is None when requests are not traced (``--tracing=false``, or no exporter).
     """
 
-    __slots__ = ("directors", "observe", "options", "tracing")
+    __slots__ = ("observe", "options", "pipelines", "tracing")
 
     def __init__(
-        self, directors: Directors, metrics: EppMetrics, options: StreamOptions, tracing: Tracing | None = None
+        self, pipelines: Pipelines, metrics: EppMetrics, options: StreamOptions, tracing: Tracing | None = None
     ) -> None:
-        self.directors = directors
+        self.pipelines = pipelines
         self.observe = StreamMetrics(metrics)
         self.options = options
         self.tracing = tracing
@@ -191,8 +165,8 @@ class Stream:
         "_request_mode",
         "_response_mode",
         "_request",
-        "_director",
-        "_decision",
+        "_pipeline",
+        "_ctx",
         "_subset",
         "_body",
         "_body_size",
@@ -202,7 +176,6 @@ class Stream:
         "_running",
         "_relay",
         "_trace",
-        "_waiting",
     )
 
     def __init__(self, processor: Processor) -> None:
@@ -211,18 +184,17 @@ class Stream:
         self._request_mode = _FULL_DUPLEX
         self._response_mode = _FULL_DUPLEX
         self._request: InferenceRequest | None = None
-        self._director: Director | None = None  # owed a ``finished`` call while set
-        self._decision: RoutingDecision | None = None
+        self._pipeline: RequestPipeline | None = None  # owed a ``finished`` call while set
+        self._ctx: RequestContext | None = None
         self._subset: frozenset[str] | None = None
         self._body: list[bytes] = []
         self._body_size = 0
         self._t_start = 0.0
-        self._overhead: tuple[float, float | None, float, float] | None = None
+        self._overhead: tuple[float, float | None, float, float] | None = None  # observed once the answers are sent
         self._error_label = ""
         self._running: RequestLabels | None = None  # the labels the running gauge was raised under
         self._relay: ResponseRelay | None = None
         self._trace: RequestTrace | None = None  # the ``gateway.request`` span, ended in ``close``
-        self._waiting: Awaitable[Sequence[pb.ProcessingResponse]] | None = None  # answers after a wait
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -231,11 +203,7 @@ class Stream:
         try:
             async for message in requests:
                 try:
-                    answers = self.handle(message)
-                    waiting = self._waiting
-                    if waiting is not None:  # producers or the flow-control queue: the stream waits, not the loop
-                        self._waiting = None
-                        answers = await waiting
+                    answers = await self.handle(message)
                 except EppError as err:
                     if log.isEnabledFor(logging.DEBUG):
                         log.debug("request rejected", extra={"error": str(err)})
@@ -265,7 +233,7 @@ class Stream:
             self._trace.fail(str(err))
         await replies.send_last(error_response(err))
 
-    def handle(self, message: pb.ProcessingRequest) -> Sequence[pb.ProcessingResponse]:
+    async def handle(self, message: pb.ProcessingRequest) -> Sequence[pb.ProcessingResponse]:
         """The answers to one inbound message (possibly none); raises EppError to end the stream."""
         if self._phase is Phase.OPEN and message.HasField("protocol_config"):
             self._request_mode = message.protocol_config.request_body_mode
@@ -275,7 +243,7 @@ class Stream:
             relay = self._start_response()
             return self._after_response_message(relay, relay.on_body(message.response_body))
         if kind == "request_body":
-            return self._on_request_body(message)
+            return await self._on_request_body(message)
         if kind == "request_headers":
             return self._on_request_headers(message)
         if kind == "response_headers":
@@ -290,7 +258,7 @@ class Stream:
         raise EppError(ErrorCode.INTERNAL, "malformed ProcessingRequest: no request or response phase is set")
 
     def close(self) -> None:
-        """Stream end: release the running gauge, count the error, tell the director once."""
+        """Stream end: release the running gauge, count the error, tell the pipeline once."""
         running, self._running = self._running, None
         if running is not None:
             self._p.observe.released(running)
@@ -350,7 +318,7 @@ class Stream:
             if hint is not None:
                 self._subset = hint
 
-    def _on_request_body(self, message: pb.ProcessingRequest) -> Sequence[pb.ProcessingResponse]:
+    async def _on_request_body(self, message: pb.ProcessingRequest) -> Sequence[pb.ProcessingResponse]:
         if self._phase is Phase.OPEN:  # A body without headers: tolerated, routed with no client headers.
             self._t_start = perf_counter()
             self._new_request({})
@@ -372,94 +340,63 @@ class Stream:
         t_last = perf_counter()
         chunks, self._body = self._body, []
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        return self._route_body(raw, t_last)
-
-    def _owe(self, director: Director) -> Director:
-        """From here on ``director`` is owed ``finished``."""
-        self._director = director
-        self._phase = Phase.ROUTED
-        return director
-
-    def _accept(self, decision: RoutingDecision) -> RoutingDecision:
-        if not decision.targets:
-            raise EppError(ErrorCode.INTERNAL, "director returned a routing decision without endpoints")
-        self._decision = decision
-        return decision
+        return await self._route_body(raw, t_last)
 
     def _route_headers_only(self, request: InferenceRequest) -> Sequence[pb.ProcessingResponse]:
         t_last = self._t_start
-        request.api = ApiKind.NONE
-        director = self._owe(self._p.directors.director_for(request))
+        pipeline = self._owe(self._p.pipelines.pipeline_for(request))
+        ctx = self._ctx = pipeline.context(request, self._subset)
         with activated(self._trace):
-            decision = self._accept(director.route_headers_only(request, self._subset))
+            decision = self._routed(pipeline.route_headers_only(ctx))
         t_scheduled = perf_counter()
         answer = routing_headers_response(request.upstream_headers, decision.destination, 0)
         self._overhead = (t_last, None, t_scheduled, perf_counter())
         return (answer,)
 
-    def _route_body(self, raw: bytes, t_last: float) -> Sequence[pb.ProcessingResponse]:
+    async def _route_body(self, raw: bytes, t_last: float) -> Sequence[pb.ProcessingResponse]:
         request = self._request
         assert request is not None
-        director = self._p.directors.director_for(request)
-        parsed = parse_request_body(raw, director.api_for(request_path(request.headers)))
-        parsed.apply_to(request, len(raw))
-        ready = _ParsedRequest(self._owe(director), request, raw, parsed, t_last, perf_counter())
-        pending = director.prepare(request)
-        if pending is not None:
-            self._waiting = self._after_producers(pending, ready)
-            return ()
-        return self._route_parsed(ready)
-
-    async def _after_producers(
-        self, pending: Awaitable[None], ready: _ParsedRequest
-    ) -> Sequence[pb.ProcessingResponse]:
-        """The request's data producers (e.g. tokenization) ran; route it, waiting in the queue if need be."""
-        await pending
-        answers = self._route_parsed(ready)
-        queued, self._waiting = self._waiting, None
-        return answers if queued is None else await queued
-
-    def _route_parsed(self, ready: _ParsedRequest) -> Sequence[pb.ProcessingResponse]:
+        pipeline = self._p.pipelines.pipeline_for(request)
+        ctx = pipeline.parse(request, raw, self._subset)
+        self._ctx = ctx
+        self._owe(pipeline)
+        t_parsed = perf_counter()
         with activated(self._trace):
-            routed = ready.director.route(ready.request, self._subset)
-        if isinstance(routed, RoutingDecision):
-            return self._routed_body(ready, self._accept(routed))
-        self._waiting = self._after_queue(routed, ready)
-        return ()
-
-    async def _after_queue(
-        self, queued: Awaitable[RoutingDecision], ready: _ParsedRequest
-    ) -> Sequence[pb.ProcessingResponse]:
-        """Flow control held the request: once it is dispatched and scheduled, the same answers as at once."""
-        return self._routed_body(ready, self._accept(await queued))
-
-    def _routed_body(self, ready: _ParsedRequest, decision: RoutingDecision) -> Sequence[pb.ProcessingResponse]:
-        request, raw, parsed = ready.request, ready.raw, ready.parsed
+            decision = self._routed(await pipeline.route(ctx))
         t_scheduled = perf_counter()
-        target_model = request.target_model
-        rewritten: bytes | None = None
-        if target_model and target_model != request.model and parsed.api is not ApiKind.PASSTHROUGH:
-            parsed.body["model"] = target_model
-            rewritten = serialize_go(parsed.body)
-        body = raw if rewritten is None else rewritten
+        forward = ctx.forward_body
+        body = raw if forward is None else forward
         destination = decision.destination
+        upstream_headers = request.upstream_headers
+        if decision.upstream_headers:
+            upstream_headers = {**upstream_headers, **decision.upstream_headers}
         answers: list[pb.ProcessingResponse]
         scores = decision.endpoint_scores
         if self._request_mode == _BUFFERED:
-            answers = [
-                routing_body_response(request.upstream_headers, destination, len(body), rewritten, scores=scores)
-            ]
+            answers = [routing_body_response(upstream_headers, destination, len(body), forward, scores=scores)]
         else:
-            answers = [routing_headers_response(request.upstream_headers, destination, len(body), scores=scores)]
+            answers = [routing_headers_response(upstream_headers, destination, len(body), scores=scores)]
             answers += body_chunks(body, self._p.options.chunk_size, request=True, end_of_stream=True)
-        self._overhead = (ready.t_last, ready.t_parsed, t_scheduled, perf_counter())
         labels = self._running = self._labels()
         self._p.observe.routed(labels, len(body))
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "request routed", extra={"destination": destination, "model": labels[0], "target_model": labels[1]}
             )
+        self._overhead = (t_last, t_parsed, t_scheduled, perf_counter())
         return answers
+
+    def _owe(self, pipeline: RequestPipeline) -> RequestPipeline:
+        """From here on ``pipeline`` is owed ``finished``; the phase says a decision is being made."""
+        self._pipeline = pipeline
+        self._phase = Phase.ROUTING
+        return pipeline
+
+    def _routed(self, decision: RoutingDecision) -> RoutingDecision:
+        if not decision.targets:
+            raise EppError(ErrorCode.INTERNAL, "the pipeline returned a routing decision without endpoints")
+        self._phase = Phase.ROUTED
+        return decision
 
     # -- response path -------------------------------------------------------------------------
 
@@ -469,18 +406,20 @@ class Stream:
         if relay is not None:
             return relay
         request = self._request
+        ctx = self._ctx
         rename: tuple[str, str] | None = None
-        if request is not None and request.model and request.target_model and request.model != request.target_model:
+        if ctx is not None and ctx.forward_body is not None and request is not None:
             rename = (request.target_model, request.model)
+        decision = ctx.decision if ctx is not None else None
         options = self._p.options
         relay = self._relay = ResponseRelay(
             mode=self._response_mode,
             chunk_size=options.chunk_size,
             max_buffer=options.max_response_buffer_bytes,
             sse=request is not None and request.stream,
-            read_body=request is None or request.api is not ApiKind.PASSTHROUGH,
+            read_body=ctx is None or ctx.parsed is None or ctx.parsed.reads_response,
             rename=rename,
-            extra_headers=self._decision.response_headers if self._decision is not None else None,
+            extra_headers=decision.response_headers if decision is not None else None,
         )
         self._phase = Phase.RESPONDING
         return relay
@@ -488,7 +427,7 @@ class Stream:
     def _after_response_message(
         self, relay: ResponseRelay, answers: Sequence[pb.ProcessingResponse]
     ) -> Sequence[pb.ProcessingResponse]:
-        """Once the relay has seen the whole response: record it and tell the director (once)."""
+        """Once the relay has seen the whole response: record it and tell the pipeline (once)."""
         if relay.done and self._phase is Phase.RESPONDING:
             self._phase = Phase.DONE
             labels = self._running or self._labels()
@@ -503,22 +442,15 @@ class Stream:
         return self._p.observe.labels_of(self._request)
 
     def _finish(self, *, completed: bool) -> None:
-        director, self._director = self._director, None
-        if director is None:
+        pipeline, self._pipeline = self._pipeline, None
+        ctx = self._ctx
+        if pipeline is None or ctx is None:
             return
-        request = self._request
-        assert request is not None
         try:
             relay = self._relay
             if relay is None:
-                director.finished(request, self._decision, completed=completed)
+                pipeline.finished(ctx, completed=completed)
             else:
-                director.finished(
-                    request,
-                    self._decision,
-                    completed=completed,
-                    status=relay.status,
-                    gateway_reply=not relay.from_upstream,
-                )
+                pipeline.finished(ctx, completed=completed, status=relay.status, gateway_reply=not relay.from_upstream)
         except Exception:
-            log.exception("director.finished failed")
+            log.exception("pipeline.finished failed")

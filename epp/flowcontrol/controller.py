@@ -1,7 +1,7 @@
 """The flow controller: holds admitted requests until the pool has room, then releases them by priority and fairness.
 
 Upstream's model (``pkg/epp/flowcontrol``, one shard), on the event loop instead of goroutines.
-:meth:`FlowController.enqueue` is called by the director with the request's priority and size;
+:meth:`FlowController.enqueue` is called by the request pipeline with the request's priority and size;
 it refuses at once when the queue is full (429, or 503 when the pool has no endpoint) and
 otherwise returns an :class:`Item` whose future the stream awaits (:meth:`FlowController.wait`),
 holding its ext_proc stream open without blocking anything else.

@@ -85,7 +85,7 @@ class EndpointState:
     """An endpoint, its latest metrics (the scraper replaces ``metrics`` wholesale) and its health.
 
     ``in_flight_requests`` and ``in_flight_tokens`` are what the picker itself has sent here and
-    not yet seen end (the request director adds at routing, subtracts when the stream is over):
+    not yet seen end (the request pipeline adds at routing, subtracts when the stream is over):
     load known before any scrape reports it. Two integer fields on the object every cycle
     already reads, so counting costs no lookup and no allocation.
     """

@@ -2,7 +2,7 @@
 
 Upstream's names, verbatim (``pkg/epp/util/request/headers.go``, ``pkg/epp/metadata``): the
 gateway, its routes and its clients spell them this way, so they are defined once here and every
-layer (the ext_proc stream, the director, the pool dispatcher, plugins) imports them.
+layer (the ext_proc stream, the request pipeline, the pool dispatcher, plugins) imports them.
 Header names are lower case, as Envoy hands them over.
 
 The llm-d router renamed the control headers (``x-gateway-inference-objective`` became

@@ -1,13 +1,17 @@
 """Plugin identity, factories and the registry that maps upstream type names to factories.
 
-A plugin is any object with a ``typed_name``; which extension points it serves is decided by the
-protocols it satisfies (Filter, Scorer, Picker, ...). Factories receive the plugin's name, its
+A plugin is any object with a ``typed_name``. Which extension points it serves is *declared* by its
+type (:attr:`NamedPlugin.kinds`, a set of :class:`PluginKind`), as a Go plugin's type declares the
+interfaces it implements: the loader uses a plugin only in the kinds it declares (and checks it
+implements each), never because a method happens to share a name with another kind's (a flow
+fairness policy's ``pick`` is not a scheduling picker's). Factories receive the plugin's name, its
 ``parameters`` mapping from the EndpointPickerConfig and a :class:`PluginContext` of shared
 services; they raise :class:`PluginConfigError` naming the bad parameter.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -20,10 +24,39 @@ __all__ = [
     "PluginConfigError",
     "PluginContext",
     "PluginFactory",
+    "PluginKind",
     "PluginRegistry",
     "StatefulPlugin",
     "TypedName",
+    "declared_kinds",
 ]
+
+
+class PluginKind(enum.StrEnum):
+    """An extension point a plugin type declares it serves (the values are upstream's extension-point names)."""
+
+    FILTER = "Filter"
+    SCORER = "Scorer"
+    PICKER = "Picker"
+    PROFILE_HANDLER = "ProfileHandler"
+    DATA_PRODUCER = "PrepareData"
+    PRE_REQUEST = "PreRequest"
+    POST_RESPONSE = "PostResponse"
+    IN_FLIGHT_ESTIMATOR = "InFlightEstimator"
+    SATURATION_DETECTOR = "SaturationDetector"
+    PARSER = "Parser"
+    ORDERING_POLICY = "OrderingPolicy"
+    FAIRNESS_POLICY = "FairnessPolicy"
+    USAGE_LIMIT_POLICY = "UsageLimitPolicy"
+    DATA_SOURCE = "DataSource"
+    DATA_EXTRACTOR = "Extractor"
+    ENDPOINT_SOURCE = "EndpointSource"
+
+
+def declared_kinds(plugin: object) -> frozenset[PluginKind]:
+    """The kinds ``plugin``'s type declares (none for an object that declares nothing)."""
+    kinds = getattr(plugin, "kinds", None)
+    return kinds if isinstance(kinds, frozenset) else frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +79,12 @@ class Plugin(Protocol):
 
 
 class NamedPlugin:
-    """Base of the in-tree plugins: holds the :class:`TypedName` (``plugin_type`` + instance name)."""
+    """Base of the in-tree plugins: holds the :class:`TypedName` (``plugin_type`` + instance name)
+    and declares the plugin's :class:`PluginKind` set (``kinds``)."""
 
     __slots__ = ("typed_name",)
     plugin_type: ClassVar[str] = ""
+    kinds: ClassVar[frozenset[PluginKind]] = frozenset()
 
     def __init__(self, name: str = "") -> None:
         self.typed_name = TypedName(self.plugin_type, name or self.plugin_type)

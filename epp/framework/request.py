@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.prompt import EMPTY_PROMPT, Prompt
 
 __all__ = ["ApiKind", "InferenceRequest", "RoutingDecision"]
 
@@ -39,7 +40,9 @@ class InferenceRequest:
 
     ``model`` is what the client asked for, ``target_model`` what the model server will be sent
     (after InferenceModel split / InferenceModelRewrite). ``priority`` < 0 is sheddable.
-    ``body`` is the parsed JSON (never copied); ``headers`` are the client's, lower-case keys;
+    ``body`` is the parsed JSON as the client sent it (never copied, never changed: what goes upstream
+    after a model rewrite is a rewritten copy); ``prompt`` is the prompt as the API's parser read it
+    (what prefix matching and tokenization use); ``headers`` are the client's, lower-case keys;
     ``upstream_headers`` are what the picker sets on the request it forwards (a request id it
     made up, the trace context). ``max_output_tokens`` is the client's own output cap (the API's
     ``max_tokens`` field), None when it set none; ``in_flight_tokens`` is what the request added
@@ -55,6 +58,7 @@ class InferenceRequest:
     api: ApiKind = ApiKind.COMPLETIONS
     stream: bool = False
     body: Mapping[str, Any] = field(default_factory=dict)
+    prompt: Prompt = EMPTY_PROMPT
     headers: Mapping[str, str] = field(default_factory=dict)
     upstream_headers: dict[str, str] = field(default_factory=dict)
     size: int = 0
@@ -74,6 +78,8 @@ class RoutingDecision:
     targets: list[EndpointState]
     # Headers the picker adds to the response the client receives (e.g. a session token).
     response_headers: dict[str, str] = field(default_factory=dict)
+    # Headers the scheduling profiles add to the request forwarded to the target (e.g. where to prefill).
+    upstream_headers: dict[str, str] = field(default_factory=dict)
     # ``--emit-endpoint-scores``: every scored candidate's ``ip:port`` → weighted score (else None).
     endpoint_scores: dict[str, float] | None = None
 

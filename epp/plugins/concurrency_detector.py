@@ -7,7 +7,7 @@ a profile references it) it keeps endpoints whose in-flight count is below ``max
 (1 + headroom)``, with no fail-open: an empty result fails the profile, as upstream.
 
 The count is kept through the request's life: +1 at PreRequest on the chosen endpoint, -1 when
-the director reports the request finished (PostResponse); a config reload hands the counts to the
+the pipeline reports the request finished (PostResponse); a config reload hands the counts to the
 new instance (``inherit``), so requests routed before it still count. Only ``concurrencyMode: requests`` is
 implemented; ``tokens`` and ``hybrid`` need upstream's token estimator and are refused at load.
 """
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -32,6 +32,9 @@ class ConcurrencyDetector(NamedPlugin):
     """SaturationDetector + Filter + PreRequest + PostResponse over in-flight requests per endpoint."""
 
     plugin_type = TYPE
+    kinds = frozenset(
+        {PluginKind.SATURATION_DETECTOR, PluginKind.FILTER, PluginKind.PRE_REQUEST, PluginKind.POST_RESPONSE}
+    )
     __slots__ = ("_inflight", "_limit", "max_concurrency")
 
     def __init__(self, name: str = TYPE, *, max_concurrency: int = 100, headroom: float = 0.0) -> None:

@@ -37,7 +37,7 @@ from epp.framework.engine_metrics import (
     EngineTable,
 )
 from epp.framework.metric_spec import MetricSelector, SelectorError, parse_selector
-from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.plugins._params import Params
 
 __all__ = ["TYPE", "CoreMetricsExtractor", "create"]
@@ -53,6 +53,7 @@ class CoreMetricsExtractor(NamedPlugin):
 
     __slots__ = ("_table",)
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.DATA_EXTRACTOR})
 
     def __init__(self, name: str, table: EngineTable) -> None:
         super().__init__(name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.plugins._params import Params
 
 __all__ = ["TYPE", "EndpointNotificationSource", "create"]
@@ -27,6 +27,7 @@ class EndpointNotificationSource(NamedPlugin):
 
     __slots__ = ()
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.ENDPOINT_SOURCE})
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> EndpointNotificationSource:

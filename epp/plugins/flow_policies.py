@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.flowcontrol import FlowView, QueuedRequest
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.plugins._params import Params
 
 __all__ = [
@@ -51,6 +51,7 @@ class FcfsOrdering(NamedPlugin):
     """Earliest arrival first."""
 
     plugin_type = FCFS_TYPE
+    kinds = frozenset({PluginKind.ORDERING_POLICY})
     __slots__ = ()
 
     def key(self, item: QueuedRequest) -> tuple[float, ...]:
@@ -61,6 +62,7 @@ class EdfOrdering(NamedPlugin):
     """Earliest deadline (enqueue + TTL) first; no TTL sorts last; ties by arrival."""
 
     plugin_type = EDF_TYPE
+    kinds = frozenset({PluginKind.ORDERING_POLICY})
     __slots__ = ()
 
     def key(self, item: QueuedRequest) -> tuple[float, ...]:
@@ -73,6 +75,7 @@ class GlobalStrictFairness(NamedPlugin):
     """The flow whose head comes first by the band's ordering: no fairness between flows."""
 
     plugin_type = GLOBAL_STRICT_TYPE
+    kinds = frozenset({PluginKind.FAIRNESS_POLICY})
     __slots__ = ()
 
     def pick(self, flows: Sequence[FlowView], last: str | None) -> FlowView | None:
@@ -83,6 +86,7 @@ class RoundRobinFairness(NamedPlugin):
     """Each non-empty flow in turn, in fairness-id order."""
 
     plugin_type = ROUND_ROBIN_TYPE
+    kinds = frozenset({PluginKind.FAIRNESS_POLICY})
     __slots__ = ()
 
     def pick(self, flows: Sequence[FlowView], last: str | None) -> FlowView | None:
@@ -99,6 +103,7 @@ class StaticUsageLimit(NamedPlugin):
     """Every band dispatches while the pool's saturation is below ``threshold``."""
 
     plugin_type = STATIC_USAGE_LIMIT_TYPE
+    kinds = frozenset({PluginKind.USAGE_LIMIT_POLICY})
     __slots__ = ("threshold",)
 
     def __init__(self, name: str = STATIC_USAGE_LIMIT_TYPE, *, threshold: float = 1.0) -> None:

@@ -1,6 +1,6 @@
 """inflight-load-producer: how many tokens a routed request adds to its endpoint's in-flight load.
 
-The counting itself is the request director's (always on, O(1): two integers on the endpoint,
+The counting itself is the request pipeline's (always on, O(1): two integers on the endpoint,
 added at routing, subtracted when the stream ends however it ends); this plugin only sets the
 estimate, with the llm-d router's parameters. Input tokens are estimated from the body size at
 4 bytes a token (the picker does not tokenise; upstream counts a tokenised prompt). With
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.plugins._params import Params
 
@@ -30,6 +30,7 @@ class InFlightLoadProducer(NamedPlugin):
 
     __slots__ = ("add_output", "max_output", "output_ratio")
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.IN_FLIGHT_ESTIMATOR})
 
     def __init__(
         self, name: str = "", *, add_output: bool = False, output_ratio: float = 1.5, max_output: int | None = None

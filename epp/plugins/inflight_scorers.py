@@ -1,7 +1,7 @@
 """The in-flight load scorers: ``token-load-scorer`` and ``active-request-scorer`` (llm-d router).
 
 Both read what the picker itself has in flight on each endpoint (``EndpointState``'s
-``in_flight_tokens`` / ``in_flight_requests``, counted by the request director from routing to
+``in_flight_tokens`` / ``in_flight_requests``, counted by the request pipeline from routing to
 the end of the response), so a burst routed between two scrapes already counts:
 
 - ``token-load-scorer``: ``1 − min(1, tokens / queueThresholdTokens)``; 0 tokens → 1, the
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._params import Params
@@ -45,6 +45,7 @@ class TokenLoadScorer(NamedPlugin):
 
     __slots__ = ("threshold",)
     plugin_type = TOKEN_LOAD_TYPE
+    kinds = frozenset({PluginKind.SCORER})
 
     def __init__(self, name: str = "", *, threshold: int = _DEFAULT_THRESHOLD_TOKENS) -> None:
         super().__init__(name)
@@ -60,6 +61,7 @@ class ActiveRequestScorer(NamedPlugin):
 
     __slots__ = ("idle_threshold", "max_busy_score")
     plugin_type = ACTIVE_REQUEST_TYPE
+    kinds = frozenset({PluginKind.SCORER})
 
     def __init__(self, name: str = "", *, idle_threshold: int = 0, max_busy_score: float = 1.0) -> None:
         super().__init__(name)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._params import Params
@@ -25,6 +25,7 @@ class KvCacheUtilizationScorer(NamedPlugin):
 
     __slots__ = ()
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.SCORER})
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         return [1.0 - c.metrics.kv_cache_usage for c in candidates]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._params import Params
@@ -94,6 +94,7 @@ class LegacyFilterTree(NamedPlugin):
     """The v0.3 tree as a Filter; its thresholds are parameters with the v0.3 defaults."""
 
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.FILTER})
     sheds_sheddable_work = True  # framework.saturation.SelfAdmitting: no admission step in front of it
 
     __slots__ = ("_affinity", "_kv_threshold", "_lora_queue", "_queue_critical", "_rng", "_root")

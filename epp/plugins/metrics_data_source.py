@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from epp.framework.datalayer import MetricsSourceSpec
-from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.plugins._params import Params, parse_duration
 
 __all__ = ["TYPE", "MetricsDataSource", "create"]
@@ -36,6 +36,7 @@ class MetricsDataSource(NamedPlugin):
 
     __slots__ = ("_source",)
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.DATA_SOURCE})
 
     def __init__(self, name: str, source: MetricsSourceSpec) -> None:
         super().__init__(name)

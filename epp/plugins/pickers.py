@@ -18,9 +18,9 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, ClassVar
 
-from epp.framework.plugin import PluginContext, TypedName
+from epp.framework.plugin import PluginContext, PluginKind, TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, ScoredEndpoint
 from epp.plugins._params import Params
@@ -47,6 +47,7 @@ _by_score = attrgetter("score")
 
 class _BasePicker:
     __slots__ = ("_max", "_rng", "_typed_name")
+    kinds: ClassVar[frozenset[PluginKind]] = frozenset({PluginKind.PICKER})
 
     def __init__(self, type_name: str, name: str, max_num_of_endpoints: int, rng: random.Random) -> None:
         if max_num_of_endpoints < 1:

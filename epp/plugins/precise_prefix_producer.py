@@ -30,7 +30,7 @@ from typing import Any
 import zmq.asyncio
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
@@ -51,6 +51,7 @@ class PrecisePrefixCacheProducer(NamedPlugin):
     """Owns the index and the subscribers; answers ``prefix_match`` for ``prefix-cache-scorer``."""
 
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.PRE_REQUEST})
 
     def __init__(
         self,

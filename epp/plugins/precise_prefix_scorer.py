@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
@@ -37,6 +37,7 @@ class PrecisePrefixCacheScorer(NamedPlugin):
     """Scorer, PreRequest, endpoint observer and match-info producer, each by delegation to its two parts."""
 
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.SCORER, PluginKind.PRE_REQUEST})
 
     def __init__(self, name: str, producer: PrecisePrefixCacheProducer) -> None:
         super().__init__(name)

@@ -17,93 +17,28 @@ Where ``match`` comes from:
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from itertools import chain
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfoProducer
-from epp.framework.request import ApiKind, InferenceRequest
+from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
 from epp.plugins.prefix_index import PrefixIndex, chain_hashes
 
-__all__ = ["PrefixCacheScorer", "prompt_prefix_bytes"]
+__all__ = ["PrefixCacheScorer"]
 
 TYPE = "prefix-cache-scorer"
 _CHARS_PER_TOKEN = 4
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else json.dumps(content, sort_keys=True)
-
-
-def _join_until(parts: Any, limit: int) -> str:
-    """Concatenate an iterable of strings, stopping once ``limit`` characters are collected."""
-    out: list[str] = []
-    size = 0
-    for part in parts:
-        out.append(part)
-        size += len(part)
-        if size >= limit:
-            break
-    return "".join(out)[:limit]
-
-
-def _rendered(messages: Any) -> Iterator[str]:
-    """Chat-style messages (OpenAI's or Anthropic's) as ``<|role|>content``, one string each, lazily."""
-    if isinstance(messages, list):
-        for m in messages:
-            if isinstance(m, dict):
-                yield f"<|{m.get('role', '')}|>{_content_text(m.get('content'))}\n"
-
-
-def prompt_prefix_bytes(request: InferenceRequest, limit: int) -> bytes:
-    """The first ``limit`` bytes of the prompt as the model server will see it, in order.
-
-    Chat messages are rendered one by one (role, then content) and rendering stops at the limit,
-    so a long conversation is never serialised whole, and turn N+1's rendering extends turn N's.
-    """
-    body = request.body
-    api = request.api
-    if api is ApiKind.CHAT_COMPLETIONS:
-        text = _join_until(_rendered(body.get("messages")), limit)
-    elif api is ApiKind.MESSAGES or api is ApiKind.COUNT_TOKENS:  # Anthropic: the system prompt comes first
-        system = body.get("system")
-        head: Sequence[str] = () if system is None else (f"<|system|>{_content_text(system)}\n",)
-        text = _join_until(chain(head, _rendered(body.get("messages"))), limit)
-    elif api is ApiKind.GENERATE:
-        text = json.dumps(body.get("token_ids"))[:limit]
-    elif api is ApiKind.COMPLETIONS:
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            text = prompt[:limit]
-        elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-            text = _join_until((p if i == 0 else " " + p for i, p in enumerate(prompt)), limit)
-        else:  # token ids (or nested lists of them)
-            text = json.dumps(prompt)[:limit]
-    elif api is ApiKind.RESPONSES:
-        head = [json.dumps({"instructions": body["instructions"]})] if "instructions" in body else []
-        text = _join_until([*head, json.dumps(body.get("input"))], limit)
-    elif api is ApiKind.CONVERSATIONS:
-        text = json.dumps(body.get("items"))[:limit]
-    elif api is ApiKind.EMBEDDINGS:
-        text = json.dumps(body.get("input"))[:limit]
-    else:
-        return b""
-    return text.encode()[:limit]
 
 
 class PrefixCacheScorer(NamedPlugin):
     """Scorer + PreRequest + endpoint-removal observer around one :class:`PrefixIndex`."""
 
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.SCORER, PluginKind.PRE_REQUEST})
 
     def __init__(
         self,
@@ -139,7 +74,7 @@ class PrefixCacheScorer(NamedPlugin):
         cached: list[int] | None = cycle.get(self._cycle_key)
         if cached is None:
             block = self._block_bytes(candidates)
-            text = prompt_prefix_bytes(request, block * self.max_prefix_blocks)
+            text = request.prompt.prefix(block * self.max_prefix_blocks)
             salt = str(request.body.get("cache_salt") or "")
             cached = chain_hashes(
                 text,

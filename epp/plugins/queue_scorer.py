@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._normalise import inverted_min_max
@@ -26,6 +26,7 @@ class QueueScorer(NamedPlugin):
 
     __slots__ = ()
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.SCORER})
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         return inverted_min_max([c.metrics.waiting_queue for c in candidates])

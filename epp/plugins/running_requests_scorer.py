@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._normalise import inverted_min_max
@@ -28,6 +28,7 @@ class RunningRequestsScorer(NamedPlugin):
 
     __slots__ = ()
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.SCORER})
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         return inverted_min_max([c.metrics.running for c in candidates])

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -40,6 +40,7 @@ def decode_token(token: str) -> str | None:
 
 class SessionAffinityScorer(NamedPlugin):
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.SCORER})
 
     def __init__(self, name: str, *, header: str = DEFAULT_HEADER) -> None:
         super().__init__(name)

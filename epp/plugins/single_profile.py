@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulerProfileView, SchedulingResult
 from epp.plugins._params import Params
@@ -24,6 +24,7 @@ class SingleProfileHandler(NamedPlugin):
 
     __slots__ = ()
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.PROFILE_HANDLER})
 
     def pick_profiles(
         self,

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import orjson
 
-from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins._params import Params
 
@@ -90,6 +90,7 @@ class TokenProducer(NamedPlugin):
     """DataProducer: fills ``request.token_ids`` for completions and chat completions."""
 
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.DATA_PRODUCER})
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ from typing import Any
 
 from epp.clock import Clock
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import Aggregation, Thresholds
 from epp.framework.scheduling import CycleState
@@ -35,6 +35,7 @@ class UtilizationDetector(NamedPlugin):
     """SaturationDetector + Filter over queue depth, KV-cache use and metric age."""
 
     plugin_type = TYPE
+    kinds = frozenset({PluginKind.SATURATION_DETECTOR, PluginKind.FILTER})
 
     __slots__ = ("_clock", "_kv", "_kv_limit", "_queue", "_queue_limit", "_stale", "aggregation", "thresholds")
 

@@ -4,9 +4,9 @@ The suite (GIE ``conformance/``) runs its own lightweight picker, lwepp, and ste
 with this header: a comma-separated list of ``IP`` (every port of that pod) or ``IP:port`` (that
 endpoint only; IPv6 with or without brackets). lwepp keeps the pool's endpoints the list names,
 ignoring the gateway's subset hint, and takes them in turn (round-robin). With
-``--enable-conformance-test-hooks`` the director does the same, so the suite can run against
+``--enable-conformance-test-hooks`` the pipeline does the same, so the suite can run against
 this picker; without the flag the header is an ordinary header. A list that names no endpoint of
-the pool leaves no candidates, which the director answers like an empty subset (503); lwepp ends
+the pool leaves no candidates, which the pipeline answers like an empty subset (503); lwepp ends
 the stream with a gRPC error instead, which a fail-open gateway would route around.
 """
 
@@ -58,6 +58,11 @@ class RoundRobin:
         self._next = 0
 
     def pick(self, candidates: Sequence[EndpointState]) -> EndpointState:
-        """The next candidate; ``candidates`` must not be empty."""
-        index, self._next = self._next, self._next + 1
-        return candidates[index % len(candidates)]
+        """The next candidate, taking the turn; ``candidates`` must not be empty."""
+        chosen = self.peek(candidates)
+        self._next += 1
+        return chosen
+
+    def peek(self, candidates: Sequence[EndpointState]) -> EndpointState:
+        """The candidate :meth:`pick` would take now, without taking the turn."""
+        return candidates[self._next % len(candidates)]

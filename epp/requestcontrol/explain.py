@@ -1,34 +1,25 @@
-"""A routing decision made in the director's dry-run mode, with the reasons: what ``Explain`` returns.
+"""A routing decision made by a dry run of the pipeline, with the reasons: what ``Explain`` returns.
 
-:meth:`~epp.requestcontrol.director.PoolDirector.explain` runs the code real requests run, with
-an :class:`Explanation` threaded through it. In that mode the director counts nothing, does not
-take the conformance hooks' round-robin turn, runs no PreRequest plugin (so the prefix index
-learns nothing) and changes no admission state; the scheduler records its steps into
-``scheduling`` instead of metrics. Plugins draw from their random generators as in a real
-cycle, so a random pick in a dry run moves the generator like a request would.
+The pipeline runs exactly as for a served request, with an
+:class:`~epp.requestcontrol.recorder.ExplainRecorder` that keeps each step here instead of acting
+on it: nothing is counted, no conformance round-robin turn is taken, no PreRequest plugin runs (so
+the prefix index learns nothing), the flow-control queue is not entered and no admission state
+changes. Plugins draw from their random generators as in a real cycle, so a random pick in a dry
+run moves the generator like a request would.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from epp.errors import EppError
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
+from epp.requestcontrol.admission import Admission
 from epp.scheduling.trace import SchedulingTrace
 
-__all__ = ["Admission", "Explanation"]
-
-
-class Admission(enum.Enum):
-    """What the admission step said (``None`` on an :class:`Explanation`: not reached)."""
-
-    ADMITTED = "admitted"
-    SHED = "shed"
-    NOT_CHECKED = "not-checked"
-    """The configuration sheds by itself (the v0.3 filter tree): the director has no admission step."""
+__all__ = ["Explanation"]
 
 
 @dataclass(slots=True)
@@ -37,6 +28,7 @@ class Explanation:
 
     request: InferenceRequest
     admission: Admission | None = None
+    """None: the request did not reach the admission step."""
     admission_reason: str = ""
     scheduling: SchedulingTrace = field(default_factory=SchedulingTrace)
     picked: Sequence[EndpointState] = ()

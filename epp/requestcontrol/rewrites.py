@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from epp.datastore.types import RewriteRule, RewriteSpec, TargetModel
-from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["ModelRewriter", "RewriteIndex", "weighted_target"]
 
@@ -62,18 +61,17 @@ class RewriteIndex:
 
 
 class ModelRewriter:
-    """Applies InferenceModelRewrite rules and counts each decision."""
+    """Applies InferenceModelRewrite rules; one per pool (its index follows the datastore's rules)."""
 
-    __slots__ = ("_index", "_metrics", "_rng", "_source")
+    __slots__ = ("_index", "_rng", "_source")
 
-    def __init__(self, metrics: EppMetrics, rng: random.Random) -> None:
-        self._metrics = metrics
+    def __init__(self, rng: random.Random) -> None:
         self._rng = rng
         self._source: tuple[RewriteSpec, ...] = ()
         self._index = RewriteIndex()
 
-    def rewrite(self, model: str, rewrites: Sequence[RewriteSpec], *, count: bool = True) -> str | None:
-        """The rewritten name for ``model``, or None when no rule applies; ``count=False``: a dry run's."""
+    def rewrite(self, model: str, rewrites: Sequence[RewriteSpec]) -> tuple[str, str] | None:
+        """(the rewrite object's name, the target drawn) for ``model``, or None when no rule applies."""
         if not rewrites:
             return None
         source = tuple(rewrites)  # the same object when the store hands out its tuple
@@ -84,7 +82,4 @@ class ModelRewriter:
         if found is None:
             return None
         rewrite_name, rule = found
-        target = weighted_target(rule.targets, self._rng)
-        if count:
-            self._metrics.model_rewrite_decisions.labels(rewrite_name, model, target).inc()
-        return target
+        return rewrite_name, weighted_target(rule.targets, self._rng)

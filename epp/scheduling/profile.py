@@ -13,27 +13,27 @@ named and annotated as upstream's (``filter_endpoints``, ``llm_d.epp.scoring`` w
 ``llm_d.epp.scorer.<type>`` child per scorer, ``pick_endpoints``); untraced, each would-be span
 costs one ContextVar read (:func:`epp.telemetry.tracing.span`).
 
-Given a :class:`~epp.scheduling.trace.ProfileTrace` (``Explain``'s dry run), a run records each
-filter's survivors, each scorer's raw scores and the pick into it, and observes no durations.
+Every step is told to the cycle's :class:`~epp.scheduling.recorder.CycleRecorder` with its timer and
+its outcome: a served request's recorder observes the duration, Explain's keeps the outcome. The
+runner itself does the same work either way.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, Filter, Picker, ProfileResult, ScoredEndpoint, Scorer
-from epp.scheduling.trace import FilterStep, ProfileTrace, ScorerStep
+from epp.scheduling.recorder import CycleRecorder, Observe, accumulate, discard
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.tracing import SCHEDULING_SCOPE, Span, span
 
 __all__ = [
     "NO_ENDPOINTS",
-    "Observe",
     "ProfileError",
     "SchedulerProfile",
     "WeightedScorer",
@@ -44,18 +44,11 @@ NO_ENDPOINTS = "no endpoints available for the given request"
 
 _TRACED_TOP_ENDPOINTS = 5  # upstream's maxTracedEndpointScores: the pick span names the best few
 
-Observe = Callable[[float], None]
-"""Records one duration in seconds."""
-
-
-def _discard(_: float) -> None:
-    return None
-
 
 def plugin_observer(metrics: EppMetrics | None, extension_point: str, typed_name: TypedName) -> Observe:
     """The ``observe`` of this plugin's duration histogram child (a no-op without metrics)."""
     if metrics is None:
-        return _discard
+        return discard
     return metrics.plugin_duration.labels(extension_point, typed_name.type, typed_name.name).observe
 
 
@@ -112,25 +105,23 @@ class SchedulerProfile:
         cycle: CycleState,
         request: InferenceRequest,
         candidates: Sequence[EndpointState],
-        trace: ProfileTrace | None = None,
+        recorder: CycleRecorder,
     ) -> ProfileResult:
-        """Filter, score and pick; raises :class:`ProfileError` when no endpoint comes out.
-
-        With ``trace`` (a dry run) every step is recorded there and no duration is observed.
-        """
+        """Filter, score and pick, telling ``recorder`` each step; raises :class:`ProfileError` when no
+        endpoint comes out."""
         with span("run_scheduler_profile", SCHEDULING_SCOPE) as profile_span:
             if profile_span is not None:
                 profile_span.set_attribute("llm_d.epp.scheduling.profile.name", self._name)
-            endpoints = self._filter(cycle, request, candidates, trace)
-            totals = self._score(cycle, request, endpoints, trace)
-            return self._pick(cycle, request, endpoints, totals, trace)
+            endpoints = self._filter(cycle, request, candidates, recorder)
+            totals = self._score(cycle, request, endpoints, recorder)
+            return self._pick(cycle, request, endpoints, totals, recorder)
 
     def _filter(
         self,
         cycle: CycleState,
         request: InferenceRequest,
         candidates: Sequence[EndpointState],
-        trace: ProfileTrace | None,
+        recorder: CycleRecorder,
     ) -> Sequence[EndpointState]:
         clock = time.perf_counter
         endpoints = candidates
@@ -141,10 +132,7 @@ class SchedulerProfile:
             for plugin, observe in self._filters:
                 start = clock()
                 endpoints = plugin.filter(cycle, request, endpoints)
-                if trace is None:
-                    observe(clock() - start)
-                else:
-                    trace.filters.append(FilterStep(plugin.typed_name, endpoints))
+                recorder.filtered(plugin.typed_name, observe, endpoints, clock() - start)
                 if not endpoints:
                     break
             if stage is not None:
@@ -158,10 +146,8 @@ class SchedulerProfile:
         cycle: CycleState,
         request: InferenceRequest,
         endpoints: Sequence[EndpointState],
-        trace: ProfileTrace | None,
+        recorder: CycleRecorder,
     ) -> list[float]:
-        if trace is not None:
-            trace.endpoints = endpoints
         clock = time.perf_counter
         count = len(endpoints)
         totals = [0.0] * count
@@ -174,25 +160,15 @@ class SchedulerProfile:
                 with span(span_name, SCHEDULING_SCOPE) as scorer_span:
                     start = clock()
                     scores = scorer.score(cycle, request, endpoints)
-                    added: list[float] | None = None
-                    if trace is None:
-                        observe(clock() - start)
-                    else:
-                        added = []
-                        trace.scorers.append(ScorerStep(scorer.typed_name, weight, scores, added))
+                    elapsed = clock() - start
                     if scorer_span is not None:
                         _scorer_attributes(scorer_span, scorer.typed_name, weight, count, scores)
                 if len(scores) != count:
                     raise ProfileError(
                         f"scorer {scorer.typed_name} returned {len(scores)} scores for {count} endpoints"
                     )
-                for i, score in enumerate(scores):
-                    weighted = 0.0
-                    if score > 0.0:  # negatives and NaN add nothing
-                        weighted = weight if score >= 1.0 else score * weight
-                        totals[i] += weighted
-                    if added is not None:
-                        added.append(weighted)
+                recorder.scored(scorer.typed_name, observe, weight, scores, elapsed)
+                accumulate(totals, scores, weight)
         return totals
 
     def _pick(
@@ -201,7 +177,7 @@ class SchedulerProfile:
         request: InferenceRequest,
         endpoints: Sequence[EndpointState],
         totals: list[float],
-        trace: ProfileTrace | None,
+        recorder: CycleRecorder,
     ) -> ProfileResult:
         picker, observe = self._picker
         scored = [ScoredEndpoint(e, s) for e, s in zip(endpoints, totals, strict=True)]
@@ -210,10 +186,7 @@ class SchedulerProfile:
                 _picker_attributes(stage, request, scored)
             start = time.perf_counter()
             result = picker.pick(cycle, request, scored)
-            if trace is None:
-                observe(time.perf_counter() - start)
-            else:
-                trace.picker, trace.targets, trace.totals = picker.typed_name, result.targets, totals
+            recorder.picked(picker.typed_name, observe, endpoints, totals, result.targets, time.perf_counter() - start)
         if not result.targets:
             raise ProfileError(f"picker {picker.typed_name} returned no endpoints")
         result.scored = scored  # every candidate, though pickers may have reordered it (one reference)

@@ -1,9 +1,9 @@
-"""What a dry-run scheduling cycle saw, step by step: the record ``Explain`` answers from.
+"""What a dry-run scheduling cycle saw, step by step: Explain's cycle recorder and the record it answers from.
 
-A scheduling cycle given a :class:`SchedulingTrace` runs the same code as a real one and, in
-that mode, records each profile's filter results, every scorer's raw scores and the pick, and
-records no metrics. Without a trace (every real request) the runner pays one ``is None`` check
-per stage. The director adds what happens around the cycle (``requestcontrol.explain``).
+A cycle given a :class:`SchedulingTrace` (instead of the serving :class:`~epp.scheduling.recorder.CycleMetrics`)
+runs the same code as a real one; the trace keeps each profile's filter results, every scorer's raw
+scores and weighted contributions and the pick, and observes no duration. The request-level steps
+around the cycle are the request pipeline's (``requestcontrol.recorder``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
+from epp.framework.request import InferenceRequest
+from epp.scheduling.recorder import Observe, accumulate
 
 __all__ = ["FilterStep", "ProfileTrace", "SchedulingTrace", "ScorerStep"]
 
@@ -59,8 +61,48 @@ class SchedulingTrace:
     profiles: list[ProfileTrace] = field(default_factory=list)
     primary_profile: str = ""
 
-    def start(self, name: str) -> ProfileTrace:
+    @property
+    def _current(self) -> ProfileTrace:
+        return self.profiles[-1]
+
+    def profile_started(self, name: str) -> None:
         """A new profile run (a handler may run a profile more than once; each run is kept)."""
-        profile = ProfileTrace(name)
-        self.profiles.append(profile)
-        return profile
+        self.profiles.append(ProfileTrace(name))
+
+    def filtered(self, plugin: TypedName, observe: Observe, kept: Sequence[EndpointState], seconds: float) -> None:
+        self._current.filters.append(FilterStep(plugin, kept))
+
+    def scored(
+        self,
+        plugin: TypedName,
+        observe: Observe,
+        weight: float,
+        scores: Sequence[float],
+        seconds: float,
+    ) -> None:
+        weighted = [0.0] * len(scores)
+        accumulate(weighted, scores, weight)
+        self._current.scorers.append(ScorerStep(plugin, weight, scores, weighted))
+
+    def picked(
+        self,
+        plugin: TypedName,
+        observe: Observe,
+        endpoints: Sequence[EndpointState],
+        totals: Sequence[float],
+        targets: Sequence[EndpointState],
+        seconds: float,
+    ) -> None:
+        profile = self._current
+        profile.endpoints, profile.picker, profile.totals, profile.targets = endpoints, plugin, totals, targets
+
+    def profile_failed(self, name: str, reason: str) -> None:
+        self._current.error = reason
+
+    def handler_ran(self, observe: Observe, seconds: float) -> None:
+        return None
+
+    def cycle_ended(
+        self, request: InferenceRequest, primary_profile: str, target: EndpointState | None, seconds: float
+    ) -> None:
+        self.primary_profile = primary_profile

@@ -7,8 +7,8 @@ and costs nothing when tracing is off:
   the caller's trace (W3C ``traceparent``/``tracestate`` and ``baggage``) with a
   ``gateway.request`` span and writes that span's context back into the headers, which the
   picker echoes to Envoy, so the model server's spans join the same trace. The stream wraps
-  the director call in :func:`activated`, and ends the span with the stream;
-- the director and the scheduler open children with :func:`span`, which reads the active
+  the pipeline's route in :func:`activated`, and ends the span with the stream;
+- the request pipeline and the scheduler open children with :func:`span`, which reads the active
   request from a ContextVar and returns a shared no-op context manager when there is none.
 
 So with ``--tracing=false``, or with tracing on but no exporter configured, no tracer exists,

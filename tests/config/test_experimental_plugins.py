@@ -14,7 +14,7 @@ import pytest
 from serve_process import run_serve
 
 from epp.config.loader import ConfigError, load_config
-from epp.framework.plugin import NamedPlugin, PluginContext, PluginRegistry
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind, PluginRegistry
 from epp.plugins import register_in_tree
 
 SESSION = """\
@@ -54,6 +54,7 @@ def test_an_experimental_plugin_needs_the_flag() -> None:
 
 class _Fancy(NamedPlugin):
     plugin_type = "fancy-scorer"
+    kinds = frozenset({PluginKind.SCORER})
 
     def score(self, cycle: Any, request: Any, candidates: Any) -> list[float]:
         return [0.0 for _ in candidates]

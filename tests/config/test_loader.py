@@ -14,7 +14,7 @@ from epp.config.defaults import default_config
 from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
 from epp.config.picker_config import decode_config
 from epp.errors import EppError
-from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind, PluginRegistry
 from epp.plugins import register_in_tree
 from epp.plugins.utilization_detector import UtilizationDetector
 
@@ -164,6 +164,53 @@ schedulingProfiles:
     assert loaded.scheduler.profiles["only"].picker is loaded.plugins["random-picker"]
     assert "max-score-picker" not in loaded.plugins
     assert scorer_weights(loaded, "only") == [("queue-scorer", 1.0)]
+
+
+def test_a_fairness_policy_is_never_taken_for_a_profiles_picker(
+    registry: PluginRegistry, context: PluginContext
+) -> None:
+    """Its ``pick`` shares a name with a picker's, but its type declares only the FairnessPolicy kind."""
+    loaded = load(
+        """featureGates: [flowControl]
+plugins:
+- type: round-robin-fairness-policy
+- type: queue-scorer
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}]
+flowControl:
+  priorityBands: [{priority: 0, fairnessPolicyRef: round-robin-fairness-policy}]
+""",
+        registry,
+        context,
+    )
+    assert loaded.scheduler.profiles["default"].picker is loaded.plugins["max-score-picker"]
+    with pytest.raises(ConfigError, match=r"'round-robin-fairness-policy'.*is not a filter, scorer or picker"):
+        load(
+            """plugins:
+- type: round-robin-fairness-policy
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: round-robin-fairness-policy}]
+""",
+            registry,
+            context,
+        )
+
+
+class _Liar(NamedPlugin):
+    """Declares the Scorer kind without a ``score`` method."""
+
+    plugin_type = "liar"
+    kinds = frozenset({PluginKind.SCORER})
+
+
+def test_a_plugin_that_declares_a_kind_it_does_not_implement_is_refused(context: PluginContext) -> None:
+    registry = PluginRegistry()
+    register_in_tree(registry)
+    registry.register("liar", lambda name, parameters, context: _Liar(name))
+    with pytest.raises(ConfigError, match=r"plugins\[0\] \('liar', type 'liar'\): the type declares the Scorer kind"):
+        load("plugins:\n- type: liar\n", registry, context)
 
 
 def test_legacy_tree_config_routes_like_v0_3(registry: PluginRegistry, context: PluginContext) -> None:

@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from extproc_harness import RecordingDirector, Running, Start
+from extproc_harness import RecordingPipeline, Running, Start
 
 from epp.extproc.server import ExtProcOptions, ExtProcServer
-from epp.extproc.stream import Directors, StreamOptions
+from epp.extproc.stream import Pipelines, StreamOptions
 from epp.extproc.tls import TlsConfig
 from epp.telemetry.metrics import EppMetrics
 
@@ -19,18 +19,18 @@ async def start_server() -> AsyncIterator[Start]:
     started: list[Running] = []
 
     async def start(
-        director: RecordingDirector | None = None,
+        pipeline: RecordingPipeline | None = None,
         *,
         options: StreamOptions | None = None,
         tls: TlsConfig | None = None,
         ready: bool = True,
-        directors: Directors | None = None,
+        pipelines: Pipelines | None = None,
         ext_proc: ExtProcOptions | None = None,
     ) -> Running:
-        """A server whose streams get ``director`` (a fresh recording one by default), or ``directors``."""
-        director = director or RecordingDirector()
+        """A server whose streams get ``pipeline`` (a fresh recording one by default), or ``pipelines``."""
+        pipeline = pipeline or RecordingPipeline()
         metrics = EppMetrics()
-        server = ExtProcServer(directors or director, metrics, options=options or StreamOptions(), ext_proc=ext_proc)
+        server = ExtProcServer(pipelines or pipeline, metrics, options=options or StreamOptions(), ext_proc=ext_proc)
         grpc_port, health_port = await server.start("127.0.0.1", 0, 0, tls)
         server.set_ready(ready)
         if tls is None:
@@ -41,7 +41,7 @@ async def start_server() -> AsyncIterator[Start]:
             )
         running = Running(
             server,
-            director,
+            pipeline,
             metrics,
             grpc_port,
             health_port,

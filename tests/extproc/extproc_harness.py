@@ -1,4 +1,4 @@
-"""Test side of the ext_proc seam: a recording Director double, message builders, a stream client."""
+"""Test side of the ext_proc seam: a recording pool-pipeline double, message builders, a stream client."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from epp.errors import EppError, ErrorCode
 from epp.extproc import pb
 from epp.extproc.server import ExtProcServer
 from epp.framework.endpoint import Endpoint, EndpointState
-from epp.framework.parsing import ParserTable
-from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
-from epp.plugins.parsers import DEFAULT_PARSER_TYPES, ParserPlugin
+from epp.framework.parsing import ParserTable, request_path
+from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.plugins.parsers import DEFAULT_PARSER_TYPES, parser_of_type
+from epp.requestcontrol.context import RequestContext
+from epp.requestcontrol.pools import PoolDispatcher
+from epp.requestcontrol.recorder import ServingRecorder
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.stack.extproc_client import (  # noqa: F401 - re-exported for the tests
     ExtProcCall,
@@ -45,8 +48,9 @@ class FinishedCall:
 
 
 @dataclass
-class RecordingDirector:
-    """Returns fixed targets (filtered by the subset IPs), optionally rewrites or raises; records calls."""
+class RecordingPipeline:
+    """The pool pipeline seam with the real parsers and the real model rewrite of the body, fixed targets
+    (filtered by the subset IPs), an optional target model, priority or error; records every call."""
 
     targets: list[EndpointState] = field(default_factory=lambda: [endpoint("10.0.0.1")])
     target_model: str | None = None
@@ -55,9 +59,10 @@ class RecordingDirector:
     routed: list[tuple[InferenceRequest, frozenset[str] | None]] = field(default_factory=list)
     headers_only: list[tuple[InferenceRequest, frozenset[str] | None]] = field(default_factory=list)
     finished_calls: list[FinishedCall] = field(default_factory=list)
-    parsers: ParserTable = field(default_factory=lambda: ParserTable(ParserPlugin(t) for t in DEFAULT_PARSER_TYPES))
+    parsers: ParserTable = field(default_factory=lambda: ParserTable(parser_of_type(t) for t in DEFAULT_PARSER_TYPES))
+    recorder: ServingRecorder = field(default_factory=lambda: ServingRecorder(EppMetrics(), "pool"))
 
-    def director_for(self, request: InferenceRequest) -> RecordingDirector:
+    def pipeline_for(self, request: InferenceRequest) -> RecordingPipeline:
         return self
 
     def _decide(self, subset: frozenset[str] | None) -> RoutingDecision:
@@ -68,41 +73,43 @@ class RecordingDirector:
             raise EppError(ErrorCode.SERVICE_UNAVAILABLE, "failed to find endpoint candidates for serving the request")
         return RoutingDecision(targets)
 
-    def route(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
-        self.routed.append((request, subset))
+    def context(self, request: InferenceRequest, subset: frozenset[str] | None) -> RequestContext:
+        return RequestContext(request, subset, self.recorder)
+
+    def parse(self, request: InferenceRequest, raw: bytes, subset: frozenset[str] | None) -> RequestContext:
+        parser, api = self.parsers.resolve(request_path(request.headers))
+        parsed = parser.parse(raw, api)
+        parsed.apply_to(request, len(raw))
+        ctx = self.context(request, subset)
+        ctx.parsed, ctx.parser = parsed, parser
+        return ctx
+
+    async def route(self, ctx: RequestContext) -> RoutingDecision:
+        request = ctx.request
+        self.routed.append((request, ctx.subset))
+        request.priority = self.priority
         if self.target_model is not None:
             request.target_model = self.target_model
-        request.priority = self.priority
-        return self._decide(subset)
+            if ctx.parsed is not None and ctx.parser is not None and self.target_model != request.model:
+                ctx.forward_body = ctx.parser.with_model(ctx.parsed, self.target_model)
+        decision = ctx.decision = self._decide(ctx.subset)
+        return decision
 
-    def prepare(self, request: InferenceRequest) -> None:
-        return None
-
-    def route_headers_only(self, request: InferenceRequest, subset: frozenset[str] | None) -> RoutingDecision:
-        self.headers_only.append((request, subset))
+    def route_headers_only(self, ctx: RequestContext) -> RoutingDecision:
+        self.headers_only.append((ctx.request, ctx.subset))
         if not self.targets:
             raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
-        return self._decide(subset)
+        decision = ctx.decision = self._decide(ctx.subset)
+        return decision
 
-    def api_for(self, path: str) -> ApiKind:
-        return self.parsers.resolve(path)
-
-    def finished(
-        self,
-        request: InferenceRequest,
-        decision: RoutingDecision | None,
-        *,
-        completed: bool,
-        status: int = 0,
-        gateway_reply: bool = False,
-    ) -> None:
-        self.finished_calls.append(FinishedCall(request, decision, completed, status, gateway_reply))
+    def finished(self, ctx: RequestContext, *, completed: bool, status: int = 0, gateway_reply: bool = False) -> None:
+        self.finished_calls.append(FinishedCall(ctx.request, ctx.decision, completed, status, gateway_reply))
 
 
 @dataclass
 class Running:
     server: ExtProcServer
-    director: RecordingDirector
+    pipeline: RecordingPipeline
     metrics: EppMetrics
     grpc_port: int
     health_port: int
@@ -122,3 +129,12 @@ class Running:
 
 
 Start = Callable[..., Awaitable[Running]]
+
+
+class RecordingPools(PoolDispatcher[RecordingPipeline]):
+    """Several pools' recording pipelines, chosen per request by the real pool dispatch."""
+
+    __slots__ = ()
+
+    def pipeline_for(self, request: InferenceRequest) -> RecordingPipeline:
+        return self.pool_for(request)

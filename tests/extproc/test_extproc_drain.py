@@ -65,4 +65,4 @@ async def test_stop_cancels_streams_still_open_when_the_grace_runs_out(start_ser
     with pytest.raises(grpc.aio.AioRpcError) as cut:
         await call.rest()
     assert cut.value.code() == grpc.StatusCode.UNAVAILABLE  # grpc: "Cancelling all calls"
-    assert [f.completed for f in running.director.finished_calls] == [False]
+    assert [f.completed for f in running.pipeline.finished_calls] == [False]

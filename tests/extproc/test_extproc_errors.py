@@ -1,11 +1,11 @@
-"""Every error a stream can end with: status, body, counters, director bookkeeping, server survival."""
+"""Every error a stream can end with: status, body, counters, pipeline bookkeeping, server survival."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
 from extproc_harness import (
-    RecordingDirector,
+    RecordingPipeline,
     Running,
     Start,
     post_headers,
@@ -55,7 +55,7 @@ async def test_bad_bodies_get_400_with_the_upstream_message(
     status, text = await _rejected(running, body, path)
     assert status == 400
     assert text.startswith(f"inference error: BadRequest - {message}")
-    assert not running.director.routed and not running.director.finished_calls
+    assert not running.pipeline.routed and not running.pipeline.finished_calls
     await wait_until(
         lambda: (
             running.sample(
@@ -78,7 +78,7 @@ async def test_oversized_body_gets_413_as_soon_as_the_limit_is_crossed(start_ser
         == b"inference error: PayloadTooLarge - request body exceeds the limit of 1000 bytes"
     )
     assert await call.rest() == []  # stream closed without waiting for the rest of the body
-    assert not running.director.routed
+    assert not running.pipeline.routed
 
 
 @pytest.mark.parametrize(
@@ -89,20 +89,20 @@ async def test_oversized_body_gets_413_as_soon_as_the_limit_is_crossed(start_ser
         (EppError(ErrorCode.NOT_FOUND, "unknown model"), 404),
     ],
 )
-async def test_director_errors_become_immediate_responses(start_server: Start, error: EppError, status: int) -> None:
-    running = await start_server(RecordingDirector(error=error))
+async def test_pipeline_errors_become_immediate_responses(start_server: Start, error: EppError, status: int) -> None:
+    running = await start_server(RecordingPipeline(error=error))
     code, text = await _rejected(running, BODY)
     assert (code, text) == (status, str(error))
     labels = {"model_name": "m", "target_model_name": "m", "error_code": error.code.label}
     await wait_until(lambda: running.sample("inference_objective_request_error_total", **labels) == 1)
-    (finished,) = running.director.finished_calls
+    (finished,) = running.pipeline.finished_calls
     assert finished.decision is None and not finished.completed
     assert running.sample("inference_objective_request_total", model_name="m", target_model_name="m", priority="0") == 0
     assert running.sample("inference_objective_running_requests", model_name="m") == 0
 
 
 async def test_header_only_request_with_no_pods_gets_500(start_server: Start) -> None:
-    running = await start_server(RecordingDirector(targets=[]))
+    running = await start_server(RecordingPipeline(targets=[]))
     call = running.open()
     await call.send(request_headers({":method": "GET", ":path": "/v1/models"}, eos=True))
     answer = await call.recv_one()
@@ -110,17 +110,17 @@ async def test_header_only_request_with_no_pods_gets_500(start_server: Start) ->
     assert answer.immediate_response.body == b"inference error: Internal - no pods available in datastore"
 
 
-async def test_unexpected_director_failure_is_500_and_the_server_keeps_serving(
+async def test_unexpected_pipeline_failure_is_500_and_the_server_keeps_serving(
     start_server: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
-    director = RecordingDirector(error=RuntimeError("boom"))
-    running = await start_server(director)
+    pipeline = RecordingPipeline(error=RuntimeError("boom"))
+    running = await start_server(pipeline)
     code, text = await _rejected(running, BODY)
     assert (code, text) == (500, "inference error: Internal - internal error in the endpoint picker")
     assert any(r.exc_info and "boom" in str(r.exc_info[1]) for r in caplog.records)
-    await wait_until(lambda: len(director.finished_calls) == 1)
+    await wait_until(lambda: len(pipeline.finished_calls) == 1)
 
-    director.error = None
+    pipeline.error = None
     call = running.open()
     await call.send(request_headers(post_headers()), request_body(BODY))
     head, _ = await call.recv(2)

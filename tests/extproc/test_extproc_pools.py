@@ -1,25 +1,32 @@
-"""A stream keeps the director of its request's pool for the whole request, with one pool or many."""
+"""A stream keeps the pipeline of its request's pool for the whole request, with one pool or many."""
 
 from __future__ import annotations
 
-from extproc_harness import RecordingDirector, Start, endpoint, post_headers, request_body, request_headers
+from extproc_harness import (
+    RecordingPipeline,
+    RecordingPools,
+    Start,
+    endpoint,
+    post_headers,
+    request_body,
+    request_headers,
+)
 
 from epp.errors import EppError, ErrorCode
-from epp.requestcontrol.pools import PoolDispatcher
 from epp_sim.stack.extproc_client import response_headers
 
 BODY = b'{"prompt":"hi","model":"m"}'
 
 
-def pools() -> tuple[RecordingDirector, RecordingDirector, PoolDispatcher[RecordingDirector]]:
-    first = RecordingDirector(targets=[endpoint("10.0.0.1")])
-    second = RecordingDirector(targets=[endpoint("10.0.1.1")])
-    return first, second, PoolDispatcher({("ns", "first"): first, ("ns", "second"): second})
+def pools() -> tuple[RecordingPipeline, RecordingPipeline, RecordingPools]:
+    first = RecordingPipeline(targets=[endpoint("10.0.0.1")])
+    second = RecordingPipeline(targets=[endpoint("10.0.1.1")])
+    return first, second, RecordingPools({("ns", "first"): first, ("ns", "second"): second})
 
 
 async def test_the_named_pool_routes_and_is_told_when_the_request_is_over(start_server: Start) -> None:
     first, second, dispatcher = pools()
-    running = await start_server(directors=dispatcher)
+    running = await start_server(pipelines=dispatcher)
     call = running.open()
     await call.send(request_headers(post_headers(**{"x-gateway-inference-pool": "ns/second"})), request_body(BODY))
     await call.recv(2)
@@ -37,9 +44,9 @@ async def test_a_failed_route_is_finished_by_its_pool_the_same_with_one_pool_or_
     failing = EppError(ErrorCode.SERVICE_UNAVAILABLE, "no candidates")
     first, second, dispatcher = pools()
     second.error = failing
-    alone = RecordingDirector(error=failing)
-    for directors, told in ((dispatcher, second), (PoolDispatcher({("ns", "second"): alone}), alone)):
-        running = await start_server(directors=directors)
+    alone = RecordingPipeline(error=failing)
+    for pipelines, told in ((dispatcher, second), (RecordingPools({("ns", "second"): alone}), alone)):
+        running = await start_server(pipelines=pipelines)
         call = running.open()
         await call.send(request_headers(post_headers(**{"x-gateway-inference-pool": "second"})), request_body(BODY))
         (answer,) = await call.end()
@@ -49,9 +56,9 @@ async def test_a_failed_route_is_finished_by_its_pool_the_same_with_one_pool_or_
     assert first.finished_calls == []
 
 
-async def test_a_pool_not_served_is_404_and_no_director_is_involved(start_server: Start) -> None:
+async def test_a_pool_not_served_is_404_and_no_pipeline_is_involved(start_server: Start) -> None:
     first, second, dispatcher = pools()
-    running = await start_server(directors=dispatcher)
+    running = await start_server(pipelines=dispatcher)
     call = running.open()
     await call.send(request_headers(post_headers(**{"x-gateway-inference-pool": "ns/third"})), request_body(BODY))
     (answer,) = await call.end()

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 from extproc_harness import (
-    RecordingDirector,
+    RecordingPipeline,
     Running,
     Start,
     destination_metadata,
@@ -59,8 +59,8 @@ async def test_full_duplex_routes_with_exact_headers_metadata_and_untouched_body
     assert list(head.dynamic_metadata.fields) == ["envoy.lb"]
     assert streamed(chunk) == (BODY, True)  # the client's bytes, not re-serialised
 
-    ((request, subset),) = running.director.routed
-    # The stream only carries the request: resolving model and objective is the director's job.
+    ((request, subset),) = running.pipeline.routed
+    # The stream only carries the request: resolving model and objective is the pipeline's job.
     assert (request.request_id, request.model, request.target_model, request.objective) == ("rid-1", "m", "", "")
     assert request.headers["x-gateway-inference-objective"] == "obj"
     assert request.api is ApiKind.COMPLETIONS and request.size == len(BODY) and not request.stream
@@ -79,7 +79,7 @@ async def test_full_duplex_routes_with_exact_headers_metadata_and_untouched_body
     assert (await call.recv_one()).WhichOneof("response") == "response_headers"
     assert await call.end() == []
     await wait_until(lambda: running.sample("inference_objective_running_requests", model_name="m") == 0)
-    (finished,) = running.director.finished_calls
+    (finished,) = running.pipeline.finished_calls
     assert finished.completed and finished.decision is not None and finished.request is request
 
 
@@ -89,24 +89,24 @@ async def test_request_id_generated_when_absent_and_found_case_insensitively(run
     head, _ = await call.recv(2)
     generated = set_headers(head.request_headers.response.header_mutation)["x-request-id"].decode()
     assert uuid.UUID(generated).version == 4
-    assert running.director.routed[0][0].request_id == generated
+    assert running.pipeline.routed[0][0].request_id == generated
 
     call = running.open()
     await call.send(request_headers([(":path", "/v1/completions"), ("X-Request-ID", "abc")]), request_body(BODY))
     head, _ = await call.recv(2)
     assert "x-request-id" not in set_headers(head.request_headers.response.header_mutation)  # the client's stays
-    assert running.director.routed[1][0].request_id == "abc"
+    assert running.pipeline.routed[1][0].request_id == "abc"
 
 
 async def test_header_values_in_the_value_field_are_read_like_raw_values(running: Running) -> None:
     call = running.open()
     await call.send(request_headers({":path": "/v1/completions", "x-plain": "v"}, raw=False), request_body(BODY))
     await call.recv(2)
-    assert running.director.routed[0][0].headers["x-plain"] == "v"
+    assert running.pipeline.routed[0][0].headers["x-plain"] == "v"
 
 
 async def test_model_rewrite_reserialises_like_go_and_chunks_at_62000(start_server: Start) -> None:
-    running = await start_server(RecordingDirector(target_model="m-v2", priority=-1))
+    running = await start_server(RecordingPipeline(target_model="m-v2", priority=-1))
     body_obj = {"model": "m", "stream": False, "prompt": "<b>&é" + "x" * 150_000, "z": 1, "a": [1.5, None]}
     raw = json.dumps(body_obj, indent=2).encode()
     call = running.open()
@@ -126,8 +126,8 @@ async def test_model_rewrite_reserialises_like_go_and_chunks_at_62000(start_serv
     assert running.sample("inference_objective_request_sizes_sum", **labels) == len(expected)
 
 
-async def test_rewrite_header_is_not_echoed_and_the_directors_target_model_is_sent(start_server: Start) -> None:
-    running = await start_server(RecordingDirector(target_model="lora-1"))
+async def test_rewrite_header_is_not_echoed_and_the_pipelines_target_model_is_sent(start_server: Start) -> None:
+    running = await start_server(RecordingPipeline(target_model="lora-1"))
     call = running.open()
     await call.send(request_headers(post_headers(**{"x-gateway-model-name-rewrite": "lora-1"})), request_body(BODY))
     head, chunk = await call.recv(2)
@@ -145,11 +145,11 @@ async def test_body_split_across_many_chunks_is_reassembled(running: Running) ->
     head, *chunks = await call.recv(5)
     assert b"".join(streamed(c)[0] for c in chunks) == raw
     assert [streamed(c)[1] for c in chunks] == [False, False, False, True]
-    assert running.director.routed[0][0].api is ApiKind.CHAT_COMPLETIONS
+    assert running.pipeline.routed[0][0].api is ApiKind.CHAT_COMPLETIONS
 
 
 async def test_buffered_mode_acks_headers_and_routes_on_the_body_answer(start_server: Start) -> None:
-    running = await start_server(RecordingDirector(target_model="m-v2"))
+    running = await start_server(RecordingPipeline(target_model="m-v2"))
     config = protocol(pb.BODY_BUFFERED)
     call = running.open()
     await call.send(request_headers(post_headers(**{"x-request-id": "b1"}), config=config))
@@ -202,20 +202,20 @@ async def test_header_only_request_is_routed_at_headers(running: Running) -> Non
     assert "Content-Length" not in headers
     assert head.request_headers.response.clear_route_cache
     assert destination_metadata(head) == "10.0.0.1:8000"
-    ((request, _),) = running.director.headers_only
-    assert request.api is ApiKind.NONE and not running.director.routed
+    ((request, _),) = running.pipeline.headers_only
+    assert request.body == {} and not running.pipeline.routed
     await wait_until(lambda: running.sample("epp_picker_overhead_seconds_count", phase="total") == 1)
     assert running.sample("epp_picker_overhead_seconds_count", phase="parse") == 0
     await call.send(response_headers({":status": "200"}, eos=True))
     await call.recv_one()
     await call.end()
     assert running.sample("inference_objective_request_total", model_name="", target_model_name="", priority="0") == 0
-    assert [f.completed for f in running.director.finished_calls] == [True]
+    assert [f.completed for f in running.pipeline.finished_calls] == [True]
 
 
 async def test_ipv6_endpoints_are_bracketed_and_fallbacks_comma_joined(start_server: Start) -> None:
-    director = RecordingDirector(targets=[endpoint("fd00::1", 8000, "a"), endpoint("10.0.0.2", 8001, "b")])
-    running = await start_server(director)
+    pipeline = RecordingPipeline(targets=[endpoint("fd00::1", 8000, "a"), endpoint("10.0.0.2", 8001, "b")])
+    running = await start_server(pipeline)
     call = running.open()
     await call.send(request_headers(post_headers()), request_body(BODY))
     head, _ = await call.recv(2)
@@ -235,19 +235,19 @@ async def test_ipv6_endpoints_are_bracketed_and_fallbacks_comma_joined(start_ser
     ],
     ids=["absent", "list", "disabled"],
 )
-async def test_subset_hint_reaches_the_director(
+async def test_subset_hint_reaches_the_pipeline(
     start_server: Start,
     hint: list[object] | None,
     disabled: bool,
     expected_subset: frozenset[str] | None,
     destination: str,
 ) -> None:
-    director = RecordingDirector(targets=[endpoint("10.0.0.1", name="a"), endpoint("10.0.0.2", name="b")])
-    running = await start_server(director, options=StreamOptions(disable_subset_filter=disabled))
+    pipeline = RecordingPipeline(targets=[endpoint("10.0.0.1", name="a"), endpoint("10.0.0.2", name="b")])
+    running = await start_server(pipeline, options=StreamOptions(disable_subset_filter=disabled))
     call = running.open()
     await call.send(request_headers(post_headers(), subset=hint), request_body(BODY))
     head, _ = await call.recv(2)
-    assert director.routed[0][1] == expected_subset
+    assert pipeline.routed[0][1] == expected_subset
     assert destination_metadata(head) == destination
 
 
@@ -256,5 +256,5 @@ async def test_empty_subset_hint_means_no_candidates(start_server: Start) -> Non
     call = running.open()
     await call.send(request_headers(post_headers(), subset=[]), request_body(BODY))
     answer = await call.recv_one()
-    assert running.director.routed[0][1] == frozenset()
+    assert running.pipeline.routed[0][1] == frozenset()
     assert answer.immediate_response.status.code == 503

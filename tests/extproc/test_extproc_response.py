@@ -6,7 +6,7 @@ import json
 
 from extproc_harness import (
     ExtProcCall,
-    RecordingDirector,
+    RecordingPipeline,
     Running,
     Start,
     post_headers,
@@ -81,10 +81,10 @@ async def test_sse_chunks_pass_through_one_by_one_with_usage_split_across_chunks
     assert running.sample("inference_objective_normalized_time_per_output_token_seconds_count", **labels) == 1
     assert running.sample("inference_objective_request_duration_seconds_count", **labels) == 1
     assert running.sample("inference_objective_response_sizes_sum", **labels) == len(events)
-    assert [(f.completed, f.status, f.gateway_reply) for f in running.director.finished_calls] == [(True, 200, False)]
+    assert [(f.completed, f.status, f.gateway_reply) for f in running.pipeline.finished_calls] == [(True, 200, False)]
 
 
-async def test_the_director_is_told_the_status_of_envoys_own_503(running: Running) -> None:
+async def test_the_pipeline_is_told_the_status_of_envoys_own_503(running: Running) -> None:
     # What Envoy 1.40 sends when it cannot connect to the chosen endpoint: a local reply with
     # only these headers (no response flags, no x-envoy-* header), then its text body.
     call = await _routed(running, CHAT)
@@ -92,8 +92,8 @@ async def test_the_director_is_told_the_status_of_envoys_own_503(running: Runnin
     await call.recv_one()
     await call.send(response_body(b"upstream connect error or disconnect/reset before headers.", eos=True))
     await call.recv_one()
-    await wait_until(lambda: len(running.director.finished_calls) == 1)
-    assert [(f.completed, f.status, f.gateway_reply) for f in running.director.finished_calls] == [(True, 503, True)]
+    await wait_until(lambda: len(running.pipeline.finished_calls) == 1)
+    assert [(f.completed, f.status, f.gateway_reply) for f in running.pipeline.finished_calls] == [(True, 503, True)]
 
 
 async def test_json_response_is_buffered_parsed_and_sent_back_in_chunks(running: Running) -> None:
@@ -117,7 +117,7 @@ async def test_json_response_is_buffered_parsed_and_sent_back_in_chunks(running:
 
 
 async def test_target_model_is_rewritten_back_to_the_client_name(start_server: Start) -> None:
-    running = await start_server(RecordingDirector(target_model="m-lora"))
+    running = await start_server(RecordingPipeline(target_model="m-lora"))
     call = await _routed(running, {**CHAT, "stream": True})
     await call.send(response_headers({":status": "200", "content-type": "text/event-stream", "content-length": "9"}))
     head = await call.recv_one()
@@ -143,7 +143,7 @@ async def test_response_trailers_flush_buffered_body_then_answer(running: Runnin
     assert trailers.WhichOneof("response") == "response_trailers"
     assert await call.end() == []
     assert running.sample("inference_objective_output_tokens_count", model_name="m", target_model_name="m") == 1
-    assert [f.completed for f in running.director.finished_calls] == [True]
+    assert [f.completed for f in running.pipeline.finished_calls] == [True]
 
 
 async def test_response_phase_without_request_phase_is_answered(running: Running) -> None:
@@ -154,7 +154,7 @@ async def test_response_phase_without_request_phase_is_answered(running: Running
     assert streamed(await call.recv_one(), request=False) == (b'{"usage":{"completion_tokens":3}}', True)
     assert await call.end() == []
     assert running.sample("inference_objective_output_tokens_sum", model_name="", target_model_name="") == 3
-    assert not running.director.finished_calls
+    assert not running.pipeline.finished_calls
 
 
 async def test_client_cancel_mid_stream_leaves_no_state(running: Running) -> None:
@@ -166,8 +166,8 @@ async def test_client_cancel_mid_stream_leaves_no_state(running: Running) -> Non
     await call.recv_one()
     call.call.cancel()
     await wait_until(lambda: running.sample("inference_objective_running_requests", model_name="m") == 0)
-    await wait_until(lambda: len(running.director.finished_calls) == 1)
-    (finished,) = running.director.finished_calls
+    await wait_until(lambda: len(running.pipeline.finished_calls) == 1)
+    (finished,) = running.pipeline.finished_calls
     assert not finished.completed and finished.decision is not None
     assert (
         running.sample("inference_objective_request_duration_seconds_count", model_name="m", target_model_name="m") == 0
@@ -175,7 +175,7 @@ async def test_client_cancel_mid_stream_leaves_no_state(running: Running) -> Non
 
 
 async def test_response_body_mode_none_completes_at_response_headers(start_server: Start) -> None:
-    running = await start_server(RecordingDirector(target_model="m-lora"))
+    running = await start_server(RecordingPipeline(target_model="m-lora"))
     call = running.open()
     config = protocol(pb.BODY_BUFFERED, pb.BODY_NONE)
     await call.send(request_headers(post_headers("/v1/chat/completions"), config=config))
@@ -186,13 +186,13 @@ async def test_response_body_mode_none_completes_at_response_headers(start_serve
     head = await call.recv_one()
     # Envoy will not show us the body, so nothing is rewritten and the length stays valid.
     assert list(head.response_headers.response.header_mutation.remove_headers) == []
-    assert [f.completed for f in running.director.finished_calls] == [True]
+    assert [f.completed for f in running.pipeline.finished_calls] == [True]
     labels = {"model_name": "m", "target_model_name": "m-lora"}
     assert running.sample("inference_objective_request_duration_seconds_count", **labels) == 1
 
 
 async def test_streamed_response_mode_answers_every_message_and_reads_usage_at_the_end(start_server: Start) -> None:
-    running = await start_server(RecordingDirector(target_model="m-lora"))
+    running = await start_server(RecordingPipeline(target_model="m-lora"))
     call = running.open()
     await call.send(
         request_headers(post_headers("/v1/chat/completions"), config=protocol(response_mode=pb.ProcessingMode.STREAMED))
@@ -214,7 +214,7 @@ async def test_streamed_response_mode_answers_every_message_and_reads_usage_at_t
 
 async def test_oversized_json_response_is_passed_through_instead_of_held(start_server: Start) -> None:
     running = await start_server(
-        RecordingDirector(target_model="m-lora"), options=StreamOptions(max_response_buffer_bytes=100)
+        RecordingPipeline(target_model="m-lora"), options=StreamOptions(max_response_buffer_bytes=100)
     )
     call = await _routed(running, CHAT)
     await call.send(response_headers({":status": "200", "content-type": "application/json"}))
@@ -225,4 +225,4 @@ async def test_oversized_json_response_is_passed_through_instead_of_held(start_s
     await call.send(response_body(b'c"}', eos=True))  # from now on each chunk passes straight through
     assert streamed(await call.recv_one(), request=False) == (b'c"}', True)
     assert await call.end() == []
-    assert [f.completed for f in running.director.finished_calls] == [True]
+    assert [f.completed for f in running.pipeline.finished_calls] == [True]

@@ -135,11 +135,11 @@ async def test_stop_lets_an_in_flight_stream_finish(running: Running) -> None:
     assert (await call.recv_one()).WhichOneof("response") == "response_headers"
     assert await call.end() == []
     await asyncio.wait_for(stopping, RECV_TIMEOUT)
-    assert [f.completed for f in running.director.finished_calls] == [True]
+    assert [f.completed for f in running.pipeline.finished_calls] == [True]
 
 
 async def test_ports_in_use_are_reported(running: Running) -> None:
-    second = ExtProcServer(running.director, running.metrics, options=StreamOptions())
+    second = ExtProcServer(running.pipeline, running.metrics, options=StreamOptions())
     with pytest.raises(OSError, match=f"cannot listen on ext_proc address 127.0.0.1:{running.grpc_port}"):
         await second.start("127.0.0.1", running.grpc_port, 0, None)
     await second.stop(0)

@@ -22,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from extproc_harness import RECV_TIMEOUT, RecordingDirector, post_headers, request_body, request_headers
+from extproc_harness import RECV_TIMEOUT, RecordingPipeline, post_headers, request_body, request_headers
 
 from epp.extproc import pb
 from epp.extproc.cert_reload import CertReloader
@@ -44,7 +44,7 @@ async def serve() -> AsyncIterator[Serve]:
     servers: list[ExtProcServer] = []
 
     async def start(tls: ServerTls) -> int:
-        server = ExtProcServer(RecordingDirector(), EppMetrics(), options=StreamOptions())
+        server = ExtProcServer(RecordingPipeline(), EppMetrics(), options=StreamOptions())
         servers.append(server)
         grpc_port, _ = await server.start("127.0.0.1", 0, 0, tls)
         server.set_ready(True)

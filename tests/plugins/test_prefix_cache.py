@@ -5,14 +5,15 @@ from __future__ import annotations
 import time
 
 import pytest
+from scheduling_builders import parsed
 
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
 from epp.framework.plugin import PluginConfigError, PluginContext, TypedName
 from epp.framework.producers import PrefixMatchInfo
-from epp.framework.request import ApiKind, InferenceRequest
+from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
 from epp.plugins import prefix_cache_scorer
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer, prompt_prefix_bytes
+from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp.plugins.prefix_index import PrefixIndex, chain_hashes
 
 
@@ -25,7 +26,7 @@ def _chat(*contents: str, salt: str | None = None, model: str = "m") -> Inferenc
     body: dict[str, object] = {"model": model, "messages": [{"role": "user", "content": c} for c in contents]}
     if salt is not None:
         body["cache_salt"] = salt
-    return InferenceRequest(request_id="r", model=model, target_model=model, api=ApiKind.CHAT_COMPLETIONS, body=body)
+    return parsed("/v1/chat/completions", body)
 
 
 def _route(scorer: PrefixCacheScorer, request: InferenceRequest, cands: list[EndpointState], pick: int) -> list[float]:
@@ -75,38 +76,6 @@ def test_cache_salt_isolates_prefixes() -> None:
     assert _route(scorer, _chat(prompt, salt="tenant-1"), cands, pick=1)[1] == 1.0
 
 
-def test_multi_turn_chat_extends_the_previous_turn() -> None:
-    turn1 = _chat("hello " * 50)
-    turn2 = _chat("hello " * 50, "and more " * 50)
-    a = prompt_prefix_bytes(turn1, 10_000)
-    b = prompt_prefix_bytes(turn2, 10_000)
-    assert b.startswith(a)
-
-
-def test_anthropic_messages_render_system_then_turns_and_extend() -> None:
-    def messages(*turns: str) -> InferenceRequest:
-        body = {
-            "system": [{"type": "text", "text": "be terse"}],
-            "messages": [{"role": "user", "content": [{"type": "text", "text": t}]} for t in turns],
-        }
-        return InferenceRequest(request_id="r", model="m", api=ApiKind.MESSAGES, body=body)
-
-    turn1 = prompt_prefix_bytes(messages("hello"), 10_000)
-    assert turn1 == b"<|system|>be terse\n<|user|>hello\n"
-    assert prompt_prefix_bytes(messages("hello", "again"), 10_000).startswith(turn1)
-    generate = InferenceRequest(request_id="r", model="m", api=ApiKind.GENERATE, body={"token_ids": [1, 2]})
-    assert prompt_prefix_bytes(generate, 100) == b"[1, 2]"
-    passthrough = InferenceRequest(request_id="r", model="m", api=ApiKind.PASSTHROUGH)
-    assert prompt_prefix_bytes(passthrough, 100) == b""
-
-
-def test_completions_prompt_forms() -> None:
-    req = InferenceRequest(request_id="r", model="m", api=ApiKind.COMPLETIONS, body={"prompt": ["ab", "cd"]})
-    assert prompt_prefix_bytes(req, 100) == b"ab cd"
-    big = InferenceRequest(request_id="r", model="m", api=ApiKind.COMPLETIONS, body={"prompt": "z" * 220_000})
-    assert len(prompt_prefix_bytes(big, 16_384)) == 16_384
-
-
 def test_lru_capacity_bounds_memory_and_evicts_oldest() -> None:
     index = PrefixIndex(default_capacity=4)
     index.add("e", [1, 2, 3])
@@ -149,7 +118,7 @@ def test_factory_validates_parameters() -> None:
 
 def test_large_prompt_hashes_only_the_bounded_prefix() -> None:
     scorer = PrefixCacheScorer("p")
-    req = InferenceRequest(request_id="r", model="m", api=ApiKind.COMPLETIONS, body={"prompt": "w" * 220_000})
+    req = parsed("/v1/completions", {"model": "m", "prompt": "w" * 220_000})
     cycle = CycleState()
     start = time.perf_counter()
     hashes = scorer.hashes(cycle, req, [_state("a")])

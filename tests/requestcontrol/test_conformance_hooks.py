@@ -1,25 +1,20 @@
-"""The conformance suite's request hook: ``test-epp-endpoint-selection`` parsing, round-robin, the director."""
+"""The conformance suite's request hook: ``test-epp-endpoint-selection`` parsing, round-robin, the pool pipeline."""
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 
 import pytest
+from pool_harness import Harness
 
-from epp.clock import ManualClock
-from epp.config.loader import load_default_config
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
 from epp.errors import EppError, ErrorCode
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.framework.request import InferenceRequest
 from epp.labels import Selector
-from epp.plugins import register_in_tree
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
-from epp.requestcontrol.director import PoolDirector
-from epp.telemetry.metrics import EppMetrics
+from epp.requestcontrol.pool_routing import RoutingOptions
 
 SELECTION = "test-epp-endpoint-selection"
 
@@ -41,13 +36,9 @@ def two_port_store() -> Datastore:
     return store_of("10.0.0.1", "fd00::2", ports=(8000, 8001))
 
 
-def director(store: Datastore, *, hooks: bool) -> PoolDirector:
+def pool(store: Datastore, *, hooks: bool) -> Harness:
     """The default profile over ``store`` (metrics never scraped: every pod scores the same)."""
-    registry = PluginRegistry()
-    register_in_tree(registry)
-    clock = ManualClock(start=100.0)
-    config = load_default_config(registry, PluginContext(clock=clock, seed=7))
-    return PoolDirector(store, lambda: config, EppMetrics(), clock, random.Random(3), conformance_hooks=hooks)
+    return Harness(store, options=RoutingOptions(conformance_hooks=hooks))
 
 
 FOUR = ("10.0.0.0", "10.0.0.1", "10.0.0.2", "10.0.0.3")
@@ -84,28 +75,31 @@ def _request(**headers: str) -> InferenceRequest:
     return InferenceRequest(request_id="r", model="m", headers=headers)
 
 
-def test_the_header_names_the_candidates_round_robin_over_the_subset_hint() -> None:
-    d = director(store_of(*FOUR), hooks=True)
-    picks = Counter(
-        d.route(_request(**{SELECTION: "10.0.0.1,10.0.0.3"}), frozenset({"10.0.0.2"})).destination for _ in range(10)
-    )
+async def test_the_header_names_the_candidates_round_robin_over_the_subset_hint() -> None:
+    d = pool(store_of(*FOUR), hooks=True)
+    selection = _request(**{SELECTION: "10.0.0.1,10.0.0.3"})
+    picks = Counter([(await d.decide(selection, frozenset({"10.0.0.2"}))).destination for _ in range(10)])
     assert picks == {"10.0.0.1:8000": 5, "10.0.0.3:8000": 5}
-    assert d.route_headers_only(_request(**{SELECTION: "10.0.0.2:8000"}), None).destination == "10.0.0.2:8000"
+    assert d.headers_only(_request(**{SELECTION: "10.0.0.2:8000"})).destination == "10.0.0.2:8000"
     # Without the header the request is scheduled as usual (here: the subset hint applies).
-    assert d.route(_request(), frozenset({"10.0.0.2"})).destination == "10.0.0.2:8000"
+    assert (await d.decide(_request(), frozenset({"10.0.0.2"}))).destination == "10.0.0.2:8000"
 
 
-def test_a_header_naming_no_endpoint_is_503() -> None:
-    d = director(store_of(*FOUR), hooks=True)
-    for route in (d.route, d.route_headers_only):
+async def test_a_header_naming_no_endpoint_is_503() -> None:
+    d = pool(store_of(*FOUR), hooks=True)
+    for headers_only in (False, True):
         with pytest.raises(EppError) as err:
-            route(_request(**{SELECTION: "10.9.9.9"}), None)
+            request = _request(**{SELECTION: "10.9.9.9"})
+            if headers_only:
+                d.headers_only(request)
+            else:
+                await d.decide(request)
         assert err.value.code is ErrorCode.SERVICE_UNAVAILABLE
         assert err.value.msg == "failed to find endpoint candidates for serving the request"
 
 
-def test_without_the_flag_the_header_is_an_ordinary_header() -> None:
-    d = director(store_of(*FOUR), hooks=False)
-    seen = {d.route(_request(**{SELECTION: "10.0.0.1"}), None).destination for _ in range(20)}
+async def test_without_the_flag_the_header_is_an_ordinary_header() -> None:
+    d = pool(store_of(*FOUR), hooks=False)
+    seen = {(await d.decide(_request(**{SELECTION: "10.0.0.1"}))).destination for _ in range(20)}
     assert len(seen) > 1  # the default profile spreads equal pods
-    assert d.route(_request(**{SELECTION: "10.9.9.9"}), None).targets
+    assert (await d.decide(_request(**{SELECTION: "10.9.9.9"}))).targets

@@ -1,13 +1,14 @@
-"""In-flight load: counted from routing to the stream's end through the real stream and director."""
+"""In-flight load: counted from routing to the stream's end through the real stream and pool pipeline."""
 
 from __future__ import annotations
 
-import contextvars
+import asyncio
 import random
 
 import pytest
+from pool_harness import Harness
 from scheduling_builders import NOW
-from test_director import Harness, make_store
+from test_pipeline import make_store
 
 from epp.clock import ManualClock
 from epp.datalayer.pool_gauges import PoolGauges
@@ -15,7 +16,7 @@ from epp.errors import EppError
 from epp.extproc.stream import Processor, Stream, StreamOptions
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins.inflight_load import InFlightLoadProducer
-from epp.requestcontrol.pools import PoolDispatcher
+from epp.requestcontrol.pools import PoolPipelines
 from epp_sim.stack.extproc_client import post_headers, request_body, request_headers, response_body, response_headers
 
 CHAT = b'{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"' + b"x" * 400 + b'"}],"stream":true}'
@@ -32,14 +33,14 @@ def _messages(body: bytes, path: str) -> list[object]:
     ]
 
 
-def test_counts_return_to_zero_after_10k_requests_with_random_cancels() -> None:
-    # Streams set the request-id ContextVar; run them in a copy so it does not outlive the test.
-    contextvars.copy_context().run(_ten_thousand_requests)
+async def test_counts_return_to_zero_after_10k_requests_with_random_cancels() -> None:
+    # Streams set the request-id ContextVar; a task runs them in a copy so it does not outlive the test.
+    await asyncio.create_task(_ten_thousand_requests())
 
 
-def _ten_thousand_requests() -> None:
+async def _ten_thousand_requests() -> None:
     harness = Harness(make_store(4))
-    processor = Processor(PoolDispatcher({("default", "pool"): harness.director}), harness.metrics, StreamOptions())
+    processor = Processor(PoolPipelines({("default", "pool"): harness.routing}), harness.metrics, StreamOptions())
     rng = random.Random(17)
     bodies = [(CHAT, "/v1/chat/completions")] * 8 + [
         (b'{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}', "/v1/messages"),
@@ -53,7 +54,7 @@ def _ten_thousand_requests() -> None:
         messages = _messages(body, path)
         try:
             for message in messages[: rng.randint(1, len(messages))]:  # a random point to stop at (or the end)
-                stream.handle(message)  # type: ignore[arg-type]
+                await stream.handle(message)  # type: ignore[arg-type]
         except EppError:
             pass
         open_streams.append(stream)
@@ -67,17 +68,18 @@ def _ten_thousand_requests() -> None:
         assert (state.in_flight_requests, state.in_flight_tokens) == (0, 0), state
 
 
-def test_gauges_show_the_counts_per_endpoint() -> None:
+async def test_gauges_show_the_counts_per_endpoint() -> None:
     harness = Harness(make_store(2))
     gauges = PoolGauges(harness.store, harness.metrics, ManualClock(start=NOW))
     request = InferenceRequest(request_id="r", model="m", size=4_000, api=ApiKind.CHAT_COMPLETIONS)
-    decision = harness.director.route(request, None)
+    decision = await harness.decide(request)
     gauges.refresh()
     pod = decision.targets[0].endpoint.name
     sample = harness.metrics.registry.get_sample_value
     assert sample("llm_d_epp_inflight_requests", {"endpoint_name": pod, "namespace": "default"}) == 1
     assert sample("llm_d_epp_inflight_tokens", {"endpoint_name": pod, "namespace": "default"}) == 1_000
-    harness.director.finished(request, decision, completed=False)
+    assert harness.ctx is not None
+    harness.finished(harness.ctx, completed=False)
     gauges.refresh()
     assert sample("llm_d_epp_inflight_requests", {"endpoint_name": pod, "namespace": "default"}) == 0
 
@@ -94,10 +96,10 @@ schedulingProfiles:
 """
 
 
-def test_a_burst_spreads_before_any_scrape_shows_it() -> None:
+async def test_a_burst_spreads_before_any_scrape_shows_it() -> None:
     harness = Harness(make_store(4), config_text=ACTIVE_ONLY)
     for i in range(8):
-        harness.director.route(InferenceRequest(request_id=str(i), model="m", size=100), None)
+        await harness.decide(InferenceRequest(request_id=str(i), model="m", size=100))
     assert sorted(s.in_flight_requests for s in harness.store.endpoints()) == [2, 2, 2, 2]
 
 
@@ -116,12 +118,12 @@ def test_token_estimate(producer: InFlightLoadProducer, size: int, cap: int | No
     assert producer.estimate_tokens(request) == tokens
 
 
-def test_the_configured_producer_sets_the_estimate() -> None:
+async def test_the_configured_producer_sets_the_estimate() -> None:
     producer = (
         "- type: inflight-load-producer\n  parameters: {addEstimatedOutputTokens: true, maxEstimatedOutputTokens: 7}\n"
     )
     text = ACTIVE_ONLY.replace("- type: max-score-picker\n", "- type: max-score-picker\n" + producer)
     harness = Harness(make_store(1), config_text=text)
     request = InferenceRequest(request_id="r", model="m", size=400)
-    harness.director.route(request, None)
+    await harness.decide(request)
     assert request.in_flight_tokens == 107

@@ -15,7 +15,7 @@ def request(pool: str | None = None) -> InferenceRequest:
 
 def code_of(dispatcher: PoolDispatcher[str], pool: str) -> tuple[ErrorCode, str]:
     with pytest.raises(EppError) as caught:
-        dispatcher.director_for(request(pool))
+        dispatcher.pool_for(request(pool))
     return caught.value.code, str(caught.value)
 
 
@@ -23,15 +23,15 @@ POOLS = {("team-a", "llama"): "a/llama", ("team-b", "llama"): "b/llama", ("team-
 
 
 def test_no_header_goes_to_the_first_pool() -> None:
-    assert PoolDispatcher(POOLS).director_for(request()) == "a/llama"
-    assert PoolDispatcher(POOLS).director_for(request("")) == "a/llama"
+    assert PoolDispatcher(POOLS).pool_for(request()) == "a/llama"
+    assert PoolDispatcher(POOLS).pool_for(request("")) == "a/llama"
 
 
 def test_namespace_slash_name_and_an_unambiguous_bare_name() -> None:
     dispatcher = PoolDispatcher(POOLS)
-    assert dispatcher.director_for(request("team-b/llama")) == "b/llama"
-    assert dispatcher.director_for(request("team-a/qwen")) == "a/qwen"
-    assert dispatcher.director_for(request("qwen")) == "a/qwen"
+    assert dispatcher.pool_for(request("team-b/llama")) == "b/llama"
+    assert dispatcher.pool_for(request("team-a/qwen")) == "a/qwen"
+    assert dispatcher.pool_for(request("qwen")) == "a/qwen"
 
 
 def test_a_bare_name_two_namespaces_share_is_refused_as_ambiguous() -> None:

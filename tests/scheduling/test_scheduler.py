@@ -23,6 +23,7 @@ from epp.framework.scheduling import (
 from epp.plugins.pickers import MaxScorePicker
 from epp.plugins.single_profile import SingleProfileHandler
 from epp.scheduling.profile import NO_ENDPOINTS, ProfileError, SchedulerProfile, WeightedScorer
+from epp.scheduling.recorder import QUIET, CycleMetrics
 from epp.scheduling.scheduler import Scheduler
 from epp.telemetry.metrics import EppMetrics
 
@@ -72,7 +73,7 @@ def test_scores_are_clamped_then_weighted() -> None:
         ],
         picker=picker,
     )
-    profile.run(CycleState(), request(), STATES)
+    profile.run(CycleState(), request(), STATES, QUIET)
     assert picker.seen == [("pod-0", 1.0), ("pod-1", 2.0), ("pod-2", 2.0), ("pod-3", 0.25)]
 
 
@@ -85,30 +86,30 @@ def test_filters_run_in_order_and_an_empty_set_fails_the_profile() -> None:
         scorers=[WeightedScorer(scorer)],
         picker=picker,
     )
-    assert names(profile.run(CycleState(), request(), STATES).targets) == ["pod-2"]
+    assert names(profile.run(CycleState(), request(), STATES, QUIET).targets) == ["pod-2"]
     assert picker.seen == [("pod-2", 1.0)]
 
     empty = SchedulerProfile(
         "p", filters=[KeepFilter(set()), KeepFilter({"pod-1"})], scorers=[WeightedScorer(scorer)], picker=picker
     )
     with pytest.raises(ProfileError, match=NO_ENDPOINTS):
-        empty.run(CycleState(), request(), STATES)
+        empty.run(CycleState(), request(), STATES, QUIET)
     assert scorer.calls == 1  # nothing after the emptying filter ran
     with pytest.raises(ProfileError, match=NO_ENDPOINTS):
-        SchedulerProfile("p", picker=picker).run(CycleState(), request(), [])
+        SchedulerProfile("p", picker=picker).run(CycleState(), request(), [], QUIET)
 
 
 def test_contract_violations_fail_the_profile() -> None:
     short = SchedulerProfile("p", scorers=[WeightedScorer(FixedScorer("short", [1.0]))], picker=RecordingPicker())
     with pytest.raises(ProfileError, match=r"scorer short/fixed-scorer returned 1 scores for 4 endpoints"):
-        short.run(CycleState(), request(), STATES)
+        short.run(CycleState(), request(), STATES, QUIET)
 
     class EmptyPicker(RecordingPicker):
         def pick(self, cycle: CycleState, request: InferenceRequest, scored: Sequence[ScoredEndpoint]) -> ProfileResult:
             return ProfileResult([])
 
     with pytest.raises(ProfileError, match=r"picker rec/recording-picker returned no endpoints"):
-        SchedulerProfile("p", picker=EmptyPicker()).run(CycleState(), request(), STATES)
+        SchedulerProfile("p", picker=EmptyPicker()).run(CycleState(), request(), STATES, QUIET)
     with pytest.raises(ValueError, match="weight must be >= 0"):
         WeightedScorer(FixedScorer("neg", []), -1.0)
 
@@ -122,8 +123,9 @@ def test_plugin_durations_are_recorded() -> None:
         picker=RecordingPicker(),
         metrics=metrics,
     )
-    profile.run(CycleState(), request(), STATES)
-    profile.run(CycleState(), request(), STATES)
+    profile.run(CycleState(), request(), STATES, CycleMetrics(metrics))
+    profile.run(CycleState(), request(), STATES, CycleMetrics(metrics))
+    profile.run(CycleState(), request(), STATES, QUIET)  # Explain's kind: nothing observed
     count = "inference_extension_plugin_duration_seconds_count"
     get = metrics.registry.get_sample_value
     assert get(count, {"extension_point": "Filter", "plugin_type": "keep-filter", "plugin_name": "keep"}) == 2

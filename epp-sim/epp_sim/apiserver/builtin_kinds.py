@@ -209,8 +209,8 @@ def _qos(pod: Obj) -> str:
 def _prepare_service(new: Obj, old: Obj | None) -> list[Cause]:
     spec = new.setdefault("spec", {})
     for port in spec.get("ports") or []:
-        if isinstance(port, dict) and "port" in port:
-            port.setdefault("targetPort", port["port"])
+        if isinstance(port, dict) and "port" in port and port.get("targetPort") in (None, 0, ""):
+            port["targetPort"] = port["port"]  # unset, or the zero value a protobuf body carries
     if spec.get("type") == "ExternalName":
         return []
     old_spec = (old or {}).get("spec") or {}

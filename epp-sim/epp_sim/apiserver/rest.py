@@ -15,12 +15,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from aiohttp import web
 
 from epp_sim.apiserver import discovery
 from epp_sim.apiserver import patch as patches
 from epp_sim.apiserver.admission import scale_of
+from epp_sim.apiserver.bodies import check_accept, parse_body, parse_object
 from epp_sim.apiserver.errors import ApiError, not_found
 from epp_sim.apiserver.kinds import Obj, ResourceType
 from epp_sim.apiserver.openapi import OpenApi
@@ -171,6 +171,7 @@ class RestApi:
 
     async def _resource(self, request: web.Request, group: str, version: str, tail: str) -> web.StreamResponse:
         t = self.target(group, version, tail)
+        check_accept(request.headers.get("Accept", ""))
         if t is None:
             body = discovery.resource_list(self.store.kinds, group, version)
             if body is None or request.method != "GET":
@@ -211,10 +212,10 @@ class RestApi:
                 "MethodNotAllowed",
                 f"the server does not allow this method on the requested resource ({request.method} {request.path})",
             )
-        raw = await request.read()
+        body = parse_object(await request.read(), request.content_type)
         if t.name is not None:
-            return json_response(self.reviews.token_request(t.namespace or "", t.name, raw, request.content_type), 201)
-        return json_response(self.reviews.answer(t.rt, raw), 201)
+            return json_response(self.reviews.token_request(t.namespace or "", t.name, body), 201)
+        return json_response(self.reviews.answer(t.rt, body), 201)
 
     def _out(self, t: Target, o: Obj) -> Obj:
         api_version = t.rt.api_version(t.version)
@@ -229,17 +230,7 @@ class RestApi:
         return json_response(self._out(t, o), status)
 
     async def _body(self, request: web.Request, *, yaml_ok: bool = False) -> Any:
-        raw = await request.read()
-        if not raw:
-            raise ApiError(400, "BadRequest", "the request body is empty")
-        try:
-            if yaml_ok:
-                return yaml.load(raw, Loader=yaml.CSafeLoader)
-            return json.loads(raw)
-        except (ValueError, yaml.YAMLError) as e:
-            raise ApiError(
-                400, "BadRequest", f"the request body is not valid {'YAML' if yaml_ok else 'JSON'}: {e}"
-            ) from e
+        return parse_body(await request.read(), request.content_type, yaml_ok=yaml_ok)
 
     def _write_opts(self, request: web.Request) -> dict[str, Any]:
         q = request.query
@@ -342,10 +333,7 @@ class RestApi:
         raw = await request.read()
         opts: Obj = {}
         if raw:
-            try:
-                parsed = json.loads(raw)
-            except ValueError as e:
-                raise ApiError(400, "BadRequest", f"invalid DeleteOptions: {e}") from e
+            parsed = parse_body(raw, request.content_type)
             if isinstance(parsed, dict):
                 opts = parsed
         grace = _int(request.query, "gracePeriodSeconds")

@@ -4,22 +4,20 @@ What a component that delegates its auth to the API server calls (controller-run
 filter, kube-rbac-proxy, our picker's ``/metrics`` guard): ``POST
 /apis/authentication.k8s.io/v1/tokenreviews`` says who a bearer token is; ``POST
 /apis/authorization.k8s.io/v1/subjectaccessreviews`` says whether that user may do a verb on a
-resource or a non-resource URL. ``POST .../serviceaccounts/<name>/token`` mints the tokens, in
-JSON or as ``kubectl create token`` sends it (protobuf). Reviews are answered from the request and
+resource or a non-resource URL. ``POST .../serviceaccounts/<name>/token`` mints the tokens (the
+request decoded from JSON or, as ``kubectl create token`` sends it, protobuf). Reviews are answered from the request and
 the store (201 with ``status`` filled) and never stored, like the real server's. The server itself
 stays anonymous: it authorizes nobody's requests, it only answers these questions.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from epp_sim.apiserver.authorizer import Attributes, authorize
 from epp_sim.apiserver.builtin_schemas import wrap
 from epp_sim.apiserver.errors import ApiError, invalid
 from epp_sim.apiserver.kinds import Obj, ResourceType
-from epp_sim.apiserver.kube_protobuf import PROTOBUF, decode_token_request
 from epp_sim.apiserver.schema import arr, boolean, obj, string, validate
 from epp_sim.apiserver.tokens import TokenAuthority, TokenInvalidError
 
@@ -96,16 +94,6 @@ def review_types() -> list[ResourceType]:
     ]
 
 
-def _json_object(raw: bytes) -> Obj:
-    try:
-        body = json.loads(raw)
-    except ValueError as e:
-        raise ApiError(400, "BadRequest", f"the request body is not valid JSON: {e}") from e
-    if not isinstance(body, dict):
-        raise ApiError(400, "BadRequest", "the body must be a JSON object")
-    return body
-
-
 class Reviews:
     """Answers the three APIs over one store; owns the key its tokens are signed with."""
 
@@ -113,14 +101,12 @@ class Reviews:
         self.store = store
         self.tokens = TokenAuthority(store)
 
-    def token_request(self, namespace: str, name: str, raw: bytes, content_type: str) -> Obj:
+    def token_request(self, namespace: str, name: str, body: Obj) -> Obj:
         """``POST .../serviceaccounts/<name>/token``: a TokenRequest with ``status.token`` filled."""
-        body = decode_token_request(raw) if content_type == PROTOBUF else _json_object(raw)
         return self.tokens.request(namespace, name, body)
 
-    def answer(self, rt: ResourceType, raw: bytes) -> Obj:
-        """The review in ``raw`` (JSON) with its ``status`` filled in."""
-        body = _json_object(raw)
+    def answer(self, rt: ResourceType, body: Obj) -> Obj:
+        """The review in ``body`` with its ``status`` filled in."""
         name = str((body.get("metadata") or {}).get("name") or "")
         causes = validate(rt.schemas["v1"], body)
         if causes:

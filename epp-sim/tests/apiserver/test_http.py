@@ -269,3 +269,29 @@ async def test_graceful_pod_deletion_and_delete_collection_over_http() -> None:
             http, "DELETE", "/api/v1/namespaces/default/pods?labelSelector=group%3Dx&gracePeriodSeconds=0"
         )
         assert code == 200 and len(gone["items"]) == 2 and store.list("Pod") == []
+
+
+async def test_protobuf_bodies_over_http_and_the_server_survives_bad_ones(
+    http: aiohttp.ClientSession, apiserver: RunningApiServer
+) -> None:
+    proto = "application/vnd.kubernetes.protobuf"
+    good = b"k8s\x00" + bytes.fromhex("0a0f0a0276311209") + b"Namespace" + bytes.fromhex("12070a050a036f6273")
+
+    async def post(path: str, body: bytes, accept: str = f"{proto},application/json") -> tuple[int, Any]:
+        async with http.post(path, data=body, headers={"Content-Type": proto, "Accept": accept}) as resp:
+            return resp.status, await _json(resp)
+
+    for bad, why in [
+        (good[:-3], "truncated"),
+        (b"k8s\x00" + bytes(range(256)), "not a valid Kubernetes protobuf envelope"),
+        (b"garbage", "no k8s\\x00 magic"),
+    ]:
+        status, body = await post("/api/v1/namespaces", bad)
+        assert (status, body["kind"], body["reason"]) == (400, "Status", "BadRequest") and why in body["message"]
+    status, body = await post("/api/v1/namespaces/default/configmaps", good)  # a Namespace sent to configmaps
+    assert status == 400 and "do not match the resource configmaps" in body["message"]
+    status, body = await post("/api/v1/namespaces", good, accept=proto)
+    assert status == 406 and "only application/json is served" in body["message"]
+    status, body = await post("/api/v1/namespaces", good)  # the server is still serving
+    assert status == 201 and body["metadata"]["name"] == "obs" and body["status"] == {"phase": "Active"}
+    assert apiserver.server.store.get("Namespace", "obs")["spec"] == {"finalizers": ["kubernetes"]}

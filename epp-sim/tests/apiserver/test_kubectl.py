@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from apiserver_objects import POOL_CRD, binding, deployment, pod, pool, role
 
 from epp.clock import ManualClock
 from epp_sim.apiserver import RunningApiServer, running_apiserver
+from epp_sim.stack import kubectl as stack_kubectl
 from epp_sim.waits import wait_until
 
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
@@ -174,34 +174,15 @@ async def test_get_label_patch_status_scale_server_side_apply_delete(
     assert store.list("Pod") == []
 
 
-async def test_get_watch_sees_a_change(kubectl: Kubectl, apiserver: RunningApiServer) -> None:
+async def test_get_watch_sees_a_change(apiserver: RunningApiServer, tmp_path: Path) -> None:
     store = apiserver.server.store
     store.create("ConfigMap", {"metadata": {"name": "first"}}, namespace="default")
-    proc = await asyncio.create_subprocess_exec(
-        *kubectl.argv("get", "configmaps", "-w"),
-        env=kubectl.env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    try:
-        lines: list[str] = []
-
-        async def read_until(word: str) -> None:
-            assert proc.stdout is not None
-            async with asyncio.timeout(10):
-                while not any(word in line for line in lines):
-                    lines.append((await proc.stdout.readline()).decode())
-
-        await read_until("first")
+    async with stack_kubectl.Kubectl(apiserver.kubeconfig, tmp_path).streaming("get", "configmaps", "-w") as watch:
+        await watch.read_until("first")
         await wait_until(lambda: store.events.open_watches() == 1, timeout=10)
         store.create("ConfigMap", {"metadata": {"name": "second"}, "data": {"a": "1", "b": "2"}}, namespace="default")
-        await read_until("second")
-        assert [line.split()[:2] for line in lines if "second" in line] == [["second", "2"]]
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        await proc.wait()
+        lines = await watch.read_until("second")
+    assert [line.split()[:2] for line in lines if "second" in line] == [["second", "2"]]
 
 
 async def test_delete_waits_for_the_pod_grace_period(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ async def test_audiences_the_service_account_and_refused_requests(
         await _token(kubectl, "prom", "--duration", "5m")
     token_url = "/api/v1/namespaces/default/serviceaccounts/prom/token"
     status, body = await _post(api, token_url, b"k8s\x00\x0a\xff", "application/vnd.kubernetes.protobuf")
-    assert status == 400 and "not a valid protobuf TokenRequest" in body["message"]
+    assert status == 400 and "not a valid Kubernetes protobuf envelope: truncated" in body["message"]
     for spec in (["x"], {"expirationSeconds": "1h"}, {"boundObjectRef": "pod"}):
         status, body = await _post(api, token_url, {"kind": "TokenRequest", "spec": spec})
         assert status == 400, spec

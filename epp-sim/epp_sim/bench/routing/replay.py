@@ -104,12 +104,14 @@ async def _send(
     outcome.routed += 1
     first: float | None = None
     tail = b""
+    status = 0
     try:
         async with session.post(
             f"http://{destination}/v1/chat/completions",
             data=arrival.data,
             headers={"content-type": "application/json", **arrival.headers},
         ) as resp:
+            status = resp.status
             if resp.status != 200:
                 outcome.error(f"http_{resp.status}")
                 await resp.read()
@@ -122,7 +124,7 @@ async def _send(
         outcome.error(type(e).__name__)
         return
     finally:
-        finished()
+        finished(status)
     end = loop.time()
     match = _COMPLETION_TOKENS.search(tail)
     if first is None or match is None:

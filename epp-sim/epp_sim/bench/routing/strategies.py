@@ -1,12 +1,14 @@
 """The routing strategies compared, and how each one turns an arrival into a destination.
 
 Every strategy but ``round-robin`` is an ``EndpointPickerConfig`` loaded with the in-tree plugin
-registry and run through the production ``PoolDirector``, exactly as ``epp serve`` would run it;
+registry into the production ``PoolRouting`` (the pool's pipeline, its endpoint observers, its flow
+controller, health feedback from each response's status), exactly as ``epp serve`` builds it, and
+each arrival's body is parsed by the configuration's parsers as a served request's is;
 ``round-robin`` is what a Kubernetes Service does, a baseline with no admission; ``flow-control``
 is the default profile behind the ``flowControl`` gate (round-robin fairness between tenants, a
 TTL of ``FLOW_CONTROL_TTL_WALL_S`` wall seconds), its requests waiting in the picker's queue. A strategy is
-built into a :data:`Route`: the destination for one arrival, and what to call when its response
-has finished (so the PostResponse plugins run, as they do in ``epp serve``).
+built into a :data:`Route`: the destination for one arrival, and what to call with its response's
+status when it has finished (so health feedback and the PostResponse plugins run, as in ``epp serve``).
 
 ``approximate`` and ``precise`` are llm-d's sample weights (prefix 2, queue 1, KV 1) with the
 approximate index or with ``token-producer`` → ``precise-prefix-cache-producer`` reading the
@@ -29,11 +31,10 @@ from string import Template
 from epp.clock import SystemClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.datastore.store import Datastore
-from epp.flowcontrol.controller import FlowController
 from epp.framework.plugin import PluginContext, PluginRegistry
-from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
+from epp.framework.request import InferenceRequest
 from epp.plugins import register_in_tree
-from epp.requestcontrol.director import PoolDirector
+from epp.requestcontrol.pool_routing import PoolRouting
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.workloads import Arrival
 
@@ -162,10 +163,15 @@ DEFAULT_STRATEGIES = (ROUND_ROBIN, "random", "least-queue", "legacy-v0.3", DEFAU
 NEEDS_REAL_TOKENS = frozenset({PRECISE})
 """Strategies that only run on a workload whose cluster has the bench tokenizer and KV events."""
 
-Route = Callable[[int, Arrival], Awaitable[tuple[str, Callable[[], None]]]]
-"""(arrival index, arrival) → (``host:port`` to send it to, call when its response has finished);
-awaited, because data producers run first and a request may wait in the flow-control queue.
-Raises EppError when refused."""
+Finished = Callable[[int], None]
+"""Called once when an arrival's response has finished, with its HTTP status (0: none came)."""
+
+Route = Callable[[int, Arrival], Awaitable[tuple[str, Finished]]]
+"""(arrival index, arrival) → (``host:port`` to send it to, :data:`Finished`); awaited, because a
+request may wait in the flow-control queue and data producers run before scheduling. Raises
+EppError when refused."""
+
+_PATH = {":path": "/v1/chat/completions"}  # where the replay sends every arrival
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,46 +196,11 @@ def _config(strategy: str, seed: int, metrics: EppMetrics, tokens: RealTokens | 
     return load_config(text, registry, context, metrics=metrics)
 
 
-@dataclass
-class _Picker:
-    """One picker replica: its own config (plugins, indexes, subscribers), flow controller and director."""
-
-    config: LoadedConfig
-    director: PoolDirector
-    flow_control: FlowController | None
-
-
-def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None) -> _Picker:
+def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None) -> PoolRouting:
+    """One picker replica: its own configuration (plugins, indexes, subscribers) and routing, as ``epp serve``'s."""
     metrics = EppMetrics()
-    clock = SystemClock()
     config = _config(strategy, seed, metrics, tokens)
-    endpoints = store.endpoints()
-    for observer in config.endpoints_added:  # as the runtime does once the pool's endpoints are known
-        observer.endpoints_added(endpoints)
-    flow_control = None
-    if config.flow_control is not None:
-        flow_control = FlowController(
-            config.flow_control,
-            pool_name="sim",
-            endpoints=store.endpoints,
-            detector=lambda: config.saturation_detector,
-            clock=clock,
-            metrics=metrics,
-        )
-    director = PoolDirector(store, lambda: config, metrics, clock, random.Random(seed), flow_control=flow_control)
-    return _Picker(config, director, flow_control)
-
-
-def _request(index: int, arrival: Arrival) -> InferenceRequest:
-    return InferenceRequest(
-        request_id=str(index),
-        model=arrival.model,
-        api=ApiKind.CHAT_COMPLETIONS,
-        stream=True,
-        body=arrival.body,
-        headers=arrival.headers,
-        size=len(arrival.data),
-    )
+    return PoolRouting(("sim", "sim"), store, config, metrics=metrics, clock=SystemClock(), rng=random.Random(seed))
 
 
 @asynccontextmanager
@@ -245,7 +216,7 @@ async def router(
     if strategy == ROUND_ROBIN:
         turn = itertools.count()
 
-        async def round_robin(index: int, arrival: Arrival) -> tuple[str, Callable[[], None]]:
+        async def round_robin(index: int, arrival: Arrival) -> tuple[str, Finished]:
             endpoints = store.endpoints()
             return endpoints[next(turn) % len(endpoints)].endpoint.hostport, _nothing
 
@@ -253,28 +224,26 @@ async def router(
         return
     pickers = [_picker(strategy, store, seed + i, tokens) for i in range(replicas)]
     for picker in pickers:
-        if picker.flow_control is not None:
-            await picker.flow_control.start()
+        await picker.start()
 
-    async def route(index: int, arrival: Arrival) -> tuple[str, Callable[[], None]]:
-        director = pickers[index % len(pickers)].director
-        request = _request(index, arrival)
-        prepared = director.prepare(request)
-        if prepared is not None:
-            await prepared
-        routed = director.route(request, None)
-        decision = routed if isinstance(routed, RoutingDecision) else await routed
-        return decision.targets[0].endpoint.hostport, lambda: director.finished(request, decision, completed=True)
+    async def route(index: int, arrival: Arrival) -> tuple[str, Finished]:
+        pipeline = pickers[index % len(pickers)].pipeline
+        request = InferenceRequest(request_id=str(index), headers={**arrival.headers, **_PATH})
+        ctx = pipeline.parse(request, arrival.data, None)
+        decision = await pipeline.route(ctx)
+
+        def finished(status: int) -> None:
+            pipeline.finished(ctx, completed=status != 0, status=status)
+
+        return decision.targets[0].endpoint.hostport, finished
 
     try:
         yield route
     finally:
         for picker in pickers:
-            if picker.flow_control is not None:
-                await picker.flow_control.stop()
-            for closable in picker.config.closables:
-                await closable.aclose()
+            await picker.stop()
+            await picker.aclose()
 
 
-def _nothing() -> None:
+def _nothing(status: int) -> None:
     return None

@@ -1,4 +1,4 @@
-"""Pure parsing pieces: Go-compatible JSON, usage from JSON and SSE, subset IPs."""
+"""Pure parsing pieces of the stream: usage from JSON and SSE, subset IPs."""
 
 from __future__ import annotations
 
@@ -6,47 +6,9 @@ import json
 
 import pytest
 
-from epp.errors import EppError
-from epp.extproc.request_body import parse_request_body, serialize_go
 from epp.extproc.stream import StreamOptions
 from epp.extproc.subset_hint import subset_ips
 from epp.extproc.usage import SseUsageScanner, Usage, usage_from_json
-from epp.framework.request import ApiKind
-
-
-def test_parse_returns_the_decoded_dict_itself() -> None:
-    parsed = parse_request_body(b'{"model":"m","prompt":[1,2],"stream":true}', ApiKind.COMPLETIONS)
-    assert (parsed.model, parsed.stream, parsed.api) == ("m", True, ApiKind.COMPLETIONS)
-    parsed.body["model"] = "x"
-    assert parsed.body == {"model": "x", "prompt": [1, 2], "stream": True}
-
-
-def test_what_go_decodes_is_decoded_and_what_go_refuses_is_refused() -> None:
-    huge = parse_request_body(
-        b'{"model": "m", "prompt": "p", "seed": 123456789012345678901234567890}', ApiKind.COMPLETIONS
-    )
-    assert huge.body["seed"] == 1.2345678901234568e29  # past 64 bits: a float64, as Go decodes it
-    for constant in (b"NaN", b"Infinity", b"-Infinity"):
-        with pytest.raises(EppError, match="error unmarshaling request bodyMap: invalid character"):
-            parse_request_body(b'{"model": "m", "prompt": "p", "temperature": ' + constant + b"}", ApiKind.COMPLETIONS)
-
-
-def test_non_object_json_names_the_kind() -> None:
-    with pytest.raises(EppError, match="cannot unmarshal string into Go value"):
-        parse_request_body(b'"text"', ApiKind.COMPLETIONS)
-
-
-def test_serialize_go_sorts_compacts_and_escapes_like_encoding_json() -> None:
-    body = {"z": 1, "a": {"y": "<&>", "b": "\u2028\u2029é"}, "m": [True, None, 0.5]}
-    assert (
-        serialize_go(body)
-        == '{"a":{"b":"\\u2028\\u2029é","y":"\\u003c\\u0026\\u003e"},"m":[true,null,0.5],"z":1}'.encode()
-    )
-
-
-def test_serialize_go_keeps_lone_surrogates_escaped() -> None:
-    body = json.loads(b'{"p":"\\ud800<"}')
-    assert serialize_go(body) == b'{"p":"\\ud800\\u003c"}'
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,17 @@
-"""Director.route / route_headers_only / finished over the real Datastore and the default config."""
+"""The pool pipeline: route / route_headers_only / finished over the real Datastore and the default config."""
 
 from __future__ import annotations
 
 import logging
-import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from pool_harness import Harness
 from scheduling_builders import NOW, names
 
-from epp.clock import ManualClock
-from epp.config.loader import LoadedConfig, load_config, load_default_config
+from epp.config.loader import LoadedConfig, load_config
 from epp.datastore.store import Datastore
 from epp.datastore.types import (
     ModelSpec,
@@ -25,13 +24,11 @@ from epp.datastore.types import (
 )
 from epp.errors import EppError, ErrorCode
 from epp.framework.endpoint import EndpointState, MetricsSnapshot
-from epp.framework.plugin import PluginContext, PluginRegistry, TypedName
+from epp.framework.plugin import PluginContext, PluginKind, PluginRegistry, TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.labels import Selector
 from epp.plugins import register_in_tree
-from epp.requestcontrol.director import PoolDirector
-from epp.telemetry.metrics import EppMetrics
 
 V1 = "inference.networking.k8s.io/v1"
 V1ALPHA2 = "inference.networking.x-k8s.io/v1alpha2"
@@ -57,30 +54,7 @@ def set_metrics(store: Datastore, **per_pod: MetricsSnapshot) -> None:
             s.metrics = per_pod[s.endpoint.pod_name.replace("-", "_")]
 
 
-class Harness:
-    def __init__(self, store: Datastore, *, config_text: str | None = None, registry: PluginRegistry | None = None):
-        self.store = store
-        self.clock = ManualClock(start=NOW)
-        self.metrics = EppMetrics()
-        if registry is None:
-            registry = PluginRegistry()
-            register_in_tree(registry)
-        context = PluginContext(clock=self.clock, seed=7)
-        if config_text is None:
-            self.config = load_default_config(registry, context, metrics=self.metrics)
-        else:
-            self.config = load_config(config_text, registry, context, metrics=self.metrics)
-        self.director = PoolDirector(store, lambda: self.config, self.metrics, self.clock, random.Random(3))
-
-    def route(self, model: str = "m", subset: frozenset[str] | None = None, **headers: str) -> InferenceRequest:
-        req = InferenceRequest(
-            request_id="r", model=model, headers={k.replace("_", "-"): v for k, v in headers.items()}
-        )
-        self.last = self.director.route(req, subset)
-        return req
-
-
-def test_route_picks_by_default_profile() -> None:
+async def test_route_picks_by_default_profile() -> None:
     store = make_store(3)
     set_metrics(
         store,
@@ -89,15 +63,15 @@ def test_route_picks_by_default_profile() -> None:
         pod_2=MetricsSnapshot(waiting_queue=10, kv_cache_usage=0.2, updated_at=NOW),
     )
     h = Harness(store)
-    req = h.route("llama")
+    req = await h.route("llama")
     assert names(h.last.targets) == ["pod-1"]
     assert h.last.destination == "10.0.0.1:8000"
     assert (req.target_model, req.priority) == ("llama", 0)
 
 
-def test_header_sets_target_model() -> None:
+async def test_header_sets_target_model() -> None:
     h = Harness(make_store(2))
-    req = h.route("llama", x_gateway_model_name_rewrite="llama-ft")
+    req = await h.route("llama", x_gateway_model_name_rewrite="llama-ft")
     assert (req.model, req.target_model) == ("llama", "llama-ft")
 
 
@@ -112,16 +86,16 @@ def rule(*targets: str | tuple[str, int], matches: Sequence[str] = ()) -> Rewrit
     )
 
 
-def test_rewrite_precedence_oldest_exact_then_oldest_generic() -> None:
+async def test_rewrite_precedence_oldest_exact_then_oldest_generic() -> None:
     store = make_store(2)
     store.set_rewrite(rewrite("generic-old", 10, rule("generic-a")))
     store.set_rewrite(rewrite("exact-new", 20, rule("food-new", matches=["food"])))
     store.set_rewrite(rewrite("exact-old", 15, rule("food-old", matches=["food", "drink"])))
     store.set_rewrite(rewrite("generic-new", 30, rule("generic-b")))
     h = Harness(store)
-    assert h.route("food", x_gateway_model_name_rewrite="ignored").target_model == "food-old"
-    assert h.route("drink").target_model == "food-old"
-    assert h.route("other").target_model == "generic-a"
+    assert (await h.route("food", x_gateway_model_name_rewrite="ignored")).target_model == "food-old"
+    assert (await h.route("drink")).target_model == "food-old"
+    assert (await h.route("other")).target_model == "generic-a"
     decisions = h.metrics.registry.get_sample_value
     name = "inference_extension_model_rewrite_decisions_total"
     assert decisions(name, {"model_rewrite_name": "exact-old", "model_name": "food", "target_model": "food-old"}) == 1
@@ -129,60 +103,62 @@ def test_rewrite_precedence_oldest_exact_then_oldest_generic() -> None:
         decisions(name, {"model_rewrite_name": "generic-old", "model_name": "other", "target_model": "generic-a"}) == 1
     )
     store.remove_rewrite("default", "exact-old")  # the index follows the store
-    assert h.route("food").target_model == "food-new"
+    assert (await h.route("food")).target_model == "food-new"
 
 
-def test_weighted_rewrite_split_statistics() -> None:
+async def test_weighted_rewrite_split_statistics() -> None:
     store = make_store(1)
     store.set_rewrite(rewrite("split", 1, rule(("a", 30), ("b", 70), matches=["m"]), rule("u1", "u2", matches=["u"])))
     store.set_rewrite(rewrite("zeros", 2, rule(("z1", 0), ("z2", 0), matches=["z"])))
     h = Harness(store)
-    weighted = Counter(h.route("m").target_model for _ in range(4000))
+    weighted = Counter([(await h.route("m")).target_model for _ in range(4000)])
     assert 0.27 < weighted["a"] / 4000 < 0.33, weighted
-    unset = Counter(h.route("u").target_model for _ in range(2000))
+    unset = Counter([(await h.route("u")).target_model for _ in range(2000)])
     assert 0.45 < unset["u1"] / 2000 < 0.55, unset
-    zeros = Counter(h.route("z").target_model for _ in range(2000))
+    zeros = Counter([(await h.route("z")).target_model for _ in range(2000)])
     assert 0.45 < zeros["z1"] / 2000 < 0.55, zeros
 
 
-def test_v1alpha2_unknown_model_is_404_but_v1_allows_it() -> None:
+async def test_v1alpha2_unknown_model_is_404_but_v1_allows_it() -> None:
     h = Harness(make_store(2, api_version=V1ALPHA2))
     with pytest.raises(EppError) as err:
-        h.route("unknown")
+        await h.route("unknown")
     assert err.value.code is ErrorCode.NOT_FOUND
     assert err.value.msg == "error finding a model object in InferenceModel for input unknown"
-    assert Harness(make_store(2)).route("unknown").target_model == "unknown"
+    assert (await Harness(make_store(2)).route("unknown")).target_model == "unknown"
 
 
 @pytest.mark.parametrize(("criticality", "priority"), [("Critical", 1), ("Standard", 0), ("Sheddable", -1), (None, 0)])
-def test_v1alpha2_criticality_to_priority(criticality: str | None, priority: int) -> None:
+async def test_v1alpha2_criticality_to_priority(criticality: str | None, priority: int) -> None:
     store = make_store(2, api_version=V1ALPHA2)
     store.set_model(ModelSpec(name="obj", namespace="default", model_name="food", criticality=criticality))
-    req = Harness(store).route("food")
+    req = await Harness(store).route("food")
     assert (req.target_model, req.priority) == ("food", priority)
 
 
-def test_v1alpha2_target_models_weighted_split() -> None:
+async def test_v1alpha2_target_models_weighted_split() -> None:
     store = make_store(1, api_version=V1ALPHA2)
     targets = (TargetModel("food-v1", 90), TargetModel("food-v2", 10))
     store.set_model(ModelSpec(name="obj", namespace="default", model_name="food", target_models=targets))
     h = Harness(store)
-    counts = Counter(h.route("food").target_model for _ in range(4000))
+    counts = Counter([(await h.route("food")).target_model for _ in range(4000)])
     assert set(counts) == {"food-v1", "food-v2"}
     assert 0.87 < counts["food-v1"] / 4000 < 0.93, counts
 
 
-def test_objective_priority_overrides_criticality() -> None:
+async def test_objective_priority_overrides_criticality() -> None:
     store = make_store(2, api_version=V1ALPHA2)
     store.set_model(ModelSpec(name="obj", namespace="default", model_name="food", criticality="Critical"))
     store.set_objective(ObjectiveSpec(name="batch", namespace="default", priority=-5))
     store.set_objective(ObjectiveSpec(name="unset", namespace="default"))
     h = Harness(store)
-    req = h.route("food", x_gateway_inference_objective="batch")
+    req = await h.route("food", x_gateway_inference_objective="batch")
     assert (req.priority, req.objective) == (-5, "batch")
-    assert h.route("food", x_gateway_inference_objective="unset").priority == 0
-    assert h.route("food", x_gateway_inference_objective="missing").priority == 1  # no object: criticality stays
-    assert h.route("food").priority == 1
+    assert (await h.route("food", x_gateway_inference_objective="unset")).priority == 0
+    assert (
+        await h.route("food", x_gateway_inference_objective="missing")
+    ).priority == 1  # no object: criticality stays
+    assert (await h.route("food")).priority == 1
 
 
 def saturated_harness() -> Harness:
@@ -192,31 +168,31 @@ def saturated_harness() -> Harness:
     return Harness(store)
 
 
-def test_sheddable_shed_when_the_average_saturation_reaches_one() -> None:
+async def test_sheddable_shed_when_the_average_saturation_reaches_one() -> None:
     h = saturated_harness()
     set_metrics(
         h.store,
         pod_0=MetricsSnapshot(waiting_queue=5, updated_at=NOW),  # 1.0
         pod_1=MetricsSnapshot(kv_cache_usage=0.5, updated_at=NOW),  # 0.625
     )
-    assert names(h.director.route(_req("batch"), None).targets) == ["pod-1"]
+    assert names((await h.decide(_req("batch"))).targets) == ["pod-1"]
     set_metrics(h.store, pod_1=MetricsSnapshot(kv_cache_usage=0.85, updated_at=NOW))
     with pytest.raises(EppError) as err:
-        h.director.route(_req("batch"), None)
+        (await h.decide(_req("batch")))
     assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED
     assert err.value.msg == "system saturated, sheddable request dropped"
     # Priority >= 0 is never shed: critical and default work still get an endpoint.
-    assert h.director.route(_req("interactive"), None).targets
-    assert h.director.route(_req(""), None).targets
+    assert (await h.decide(_req("interactive"))).targets
+    assert (await h.decide(_req(""))).targets
 
 
-def test_stale_metrics_count_as_saturated() -> None:
+async def test_stale_metrics_count_as_saturated() -> None:
     h = saturated_harness()
-    assert h.director.route(_req("batch"), None).targets  # fresh and idle
+    assert (await h.decide(_req("batch"))).targets  # fresh and idle
     h.clock.advance(1.0)  # nothing scraped for a second: older than the 200 ms threshold
     with pytest.raises(EppError, match="system saturated, sheddable request dropped"):
-        h.director.route(_req("batch"), None)
-    assert h.director.route(_req("interactive"), None).targets
+        (await h.decide(_req("batch")))
+    assert (await h.decide(_req("interactive"))).targets
 
 
 def _req(objective: str) -> InferenceRequest:
@@ -224,21 +200,21 @@ def _req(objective: str) -> InferenceRequest:
     return InferenceRequest(request_id="r", model="m", headers=headers)
 
 
-def test_subset_filters_candidates_by_ip() -> None:
+async def test_subset_filters_candidates_by_ip() -> None:
     h = Harness(make_store(4))
     for _ in range(20):
-        h.route(subset=frozenset({"10.0.0.2", "10.9.9.9"}))
+        await h.route(subset=frozenset({"10.0.0.2", "10.9.9.9"}))
         assert names(h.last.targets) == ["pod-2"]
     for subset in (frozenset(), frozenset({"10.9.9.9"})):
         with pytest.raises(EppError) as err:
-            h.route(subset=subset)
+            await h.route(subset=subset)
         assert err.value.code is ErrorCode.SERVICE_UNAVAILABLE
         assert err.value.msg == "failed to find endpoint candidates for serving the request"
 
 
-def test_empty_pool_is_503() -> None:
+async def test_empty_pool_is_503() -> None:
     with pytest.raises(EppError) as err:
-        Harness(make_store(0)).route()
+        await Harness(make_store(0)).route()
     assert err.value.code is ErrorCode.SERVICE_UNAVAILABLE
 
 
@@ -248,18 +224,18 @@ plugins: [{type: legacy-filter-tree}, {type: random-picker}]
 """
 
 
-def test_v03_tree_has_no_admission_step_unless_a_detector_is_named() -> None:
+async def test_v03_tree_has_no_admission_step_unless_a_detector_is_named() -> None:
     store = make_store(2)
     store.set_objective(ObjectiveSpec(name="batch", namespace="default", priority=-1))
     busy = MetricsSnapshot(waiting_queue=5, kv_cache_usage=0.5, updated_at=NOW)  # utilization 1.0
     set_metrics(store, pod_0=busy, pod_1=busy)
     assert Harness(store).config.admission  # the default profile: upstream's admission
     with pytest.raises(EppError, match="system saturated, sheddable request dropped"):
-        Harness(store).director.route(_req("batch"), None)
+        await Harness(store).decide(_req("batch"))
 
     v03 = Harness(store, config_text=V03)
     assert not v03.config.admission
-    assert v03.director.route(_req("batch"), None).targets  # v0.3 routed: queue <= 5 has capacity
+    assert (await v03.decide(_req("batch"))).targets  # v0.3 routed: queue <= 5 has capacity
 
     named = V03.replace(
         "plugins: [", "saturationDetector: {pluginRef: u}\nplugins: [{name: u, type: utilization-detector}, "
@@ -267,10 +243,10 @@ def test_v03_tree_has_no_admission_step_unless_a_detector_is_named() -> None:
     with_detector = Harness(store, config_text=named)
     assert with_detector.config.admission
     with pytest.raises(EppError, match="system saturated, sheddable request dropped"):
-        with_detector.director.route(_req("batch"), None)
+        (await with_detector.decide(_req("batch")))
 
 
-def test_scheduling_failure_is_429() -> None:
+async def test_scheduling_failure_is_429() -> None:
     h = Harness(make_store(2), config_text=V03)
     set_metrics(
         h.store,
@@ -278,25 +254,27 @@ def test_scheduling_failure_is_429() -> None:
         pod_1=MetricsSnapshot(waiting_queue=9, updated_at=NOW),
     )
     with pytest.raises(EppError) as err:
-        h.route()
+        await h.route()
     assert err.value.code is ErrorCode.RESOURCE_EXHAUSTED
     assert err.value.msg.startswith("failed to find target endpoint: ")
 
 
-def test_route_headers_only() -> None:
+async def test_route_headers_only() -> None:
     h = Harness(make_store(3))
     req = InferenceRequest(request_id="r")
-    picked = Counter(names(h.director.route_headers_only(req, None).targets)[0] for _ in range(300))
+    picked = Counter(names(h.headers_only(req).targets)[0] for _ in range(300))
     assert set(picked) == {"pod-0", "pod-1", "pod-2"}
-    assert names(h.director.route_headers_only(req, frozenset({"10.0.0.1"})).targets) == ["pod-1"]
+    assert names(h.headers_only(req, frozenset({"10.0.0.1"})).targets) == ["pod-1"]
     with pytest.raises(EppError) as err:
-        Harness(make_store(0)).director.route_headers_only(req, None)
+        Harness(make_store(0)).headers_only(req)
     assert err.value.code is ErrorCode.INTERNAL
     assert err.value.msg == "no pods available in datastore"
 
 
 class Hooks:
     """A scorer that also learns from decisions and responses (like the prefix-cache scorer)."""
+
+    kinds = frozenset({PluginKind.SCORER, PluginKind.PRE_REQUEST, PluginKind.POST_RESPONSE})
 
     def __init__(self, name: str, *, fail: bool = False) -> None:
         self.typed_name = TypedName("hooks", name)
@@ -335,13 +313,13 @@ plugins: [{type: queue-scorer}, {name: h, type: hooks}]
     return Harness(make_store(2), config_text=text, registry=registry), hooks
 
 
-def test_pre_request_and_post_response_plugins_run() -> None:
+async def test_pre_request_and_post_response_plugins_run() -> None:
     h, hooks = hooks_harness(fail=False)
-    req = h.route()
+    req = await h.route()
     pod = names(h.last.targets)[0]
     assert hooks.pre == [f"{pod} scored 2"]  # same CycleState as the scheduling cycle
-    h.director.finished(req, h.last, completed=True)
-    h.director.finished(req, None, completed=False)
+    h.finished(h.ctx, completed=True)
+    h.finished(h.pipeline.context(req, None), completed=False)
     assert hooks.post == [pod, None]
     get = h.metrics.registry.get_sample_value
     count = "inference_extension_plugin_duration_seconds_count"
@@ -349,15 +327,15 @@ def test_pre_request_and_post_response_plugins_run() -> None:
     assert get(count, {"extension_point": "PostResponse", "plugin_type": "hooks", "plugin_name": "h"}) == 2
 
 
-def test_failing_hooks_are_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+async def test_failing_hooks_are_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     h, _ = hooks_harness(fail=True)
-    with caplog.at_level(logging.ERROR, logger="epp.requestcontrol.director"):
-        req = h.route()
-        h.director.finished(req, h.last, completed=True)
+    with caplog.at_level(logging.ERROR, logger="epp.requestcontrol"):
+        await h.route()
+        h.finished(h.ctx, completed=True)
     assert [r.getMessage() for r in caplog.records] == ["PreRequest plugin failed", "PostResponse plugin failed"]
 
 
-def test_config_swap_applies_to_the_next_request() -> None:
+async def test_config_swap_applies_to_the_next_request() -> None:
     h = Harness(make_store(2))
     registry = PluginRegistry()
     register_in_tree(registry)
@@ -372,7 +350,7 @@ def test_config_swap_applies_to_the_next_request() -> None:
         pod_0=MetricsSnapshot(waiting_queue=9, updated_at=NOW),
         pod_1=MetricsSnapshot(waiting_queue=9, updated_at=NOW),
     )
-    assert h.route().target_model == "m"  # default profile routes the busy pool
-    h.config = legacy
+    assert (await h.route()).target_model == "m"  # default profile routes the busy pool
+    h.routing.apply(legacy)
     with pytest.raises(EppError, match="failed to find target endpoint"):  # v0.3 tree drops non-critical work
-        h.route()
+        await h.route()

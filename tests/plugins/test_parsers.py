@@ -1,13 +1,15 @@
-"""Request parsers: path → API by the configured parsers, and each API's bodies (good and malformed)."""
+"""Request parsers: path → API by the configured parsers, and each API's bodies (good and malformed),
+its prompt, its output cap and its model rewrite, as the llm-d router's parsers."""
 
 from __future__ import annotations
+
+import json
 
 import orjson
 import pytest
 
 from epp.errors import EppError, ErrorCode
-from epp.extproc.request_body import parse_request_body
-from epp.framework.parsing import ParserTable, request_path
+from epp.framework.parsing import ParsedBody, Parser, ParserTable, request_path
 from epp.framework.request import ApiKind
 from epp.plugins.parsers import (
     ANTHROPIC_TYPE,
@@ -15,10 +17,67 @@ from epp.plugins.parsers import (
     OPENAI_TYPE,
     PASSTHROUGH_TYPE,
     VLLM_HTTP_TYPE,
-    ParserPlugin,
+    parser_of_type,
 )
+from epp.plugins.parsers._json import serialize_go
+
+
+def ParserPlugin(type_name: str, name: str = "") -> Parser:
+    parser = parser_of_type(type_name, name)
+    assert isinstance(parser, Parser)
+    return parser
+
 
 DEFAULT = ParserTable(ParserPlugin(t) for t in DEFAULT_PARSER_TYPES)
+_BY_API = {api: parser for parser in DEFAULT.parsers for _, api in parser.claims}
+
+
+def parse_request_body(raw: bytes, api: ApiKind) -> ParsedBody:
+    """``raw`` read by the default parser that claims ``api`` (the passthrough parser for the rest)."""
+    return _BY_API.get(api, ParserPlugin(PASSTHROUGH_TYPE)).parse(raw, api)
+
+
+def test_parse_returns_the_decoded_dict_itself() -> None:
+    parsed = parse_request_body(b'{"model":"m","prompt":[1,2],"stream":true}', ApiKind.COMPLETIONS)
+    assert (parsed.model, parsed.stream, parsed.api) == ("m", True, ApiKind.COMPLETIONS)
+    assert parsed.body == {"model": "m", "prompt": [1, 2], "stream": True}
+
+
+def test_a_model_rewrite_is_a_new_body_and_leaves_the_clients_as_sent() -> None:
+    parser = ParserPlugin(OPENAI_TYPE)
+    parsed = parser.parse(b'{"prompt":"<p>","model":"m","max_tokens":3}', ApiKind.COMPLETIONS)
+    assert parser.with_model(parsed, "m-v2") == rb'{"max_tokens":3,"model":"m-v2","prompt":"\u003cp\u003e"}'
+    assert parsed.body == {"prompt": "<p>", "model": "m", "max_tokens": 3}
+    passthrough = ParserPlugin(PASSTHROUGH_TYPE)
+    assert passthrough.with_model(passthrough.parse(b"opaque", ApiKind.PASSTHROUGH), "m-v2") is None
+
+
+def test_what_go_decodes_is_decoded_and_what_go_refuses_is_refused() -> None:
+    huge = parse_request_body(
+        b'{"model": "m", "prompt": "p", "seed": 123456789012345678901234567890}', ApiKind.COMPLETIONS
+    )
+    assert huge.body["seed"] == 1.2345678901234568e29  # past 64 bits: a float64, as Go decodes it
+    for constant in (b"NaN", b"Infinity", b"-Infinity"):
+        with pytest.raises(EppError, match="error unmarshaling request bodyMap: invalid character"):
+            parse_request_body(b'{"model": "m", "prompt": "p", "temperature": ' + constant + b"}", ApiKind.COMPLETIONS)
+
+
+def test_non_object_json_names_the_kind() -> None:
+    with pytest.raises(EppError, match="cannot unmarshal string into Go value"):
+        parse_request_body(b'"text"', ApiKind.COMPLETIONS)
+
+
+def test_serialize_go_sorts_compacts_and_escapes_like_encoding_json() -> None:
+    body = {"z": 1, "a": {"y": "<&>", "b": "\u2028\u2029é"}, "m": [True, None, 0.5]}
+    assert (
+        serialize_go(body)
+        == '{"a":{"b":"\\u2028\\u2029é","y":"\\u003c\\u0026\\u003e"},"m":[true,null,0.5],"z":1}'.encode()
+    )
+
+
+def test_serialize_go_keeps_lone_surrogates_escaped() -> None:
+    body = json.loads(b'{"p":"\\ud800<"}')
+    assert serialize_go(body) == b'{"p":"\\ud800\\u003c"}'
 
 
 @pytest.mark.parametrize(
@@ -38,7 +97,7 @@ DEFAULT = ParserTable(ParserPlugin(t) for t in DEFAULT_PARSER_TYPES)
     ],
 )
 def test_default_parsers_resolve_by_longest_suffix(path: str, api: ApiKind) -> None:
-    assert DEFAULT.resolve(path) is api
+    assert DEFAULT.resolve(path)[1] is api
 
 
 def test_request_path_drops_the_query_and_defaults_to_completions() -> None:
@@ -65,7 +124,7 @@ def test_parsers_after_the_fallback_and_repeated_types_are_skipped() -> None:
         ]
     )
     assert [p.typed_name.name for p in table.parsers] == ["a", PASSTHROUGH_TYPE]
-    assert table.resolve("/v1/messages") is ApiKind.PASSTHROUGH
+    assert table.resolve("/v1/messages")[1] is ApiKind.PASSTHROUGH
 
 
 ANTHROPIC_BODY = {

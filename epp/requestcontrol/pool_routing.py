@@ -1,0 +1,178 @@
+"""One pool's routing: its live endpoints, the pipeline of the configuration in force, and the swap to another.
+
+What ``epp serve`` builds for each pool it serves, and what ``epp bench routing`` builds for the
+pool it simulates: the same object, so a benchmark measures the picker that serves. It owns
+
+- the pool's :class:`~epp.requestcontrol.pipeline.Pipeline` (one per applied configuration);
+- what outlives a configuration: the model rewriter, the conformance round robin, the serving
+  recorder and the flow controller (read once from the first configuration: a later one that
+  changes the flow-control settings is refused, as queued requests stay where they are);
+- the plugins' view of the endpoints: those joining are announced to the configuration's
+  observers, those leaving are forgotten (the prefix index frees their entries);
+- the swap (:meth:`apply`), in one loop step: stateful plugins hand their state to their new
+  instances (same name and type), the new plugins learn the endpoints present, and the replaced
+  configuration's background resources are closed.
+
+Health feedback is the pipeline's ``finished``; the endpoints' health state itself lives on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from epp.clock import Clock
+from epp.config.loader import ConfigError, LoadedConfig
+from epp.datastore.store import Datastore
+from epp.flowcontrol.controller import FlowController
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import StatefulPlugin
+from epp.framework.producers import AsyncClosable
+from epp.requestcontrol.conformance import RoundRobin
+from epp.requestcontrol.pipeline import Pipeline, PoolParts
+from epp.requestcontrol.recorder import ServingRecorder
+from epp.requestcontrol.rewrites import ModelRewriter
+from epp.tasks import start_guarded
+from epp.telemetry.metrics import EppMetrics
+
+__all__ = ["PoolKey", "PoolRouting", "RoutingOptions"]
+
+log = logging.getLogger(__name__)
+
+PoolKey = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingOptions:
+    """The routing switches that come from flags, not from the configuration."""
+
+    staleness_threshold: float = 2.0
+    emit_endpoint_scores: bool = False
+    conformance_hooks: bool = False
+
+
+class PoolRouting:
+    """The routing of one pool: ``start`` / ``stop`` run its flow controller, ``aclose`` closes its plugins
+    (once no stream can use them any more)."""
+
+    def __init__(
+        self,
+        key: PoolKey,
+        datastore: Datastore,
+        config: LoadedConfig,
+        *,
+        metrics: EppMetrics,
+        clock: Clock,
+        rng: random.Random,
+        options: RoutingOptions | None = None,
+    ) -> None:
+        self.key = key
+        self.datastore = datastore
+        self._metrics = metrics
+        options = options or RoutingOptions()
+        settings = config.flow_control
+        self.flow_control = (
+            None
+            if settings is None
+            else FlowController(
+                settings,
+                pool_name=key[1],
+                endpoints=datastore.endpoints,
+                detector=lambda: self.pipeline.config.saturation_detector,
+                clock=clock,
+                metrics=metrics,
+            )
+        )
+        self._parts = PoolParts(
+            name=key[1],
+            datastore=datastore,
+            clock=clock,
+            rng=rng,
+            rewriter=ModelRewriter(rng),
+            recorder=ServingRecorder(metrics, key[1]),
+            staleness=options.staleness_threshold,
+            emit_scores=options.emit_endpoint_scores,
+            turns=RoundRobin() if options.conformance_hooks else None,
+            flow_control=self.flow_control,
+        )
+        self.pipeline = Pipeline(self._parts, config, metrics)
+        self._closing: set[asyncio.Task[None]] = set()
+        self._unsubscribe = datastore.subscribe(self._endpoints_changed)
+        present = datastore.endpoints()
+        if present:
+            for observer in config.endpoints_added:
+                observer.endpoints_added(present)
+
+    @property
+    def config(self) -> LoadedConfig:
+        """The configuration in force."""
+        return self.pipeline.config
+
+    async def start(self) -> None:
+        if self.flow_control is not None:
+            await self.flow_control.start()
+
+    async def stop(self) -> None:
+        """Queued requests end (503, shutting down)."""
+        if self.flow_control is not None:
+            await self.flow_control.stop()
+
+    async def aclose(self) -> None:
+        """Stop following the endpoints and close every plugin's background resources (subscribers, clients)."""
+        self._unsubscribe()
+        await asyncio.gather(*self._closing)
+        await close_all(self.config.closables)
+
+    def refusal(self, config: LoadedConfig) -> ConfigError | None:
+        """Why ``config`` cannot replace the one in force (it changes flow control), or None."""
+        running = self.flow_control.settings.fingerprint() if self.flow_control is not None else None
+        new = config.flow_control
+        if (new.fingerprint() if new is not None else None) != running:
+            return ConfigError(
+                "flowControl: the flow-control gate and settings are read once at startup (queued requests "
+                "stay where they are); restart the picker to change them"
+            )
+        return None
+
+    def apply(self, config: LoadedConfig) -> None:
+        """Put ``config`` in force, in this loop step (see the module docstring)."""
+        old = self.config
+        for name, plugin in config.plugins.items():
+            before = old.plugins.get(name)
+            if (
+                isinstance(plugin, StatefulPlugin)
+                and before is not None
+                and before.typed_name.type == plugin.typed_name.type
+            ):
+                plugin.inherit(before)
+        self.pipeline = Pipeline(self._parts, config, self._metrics)
+        present = self.datastore.endpoints()
+        if present:
+            for observer in config.endpoints_added:
+                observer.endpoints_added(present)
+        if old.closables:
+            task = start_guarded(close_all(old.closables), name=f"epp-close-replaced-plugins-{self.key[1]}")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    def _endpoints_changed(self, added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
+        config = self.config
+        if removed:
+            keys = [s.endpoint.key for s in removed]
+            for forgetter in config.endpoint_observers:
+                forgetter.endpoints_removed(keys)
+        if added:
+            for learner in config.endpoints_added:
+                learner.endpoints_added(added)
+
+
+async def close_all(closables: Sequence[AsyncClosable]) -> None:
+    """Close each, logging (not raising) a failure so the others still close."""
+    for closable in closables:
+        try:
+            await closable.aclose()
+        except Exception:  # one plugin's failure must not keep the others open
+            log.exception("closing a plugin failed")

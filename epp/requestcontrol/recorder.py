@@ -1,0 +1,169 @@
+"""What a run of the request pipeline leaves behind: a served request's effects, or Explain's record of them.
+
+The pipeline decides; the recorder it is given acts. Every point where routing touches the world
+goes through it: a model-rewrite decision counted, a fail-open counted, the conformance hooks'
+round-robin turn taken, the request admitted (which may mean waiting in the flow-control queue), a
+data producer or PreRequest plugin timed, the request counted in flight on its target, and the
+scheduling cycle's steps (:class:`~epp.scheduling.recorder.CycleRecorder`).
+
+- :class:`ServingRecorder`, one per pool, shared by its requests and holding no per-request state,
+  applies the effects: what every ext_proc request gets;
+- :class:`ExplainRecorder`, one per Explain call, applies none of them and keeps each step in an
+  :class:`~epp.requestcontrol.explain.Explanation` instead.
+
+So Explain runs the code a request runs, and the hot path pays for no dry-run branch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from epp.framework.endpoint import EndpointState
+from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.framework.scheduling import CycleState, InFlightEstimator, PreRequest, SchedulingResult
+from epp.requestcontrol.admission import AdmissionStage
+from epp.requestcontrol.conformance import RoundRobin
+from epp.requestcontrol.explain import Explanation
+from epp.requestcontrol.in_flight import count_in
+from epp.scheduling.recorder import CycleMetrics, CycleRecorder, Observe
+from epp.scheduling.trace import SchedulingTrace
+from epp.telemetry.metrics import EppMetrics
+
+__all__ = ["ExplainRecorder", "Recorder", "ServingRecorder", "TimedPreRequest"]
+
+log = logging.getLogger(__name__)
+
+TimedPreRequest = tuple[PreRequest, Observe]
+"""A PreRequest plugin and its duration histogram child."""
+
+
+class Recorder(Protocol):
+    @property
+    def cycle(self) -> CycleRecorder:
+        """The recorder of the scheduling cycle."""
+        ...
+
+    def rewritten(self, rewrite: str, model: str, target: str) -> None:
+        """InferenceModelRewrite ``rewrite`` sent ``model`` to ``target``."""
+        ...
+
+    def failed_open(self) -> None:
+        """No candidate was routable: every candidate was handed to scheduling."""
+        ...
+
+    def take_turn(self, turns: RoundRobin, selected: Sequence[EndpointState]) -> EndpointState:
+        """The conformance hooks' pick among ``selected`` (non-empty)."""
+        ...
+
+    async def admit(
+        self, stage: AdmissionStage, request: InferenceRequest, candidates: Callable[[], Sequence[EndpointState]]
+    ) -> Sequence[EndpointState]:
+        """The endpoints to schedule on once ``stage`` admits ``request``; raises its EppError when refused."""
+        ...
+
+    def timed(self, observe: Observe, seconds: float) -> None:
+        """A data producer ran for ``seconds``."""
+        ...
+
+    def pre_request(
+        self, plugins: Sequence[TimedPreRequest], cycle: CycleState, request: InferenceRequest, result: SchedulingResult
+    ) -> None:
+        """The decision is made: PreRequest plugins learn it."""
+        ...
+
+    def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
+        """``request`` goes to ``decision``'s first target."""
+        ...
+
+
+class ServingRecorder:
+    """The effects of a served request; one per pool."""
+
+    __slots__ = ("_cycle", "_fail_open", "_metrics")
+
+    def __init__(self, metrics: EppMetrics, pool_name: str) -> None:
+        self._metrics = metrics
+        self._cycle = CycleMetrics(metrics)
+        self._fail_open = metrics.endpoint_health_fail_open.labels(pool_name)
+
+    @property
+    def cycle(self) -> CycleRecorder:
+        return self._cycle
+
+    def rewritten(self, rewrite: str, model: str, target: str) -> None:
+        self._metrics.model_rewrite_decisions.labels(rewrite, model, target).inc()
+
+    def failed_open(self) -> None:
+        self._fail_open.inc()
+
+    def take_turn(self, turns: RoundRobin, selected: Sequence[EndpointState]) -> EndpointState:
+        return turns.pick(selected)
+
+    async def admit(
+        self, stage: AdmissionStage, request: InferenceRequest, candidates: Callable[[], Sequence[EndpointState]]
+    ) -> Sequence[EndpointState]:
+        return await stage.admit(request, candidates)
+
+    def timed(self, observe: Observe, seconds: float) -> None:
+        observe(seconds)
+
+    def pre_request(
+        self, plugins: Sequence[TimedPreRequest], cycle: CycleState, request: InferenceRequest, result: SchedulingResult
+    ) -> None:
+        for plugin, observe in plugins:
+            start = time.perf_counter()
+            try:
+                plugin.pre_request(cycle, request, result)
+            except Exception:  # a plugin bug must not fail a request that already has a target
+                log.exception("PreRequest plugin failed", extra={"plugin": str(plugin.typed_name)})
+            observe(time.perf_counter() - start)
+
+    def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
+        count_in(request, decision.targets[0], estimator)
+
+
+class ExplainRecorder:
+    """Explain's recorder: every step kept in :attr:`explanation`, no effect applied."""
+
+    __slots__ = ("explanation",)
+
+    def __init__(self, request: InferenceRequest) -> None:
+        self.explanation = Explanation(request)
+
+    @property
+    def cycle(self) -> SchedulingTrace:
+        return self.explanation.scheduling
+
+    def rewritten(self, rewrite: str, model: str, target: str) -> None:
+        return None
+
+    def failed_open(self) -> None:
+        return None
+
+    def take_turn(self, turns: RoundRobin, selected: Sequence[EndpointState]) -> EndpointState:
+        return turns.peek(selected)
+
+    async def admit(
+        self, stage: AdmissionStage, request: InferenceRequest, candidates: Callable[[], Sequence[EndpointState]]
+    ) -> Sequence[EndpointState]:
+        endpoints = candidates()
+        explanation = self.explanation
+        explanation.admission, refusal = stage.verdict(request, endpoints)
+        if refusal is not None:
+            explanation.admission_reason = refusal.msg
+            raise refusal
+        return endpoints
+
+    def timed(self, observe: Observe, seconds: float) -> None:
+        return None
+
+    def pre_request(
+        self, plugins: Sequence[TimedPreRequest], cycle: CycleState, request: InferenceRequest, result: SchedulingResult
+    ) -> None:
+        return None
+
+    def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
+        self.explanation.picked = decision.targets

@@ -1,0 +1,172 @@
+"""What a scheduling cycle tells about itself, and the two listeners: serving's metrics and Explain's trace.
+
+The cycle calls one method of its :class:`CycleRecorder` per step (each filter, scorer and pick, each
+profile handler call, the end of the cycle). :class:`CycleMetrics`, the recorder every served
+request gets, turns a step into one histogram observation and the end into upstream's scheduler
+series; :class:`~epp.scheduling.trace.SchedulingTrace`, Explain's, keeps each step for the answer
+and observes nothing. That is the whole difference between a real cycle and a dry one: the runner
+has no flag and no branch for it.
+
+``accumulate`` is the one place where a scorer's raw scores become its weighted contribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import TypedName
+from epp.framework.request import InferenceRequest
+from epp.telemetry.metrics import EppMetrics
+
+__all__ = ["QUIET", "CycleMetrics", "CycleRecorder", "Observe", "QuietCycle", "accumulate", "discard"]
+
+Observe = Callable[[float], None]
+"""Records one duration in seconds (a plugin's histogram child)."""
+
+
+def discard(_: float) -> None:
+    """The observer of a plugin nobody times (a scheduler built without metrics)."""
+    return None
+
+
+def accumulate(totals: list[float], scores: Sequence[float], weight: float) -> None:
+    """Add each score, clamped to [0, 1] (NaN and negatives add nothing), times ``weight`` to ``totals``."""
+    for i, score in enumerate(scores):
+        if score > 0.0:
+            totals[i] += weight if score >= 1.0 else score * weight
+
+
+class CycleRecorder(Protocol):
+    """The steps of one scheduling cycle, in order; ``observe`` is the step's plugin timer."""
+
+    def profile_started(self, name: str) -> None: ...
+
+    def filtered(self, plugin: TypedName, observe: Observe, kept: Sequence[EndpointState], seconds: float) -> None: ...
+
+    def scored(
+        self,
+        plugin: TypedName,
+        observe: Observe,
+        weight: float,
+        scores: Sequence[float],
+        seconds: float,
+    ) -> None: ...
+
+    def picked(
+        self,
+        plugin: TypedName,
+        observe: Observe,
+        endpoints: Sequence[EndpointState],
+        totals: Sequence[float],
+        targets: Sequence[EndpointState],
+        seconds: float,
+    ) -> None: ...
+
+    def profile_failed(self, name: str, reason: str) -> None: ...
+
+    def handler_ran(self, observe: Observe, seconds: float) -> None:
+        """The profile handler picked profiles or combined their results."""
+        ...
+
+    def cycle_ended(
+        self, request: InferenceRequest, primary_profile: str, target: EndpointState | None, seconds: float
+    ) -> None:
+        """The cycle is over: ``target`` is the primary profile's first pick, None when it failed."""
+        ...
+
+
+class CycleMetrics:
+    """The serving recorder: plugin durations and upstream's ``scheduler_e2e`` / ``scheduler_attempts`` series."""
+
+    __slots__ = ("_attempts", "_e2e")
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        self._e2e = metrics.scheduler_e2e
+        self._attempts = metrics.scheduler_attempts
+
+    def profile_started(self, name: str) -> None:
+        return None
+
+    def filtered(self, plugin: TypedName, observe: Observe, kept: Sequence[EndpointState], seconds: float) -> None:
+        observe(seconds)
+
+    def scored(
+        self,
+        plugin: TypedName,
+        observe: Observe,
+        weight: float,
+        scores: Sequence[float],
+        seconds: float,
+    ) -> None:
+        observe(seconds)
+
+    def picked(
+        self,
+        plugin: TypedName,
+        observe: Observe,
+        endpoints: Sequence[EndpointState],
+        totals: Sequence[float],
+        targets: Sequence[EndpointState],
+        seconds: float,
+    ) -> None:
+        observe(seconds)
+
+    def profile_failed(self, name: str, reason: str) -> None:
+        return None
+
+    def handler_ran(self, observe: Observe, seconds: float) -> None:
+        observe(seconds)
+
+    def cycle_ended(
+        self, request: InferenceRequest, primary_profile: str, target: EndpointState | None, seconds: float
+    ) -> None:
+        self._e2e.observe(seconds)
+        if target is None:
+            self._attempts.labels("failure", request.target_model, "", "", "").inc()
+        else:
+            ep = target.endpoint
+            self._attempts.labels("success", request.target_model, ep.pod_name, ep.namespace, str(ep.port)).inc()
+
+
+class QuietCycle:
+    """A recorder that keeps nothing: a scheduler built without metrics, asked without a recorder."""
+
+    __slots__ = ()
+
+    def profile_started(self, name: str) -> None:
+        return None
+
+    def filtered(self, plugin: TypedName, observe: Observe, kept: Sequence[EndpointState], seconds: float) -> None:
+        return None
+
+    def scored(
+        self, plugin: TypedName, observe: Observe, weight: float, scores: Sequence[float], seconds: float
+    ) -> None:
+        return None
+
+    def picked(
+        self,
+        plugin: TypedName,
+        observe: Observe,
+        endpoints: Sequence[EndpointState],
+        totals: Sequence[float],
+        targets: Sequence[EndpointState],
+        seconds: float,
+    ) -> None:
+        return None
+
+    def profile_failed(self, name: str, reason: str) -> None:
+        return None
+
+    def handler_ran(self, observe: Observe, seconds: float) -> None:
+        return None
+
+    def cycle_ended(
+        self, request: InferenceRequest, primary_profile: str, target: EndpointState | None, seconds: float
+    ) -> None:
+        return None
+
+
+QUIET = QuietCycle()
