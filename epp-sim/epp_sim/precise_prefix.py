@@ -15,7 +15,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
-from epp.kvevents.subscriber import Subscriber
+from epp.kvevents.ingest import SourceCounts
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.modelserver.kv_events import KvEventsConfig
 from epp_sim.tiny_tokenizer import sentence
@@ -36,18 +36,27 @@ SERVING_LABELS = {"llm-d.ai/inference-serving": "true"}
 
 
 def kv_events_sim_config(
-    tokenizer: Path, host: str, events_port: int, *, replay_port: int = 0, num_blocks: int = 256
+    tokenizer: Path | None,
+    host: str,
+    events_port: int,
+    *,
+    replay_port: int = 0,
+    num_blocks: int = 256,
+    central: str = "",
+    port: int = 0,
 ) -> SimConfig:
-    """A fast simulated vLLM at ``host`` with the tokenizer, publishing KV events on ``events_port``."""
+    """A fast simulated vLLM at ``host`` with the tokenizer (None: the simulator's own tokenization),
+    publishing KV events on ``events_port``, or, with ``central``, connecting to that endpoint (llm-d's
+    central mode: the topic then names the pod ``host:port``, as llm-d's samples set it)."""
     events = KvEventsConfig(
         enable_kv_cache_events=True,
-        endpoint=f"tcp://*:{events_port}",
+        endpoint=central or f"tcp://*:{events_port}",
         replay_endpoint=f"tcp://*:{replay_port}" if replay_port else None,
-        topic=f"kv@{host}@{MODEL}",
+        topic=f"kv@{host}:{port}@{MODEL}" if central else f"kv@{host}@{MODEL}",
     )
     return SimConfig(
         model=MODEL,
-        tokenizer=str(tokenizer),
+        tokenizer=str(tokenizer) if tokenizer is not None else None,
         kv_events=events,
         num_gpu_blocks=num_blocks,
         max_model_len=num_blocks * 16,
@@ -65,23 +74,32 @@ all-in-one ``precise-prefix-cache-scorer`` (same parameters, same weights)."""
 _PRECISE = {
     CHAIN: """- type: precise-prefix-cache-producer
   parameters:
-    kvEventsConfig:
-      podDiscoveryConfig: {{socketPort: {port}{replay}}}
+    kvEventsConfig: {events}
 - type: prefix-cache-scorer
   parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}""",
     ALL_IN_ONE: """- type: precise-prefix-cache-scorer
   parameters:
-    kvEventsConfig:
-      podDiscoveryConfig: {{socketPort: {port}{replay}}}""",
+    kvEventsConfig: {events}""",
 }
 SCORER = {CHAIN: "prefix-cache-scorer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
 """The plugin that scores prefix matches in each form."""
 _EXTRACTOR = {CHAIN: "precise-prefix-cache-producer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
 
 
-def precise_picker_config(tokenizer: Path, events_port: int, *, replay_port: int = 0, form: str = CHAIN) -> str:
-    """The EndpointPickerConfig routing on the pods' KV events, as upstream's precise sample."""
+def precise_picker_config(
+    tokenizer: Path, events_port: int, *, replay_port: int = 0, form: str = CHAIN, central: str = ""
+) -> str:
+    """The EndpointPickerConfig routing on the pods' KV events, as upstream's precise sample.
+
+    With ``central`` the picker binds that endpoint for every pod to connect to (llm-d's
+    ``zmqEndpoint``) and dials none; otherwise it dials each pod's ``events_port``.
+    """
     replay = f", replaySocketPort: {replay_port}" if replay_port else ""
+    events = (
+        f"{{zmqEndpoint: '{central}', discoverPods: false}}"
+        if central
+        else f"{{podDiscoveryConfig: {{socketPort: {events_port}{replay}}}}}"
+    )
     return f"""
 apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
@@ -89,7 +107,7 @@ plugins:
 - type: token-producer
   parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
 - type: endpoint-notification-source
-{_PRECISE[form].format(port=events_port, replay=replay)}
+{_PRECISE[form].format(events=events)}
 - type: queue-scorer
 - type: kv-cache-utilization-scorer
 - type: max-score-picker
@@ -107,21 +125,23 @@ dataLayer:  # as upstream's sample: the producer learns endpoints from the endpo
 """
 
 
-def events_applied(subscribers: Iterable[Subscriber], servers: Iterable[ModelServer]) -> bool:
-    """Every message each server has published has been applied by its subscriber among ``subscribers``.
+def events_applied(sources: Iterable[SourceCounts], servers: Iterable[ModelServer]) -> bool:
+    """Every message each server has published has been applied by its source among ``sources``.
 
-    A subscriber is matched to its publisher by ZMQ endpoint; a server with no subscriber yet is
-    not caught up. The last sequence number, not a count: a message sent before the subscription
-    reached the publisher is lost to it, as with vLLM.
+    A source is matched to its publisher by the ZMQ endpoint a subscriber dials, or, for engines
+    heard on a central socket, by the ``ip:port`` their topic names; a server with no source yet
+    is not caught up. The last sequence number, not a count: a message sent before the
+    subscription reached the publisher is lost to it, as with vLLM.
     """
-    last_seq = {s.endpoint: s.last_seq for s in subscribers}
+    last_seq = {s.source: s.last_seq for s in sources}
     for server in servers:
         publisher = server.kv_events
         if publisher is None:
             raise ValueError(f"{server.host} publishes no KV events")
-        if publisher.endpoint not in last_seq:
+        source = publisher.endpoint if publisher.binds else server.address
+        if source not in last_seq:
             return False
-        if publisher.seq and last_seq[publisher.endpoint] != publisher.seq - 1:
+        if publisher.seq and last_seq[source] != publisher.seq - 1:
             return False
     return True
 
@@ -129,7 +149,7 @@ def events_applied(subscribers: Iterable[Subscriber], servers: Iterable[ModelSer
 async def wait_subscribed(
     servers: Sequence[ModelServer],
     send: Callable[[ModelServer, str], Awaitable[None]],
-    replicas: Callable[[], Iterable[Iterable[Subscriber]]],
+    replicas: Callable[[], Iterable[Iterable[SourceCounts]]],
     *,
     timeout: float = 15.0,
 ) -> None:

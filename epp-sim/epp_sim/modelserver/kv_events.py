@@ -111,6 +111,8 @@ class KvEventPublisher:
         self.drop_next = 0
         self.endpoint = ""
         self.replay_endpoint = ""
+        #: True when the publisher bound its endpoint (pods are dialled), False when it connected (central mode)
+        self.binds = False
 
     async def start(self) -> None:
         context = self._context = zmq.asyncio.Context()
@@ -118,6 +120,7 @@ class KvEventPublisher:
         pub.setsockopt(zmq.SNDHWM, self.config.hwm)
         pub.setsockopt(zmq.LINGER, 0)
         endpoint, bind = _resolve(self.config.endpoint, self._host)
+        self.binds = bind
         try:
             if bind:
                 pub.bind(endpoint)
