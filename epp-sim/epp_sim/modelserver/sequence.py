@@ -22,7 +22,14 @@ class EngineStoppedError(RuntimeError):
 
 
 class InvalidRequestError(ValueError):
-    """A request the engine cannot serve (too long for the context, bad parameters)."""
+    """A request the engine cannot serve (too long for the context, bad parameters).
+
+    ``param`` names the request field at fault (OpenAI's ``error.param``), when there is one.
+    """
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +70,7 @@ class Seq:
         "max_tokens",
         "n",
         "prefill_len",
+        "preemptions",
         "prompt_tokens",
         "scheduled_at",
         "seed",
@@ -74,11 +82,18 @@ class Seq:
     )
 
     def __init__(
-        self, *, prompt_tokens: int, hashes: list[int], target: int, req: GenerationRequest, seed: int
+        self,
+        *,
+        prompt_tokens: int,
+        hashes: list[int],
+        target: int,
+        req: GenerationRequest,
+        seed: int,
+        tokens: Sequence[int] | None = None,
     ) -> None:
         self.adapter = req.adapter
-        #: the prompt's token ids (None for a text prompt without a tokenizer): what BlockStored carries
-        self.tokens: Sequence[int] | None = None if isinstance(req.prompt, str) else req.prompt
+        #: the prompt's token ids (a text prompt's default tokenization when events need them): BlockStored's
+        self.tokens: Sequence[int] | None = tokens if isinstance(req.prompt, str) else req.prompt
         self.max_tokens = req.max_tokens
         self.n = req.n
         self.stream = req.stream
@@ -90,6 +105,7 @@ class Seq:
         self.computed = 0  # tokens whose KV is in the cache
         self.generated = 0
         self.cached_tokens = 0
+        self.preemptions = 0
         self.holding = KvHolding()
         self.state = SeqState.WAITING
         self.arrival = 0.0
