@@ -23,7 +23,14 @@ from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp_sim.kube_objects import PoolMode
 from epp_sim.modelserver import ModelServer
 from epp_sim.ports import common_free_port
-from epp_sim.precise_prefix import MODEL, SERVING_LABELS, events_applied, kv_events_sim_config, wait_subscribed
+from epp_sim.precise_prefix import (
+    MODEL,
+    SERVING_LABELS,
+    events_applied,
+    kv_events_sim_config,
+    llm_d_precise_sample,
+    wait_subscribed,
+)
 from epp_sim.pytest_plugin import PoolFactory
 from epp_sim.tiny_tokenizer import sentence
 from epp_sim.waits import wait_until
@@ -31,52 +38,6 @@ from epp_sim.waits import wait_until
 PODS = 3
 PROMPTS = 10
 BLOCK = 64  # the sample's tokenProcessorConfig.blockSize, and llm-d's guide's --block-size
-
-SAMPLE = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-  - type: token-producer
-    parameters:
-      modelName: {model}
-      vllm:
-        url: {render_url}
-  - type: endpoint-notification-source
-  - type: metrics-data-source
-  - type: core-metrics-extractor
-  - type: single-profile-handler
-  - type: precise-prefix-cache-producer
-    parameters:
-      tokenProcessorConfig:
-        blockSize: {block}
-      kvEventsConfig:
-        podDiscoveryConfig:
-          socketPort: {events_port}
-  - type: prefix-cache-scorer
-    parameters:
-      prefixMatchInfoProducerName: precise-prefix-cache-producer
-  - type: kv-cache-utilization-scorer
-  - type: queue-scorer
-  - type: max-score-picker
-dataLayer:
-  sources:
-    - pluginRef: metrics-data-source
-      extractors:
-        - pluginRef: core-metrics-extractor
-    - pluginRef: endpoint-notification-source
-      extractors:
-        - pluginRef: precise-prefix-cache-producer
-schedulingProfiles:
-  - name: default
-    plugins:
-      - pluginRef: prefix-cache-scorer
-        weight: 2.0
-      - pluginRef: kv-cache-utilization-scorer
-        weight: 1.0
-      - pluginRef: queue-scorer
-        weight: 1.0
-      - pluginRef: max-score-picker
-"""
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
@@ -91,7 +52,9 @@ async def test_llm_d_precise_sample_routes_every_prompt_to_its_pod(epp_pool: Poo
         dataclasses.replace(pod_config, kv_events=kv_events_sim_config(None, h, events_port).kv_events) for h in hosts
     ]
     async with ModelServer(pod_config, host="127.0.0.250") as render:  # the render sidecar: a pod without events
-        config = SAMPLE.format(model=MODEL, render_url=render.url, block=BLOCK, events_port=events_port)
+        config = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n" + llm_d_precise_sample(
+            model=MODEL, render_url=render.url, events_port=events_port, enable_metrics=False
+        )
         pool = await epp_pool(
             mode,
             pods=PODS,

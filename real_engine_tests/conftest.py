@@ -17,11 +17,26 @@ from epp_sim.realengine.servers import VllmFleet, write_lora_adapter
 ADAPTER = "sql-lora"
 
 
+def _order(item: pytest.Item) -> int:
+    """Tests on the fleet's first topology, then the one that kills a server, then central mode.
+
+    A topology switch restarts both engines (minutes on two cores), and so would a killed one:
+    in this order the fleet starts twice in all.
+    """
+    topologies = [m.kwargs.get("kv_events") for m in item.iter_markers("real_engine")]
+    if "central" in topologies:
+        return 2
+    return 1 if item.path.name == "test_unreachable_engine.py" else 0
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents:
+    ours = [item for item in items if here in item.path.parents]
+    for item in ours:
+        if item.get_closest_marker("real_engine") is None:
             item.add_marker(pytest.mark.real_engine)
+    if len(ours) == len(items):
+        items.sort(key=_order)  # stable: file order within each group
 
 
 @pytest.fixture

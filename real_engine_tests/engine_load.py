@@ -73,3 +73,15 @@ async def busy(
 
 def statuses(tasks: Sequence[asyncio.Task[int]]) -> list[int]:
     return [t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None]
+
+
+async def served_requests(http: aiohttp.ClientSession, server: VllmServer) -> float:
+    """Requests the server finished, by its own ``vllm:request_success_total`` (every reason)."""
+    async with http.get(f"{server.url}/metrics") as resp:
+        page = await resp.text()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+        if sample.name == "vllm:request_success_total"
+    )

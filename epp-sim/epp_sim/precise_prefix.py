@@ -25,6 +25,7 @@ __all__ = [
     "MODEL",
     "SERVING_LABELS",
     "events_applied",
+    "llm_d_precise_sample",
     "kv_events_sim_config",
     "precise_picker_config",
     "wait_subscribed",
@@ -87,12 +88,21 @@ _EXTRACTOR = {CHAIN: "precise-prefix-cache-producer", ALL_IN_ONE: "precise-prefi
 
 
 def precise_picker_config(
-    tokenizer: Path, events_port: int, *, replay_port: int = 0, form: str = CHAIN, central: str = ""
+    tokenizer: Path | None,
+    events_port: int,
+    *,
+    replay_port: int = 0,
+    form: str = CHAIN,
+    central: str = "",
+    render_url: str = "",
+    model: str = MODEL,
 ) -> str:
     """The EndpointPickerConfig routing on the pods' KV events, as upstream's precise sample.
 
     With ``central`` the picker binds that endpoint for every pod to connect to (llm-d's
-    ``zmqEndpoint``) and dials none; otherwise it dials each pod's ``events_port``.
+    ``zmqEndpoint``) and dials none; otherwise it dials each pod's ``events_port``. Tokens come
+    from ``tokenizer`` (token-producer's local backend) or, with ``render_url``, from that model
+    server's render endpoint (its vllm backend, for ``model``).
     """
     replay = f", replaySocketPort: {replay_port}" if replay_port else ""
     events = (
@@ -100,12 +110,17 @@ def precise_picker_config(
         if central
         else f"{{podDiscoveryConfig: {{socketPort: {events_port}{replay}}}}}"
     )
+    tokens = (
+        f'{{modelName: {model}, vllm: {{url: "{render_url}"}}}}'
+        if render_url
+        else f'{{local: {{tokenizerPath: "{tokenizer}"}}}}'
+    )
     return f"""
 apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
 - type: token-producer
-  parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
+  parameters: {tokens}
 - type: endpoint-notification-source
 {_PRECISE[form].format(events=events)}
 - type: queue-scorer
@@ -122,6 +137,69 @@ dataLayer:  # as upstream's sample: the producer learns endpoints from the endpo
   sources:
   - pluginRef: endpoint-notification-source
     extractors: [{{pluginRef: {_EXTRACTOR[form]}}}]
+"""
+
+
+def llm_d_precise_sample(
+    *,
+    model: str = "hf-repo/model-name",
+    render_url: str = "http://localhost:8000",
+    events_port: int = 0,
+    enable_metrics: bool = True,
+) -> str:
+    """The llm-d router's ``deploy/config/epp-precise-prefix-cache-config.yaml`` (@ebab6879), body only.
+
+    Without its ``decode-filter`` (a P/D-disaggregation filter this picker does not load); the
+    deployment's own names are parameters: the model, the render URL (a model server or a
+    ``vllm launch render`` sidecar) and, when given, the pods' KV-event port.
+    """
+    events = (
+        f"\n      kvEventsConfig:\n        podDiscoveryConfig:\n          socketPort: {events_port}"
+        if events_port
+        else ""
+    )
+    return f"""\
+plugins:
+  - type: token-producer
+    parameters:
+      modelName: {model}
+      vllm:
+        url: {render_url}
+  - type: endpoint-notification-source
+  - type: metrics-data-source
+  - type: core-metrics-extractor
+  - type: single-profile-handler
+  - type: precise-prefix-cache-producer
+    parameters:
+      tokenProcessorConfig:
+        blockSize: 64
+      indexerConfig:
+        kvBlockIndexConfig:
+          enableMetrics: {str(enable_metrics).lower()}{events}
+  - type: prefix-cache-scorer
+    parameters:
+      prefixMatchInfoProducerName: precise-prefix-cache-producer
+  - type: kv-cache-utilization-scorer
+  - type: queue-scorer
+  - type: max-score-picker
+dataLayer:
+  sources:
+    - pluginRef: metrics-data-source
+      extractors:
+        - pluginRef: core-metrics-extractor
+    - pluginRef: endpoint-notification-source
+      extractors:
+        - pluginRef: precise-prefix-cache-producer
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: prefix-cache-scorer
+        weight: 2.0
+      - pluginRef: kv-cache-utilization-scorer
+        weight: 1.0
+      - pluginRef: queue-scorer
+        weight: 1.0
+      - pluginRef: max-score-picker
 """
 
 

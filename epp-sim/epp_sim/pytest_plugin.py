@@ -279,8 +279,8 @@ async def epp_vllm(request: pytest.FixtureRequest, _epp_vllm_fleet: VllmFleet) -
     ``fleet.events_port`` (llm-d's pod discovery). Switching restarts the servers; a server a
     test killed is restarted here, before the next test that needs it.
     """
-    marker = request.node.get_closest_marker(_REAL_ENGINE_MARKER)
-    topology = marker.kwargs.get("kv_events") if marker is not None else None
+    asked = [m.kwargs["kv_events"] for m in request.node.iter_markers(_REAL_ENGINE_MARKER) if "kv_events" in m.kwargs]
+    topology = asked[0] if asked else None  # the closest marker that says
     if topology is None:
         await _epp_vllm_fleet.ensure_running()
     elif topology in ("pods", "central"):

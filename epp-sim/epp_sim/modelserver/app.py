@@ -33,7 +33,7 @@ from .anthropic import error_response as anthropic_error
 from .config import Pins, PinsError
 from .engine import Engine, EngineStoppedError, GenerationRequest, InvalidRequestError, RequestHandle
 from .exposition import CONTENT_TYPE
-from .openai_errors import OpenAIError, dumps, error_response, json_response, parse_body
+from .openai_errors import OpenAIError, dumps, error_response, json_response, parse_body, require_json
 from .prompts import chat_prompt, completion_prompt
 from .tokenize_api import TokenizeEndpoints
 from .tokenizer import SimTokenizer, TokenizerError
@@ -237,6 +237,8 @@ class SimServer:
             s.errors += 1
             return error_response(self.failing, "simulated failure (/_sim/fail)", "InternalServerError")
         try:
+            if api is _OPENAI:
+                require_json(request)
             parsed = parse(await request.read())
             handle = self.engine.submit(parsed.req)
         except (api.bad_request, InvalidRequestError) as exc:
@@ -292,19 +294,27 @@ class SimServer:
     def max_model_len(self) -> int:
         return self.engine.config.max_model_len
 
-    def prompt_of(self, body: Mapping[str, Any], *, chat: bool) -> str | list[int]:
-        """The prompt as the engine sees it: token ids when there is a tokenizer (chat via its template)."""
+    def prompt_of(self, body: Mapping[str, Any], *, chat: bool, truncate: bool = True) -> str | list[int]:
+        """The prompt as the engine sees it: token ids when there is a tokenizer (chat via its template).
+
+        Text is tokenized as vLLM tokenizes it for a request, truncated at ``max_model_len + 1``
+        tokens (enough to refuse it as too long); ``truncate=False`` keeps every token (``/tokenize``).
+        """
         tokenizer = self.tokenizer
         if chat:
             text = chat_prompt(body.get("messages"))  # validates the messages
             if tokenizer is None:
                 return text
             try:
-                return tokenizer.render_chat(body["messages"])
+                ids = tokenizer.render_chat(body["messages"])
             except TokenizerError as exc:
                 raise OpenAIError(400, str(exc), param="messages") from exc
-        prompt = completion_prompt(body.get("prompt"))
-        return tokenizer.encode(prompt) if tokenizer is not None and isinstance(prompt, str) else prompt
+        else:
+            prompt = completion_prompt(body.get("prompt"))
+            if tokenizer is None or not isinstance(prompt, str):
+                return prompt
+            ids = tokenizer.encode(prompt)
+        return ids[: self.max_model_len + 1] if truncate else ids
 
     async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
         if not self.engine.reset_prefix_cache():
@@ -316,7 +326,9 @@ class SimServer:
     async def _stream(
         self, request: web.Request, handle: RequestHandle, parsed: _Parsed, *, chat: bool
     ) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+        )
         await resp.prepare(request)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16]
         created = int(time.time())

@@ -36,8 +36,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--tokenizer",
         default=None,
-        help="a tokenizer.json (or a directory with it and tokenizer_config.json): real token ids, "
-        "the render endpoints (default: 4 characters per token)",
+        help="a tokenizer.json (or a model folder with it, tokenizer_config.json and chat_template.jinja): real "
+        "token ids in usage, KV events, render and tokenize (default: 4 characters per token)",
     )
     p.add_argument(
         "--kv-events-config",

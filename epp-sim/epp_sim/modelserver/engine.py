@@ -31,7 +31,15 @@ from epp.clock import Clock, SystemClock
 from .config import Pins, SimConfig
 from .lora import LoraSlots
 from .prefix_cache import BlockPool, block_hashes, char_token_ids, count_tokens
-from .sequence import EngineStoppedError, GenerationRequest, InvalidRequestError, RequestHandle, Seq, SeqState
+from .sequence import (
+    EngineStoppedError,
+    GenerationRequest,
+    InvalidRequestError,
+    RequestHandle,
+    Seq,
+    SeqState,
+    prompt_too_long,
+)
 from .vllm_metrics import GaugeValues, VllmMetrics
 
 __all__ = ["Engine", "EngineStoppedError", "GenerationRequest", "InvalidRequestError", "RequestHandle"]
@@ -130,14 +138,8 @@ class Engine:
         prompt_tokens = count_tokens(req.prompt) if isinstance(req.prompt, str) else max(1, len(req.prompt))
         limit = cfg.max_model_len
         if prompt_tokens > limit:
-            # vLLM tokenizes text truncated at limit + 1 tokens, so it can only say "at least".
-            shown = min(prompt_tokens, limit + 1) if isinstance(req.prompt, str) else prompt_tokens
-            qualifier = "at least " if shown == limit + 1 else ""
-            raise InvalidRequestError(
-                f"This model's maximum context length is {limit} tokens. However, your prompt contains "
-                f"{qualifier}{shown} input tokens, which exceeds this limit even without any output tokens. "
-                f"Please reduce the length of the input prompt. (parameter=input_tokens, value={shown})",
-                param="input_tokens",
+            raise prompt_too_long(
+                min(prompt_tokens, limit + 1) if isinstance(req.prompt, str) else prompt_tokens, limit
             )
         if req.max_tokens is not None and req.max_tokens > limit:
             raise InvalidRequestError(

@@ -4,7 +4,8 @@ Every refusal is ``{"error": {"message", "type", "param", "code"}}`` with the HT
 ``code``. A body that is not JSON, or not an object, is refused the way vLLM's request
 validation (FastAPI + pydantic) refuses it: type ``Bad Request``, ``param`` the location
 (``body.<char offset>`` for bad JSON, ``body`` for a non-object) and pydantic's one-error message,
-so a client (or a picker relaying the error) sees the same bytes from both.
+so a client (or a picker relaying the error) sees the same bytes from both. Before that, a body
+whose ``Content-Type`` is not ``application/json`` (or that has none) is refused, as vLLM does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["OpenAIError", "dumps", "error_response", "json_response", "parse_body"]
+__all__ = ["OpenAIError", "dumps", "error_response", "json_response", "parse_body", "require_json"]
 
 
 def dumps(obj: object) -> str:
@@ -49,6 +50,13 @@ def _validation_error(kind: str, loc: str, msg: str, input_repr: str, ctx: dict[
     if ctx is not None:
         detail["ctx"] = ctx
     return OpenAIError(400, f"1 validation error:\n  {detail!r}", err_type="Bad Request", param=loc)
+
+
+def require_json(request: web.Request) -> None:
+    """vLLM serves JSON bodies only: any other ``Content-Type`` (or none) is refused before the body is read."""
+    if request.content_type != "application/json":
+        message = "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed"
+        raise OpenAIError(400, message, err_type="Bad Request")
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:

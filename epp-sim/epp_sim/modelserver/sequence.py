@@ -14,11 +14,31 @@ from dataclasses import dataclass
 
 from .prefix_cache import KvHolding
 
-__all__ = ["EngineStoppedError", "GenerationRequest", "InvalidRequestError", "RequestHandle", "Seq", "SeqState"]
+__all__ = [
+    "EngineStoppedError",
+    "GenerationRequest",
+    "InvalidRequestError",
+    "RequestHandle",
+    "Seq",
+    "SeqState",
+    "prompt_too_long",
+]
 
 
 class EngineStoppedError(RuntimeError):
     """The engine stopped while the request was in flight."""
+
+
+def prompt_too_long(count: int, limit: int) -> InvalidRequestError:
+    """vLLM 0.32's refusal of a prompt over the context. Text is tokenized truncated at ``limit + 1``
+    tokens, so for text it can only say "at least" that many."""
+    qualifier = "at least " if count == limit + 1 else ""
+    return InvalidRequestError(
+        f"This model's maximum context length is {limit} tokens. However, your prompt contains "
+        f"{qualifier}{count} input tokens, which exceeds this limit even without any output tokens. "
+        f"Please reduce the length of the input prompt. (parameter=input_tokens, value={count})",
+        param="input_tokens",
+    )
 
 
 class InvalidRequestError(ValueError):

@@ -21,8 +21,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from .openai_errors import OpenAIError, json_response, parse_body
+from .openai_errors import OpenAIError, json_response, parse_body, require_json
 from .prefix_cache import char_token_ids
+from .sequence import prompt_too_long
 from .tokenizer import SimTokenizer
 
 __all__ = ["TokenizeEndpoints"]
@@ -55,7 +56,7 @@ class PromptSource(Protocol):
 
     def served_model(self, body: Mapping[str, Any]) -> tuple[str, str | None]: ...
 
-    def prompt_of(self, body: Mapping[str, Any], *, chat: bool) -> str | list[int]: ...
+    def prompt_of(self, body: Mapping[str, Any], *, chat: bool, truncate: bool = True) -> str | list[int]: ...
 
 
 class TokenizeEndpoints:
@@ -68,11 +69,12 @@ class TokenizeEndpoints:
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/detokenize", self._detokenize)
 
-    def token_ids(self, body: Mapping[str, Any], *, chat: bool) -> tuple[str, list[int]]:
-        """(the model, the prompt's ids) as generation would compute them."""
+    def token_ids(self, body: Mapping[str, Any], *, chat: bool, whole: bool = False) -> tuple[str, list[int]]:
+        """(the model, the prompt's ids) as generation would compute them; ``whole``: none cut at the context."""
         model, _ = self._server.served_model(body)
-        prompt = self._server.prompt_of(body, chat=chat)
-        return model, char_token_ids(prompt) if isinstance(prompt, str) else list(prompt)
+        prompt = self._server.prompt_of(body, chat=chat, truncate=not whole)
+        ids = char_token_ids(prompt) if isinstance(prompt, str) else list(prompt)
+        return model, ids if whole else ids[: self._server.max_model_len + 1]
 
     async def _render_completion(self, request: web.Request) -> web.Response:
         return await _answer(request, lambda body: [self._rendered(body, chat=False)])
@@ -82,6 +84,10 @@ class TokenizeEndpoints:
 
     def _rendered(self, body: Mapping[str, Any], *, chat: bool) -> dict[str, Any]:
         model, ids = self.token_ids(body, chat=chat)
+        limit = self._server.max_model_len
+        if len(ids) > limit:  # render refuses what generation would refuse
+            error = prompt_too_long(len(ids), limit)
+            raise OpenAIError(400, str(error), param=error.param)
         sampling = dict(_SAMPLING_DEFAULTS)
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         if isinstance(max_tokens, int):
@@ -110,7 +116,7 @@ class TokenizeEndpoints:
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         def tokenized(body: Mapping[str, Any]) -> dict[str, Any]:
-            _, ids = self.token_ids(body, chat="messages" in body)
+            _, ids = self.token_ids(body, chat="messages" in body, whole=True)
             return {"count": len(ids), "max_model_len": self._server.max_model_len, "tokens": ids, "token_strs": None}
 
         return await _answer(request, tokenized)
@@ -136,6 +142,7 @@ class TokenizeEndpoints:
 
 async def _answer(request: web.Request, build: Any) -> web.Response:
     try:
+        require_json(request)
         return json_response(build(parse_body(await request.read())))
     except OpenAIError as exc:
         return exc.response()

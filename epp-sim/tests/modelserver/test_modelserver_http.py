@@ -131,7 +131,7 @@ async def test_completion_stream_chunk_by_chunk_with_usage(server: ModelServer, 
     req = {"prompt": "stream", "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
     async with http.post(server.url + "/v1/completions", json=req) as resp:
         assert resp.status == 200
-        assert resp.headers["Content-Type"] == "text/event-stream"
+        assert resp.headers["Content-Type"] == "text/event-stream; charset=utf-8"  # as vLLM 0.32 sends it
         events = await _sse(resp)
     assert events[-1] == "[DONE]"
     usage_chunk = events[-2]
@@ -336,3 +336,18 @@ async def test_non_streaming_client_disconnect_aborts(server: ModelServer, http:
 async def test_health(server: ModelServer, http: aiohttp.ClientSession) -> None:
     async with http.get(server.url + "/health") as resp:
         assert resp.status == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/v1/completions/render", "/tokenize"])
+async def test_a_body_not_sent_as_json_is_refused_as_vllm_refuses_it(
+    server: ModelServer, http: aiohttp.ClientSession, path: str
+) -> None:
+    async with http.post(server.url + path, data=b'{"prompt": "hi"}', headers={"Content-Type": "text/plain"}) as resp:
+        assert resp.status == 400
+        error = (await resp.json())["error"]
+    assert error == {
+        "message": "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+        "type": "Bad Request",
+        "param": None,
+        "code": 400,
+    }
