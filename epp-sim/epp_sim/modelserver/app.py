@@ -6,8 +6,8 @@
 ``/health``, ``/metrics``, vLLM's runtime adapter endpoints, and for tests ``/_sim/pin``
 (POST/DELETE), ``/_sim/fail`` (POST ``{"status": 500}``: every completion is answered with that
 status while ``/metrics`` keeps answering, as a vLLM whose engine died does; DELETE: serve again)
-and ``/_sim/stats``. Errors use OpenAI's ``{"error": {...}}`` shape. Output text
-is a deterministic word sequence derived from the request's seed (or its prompt).
+and ``/_sim/stats``; the tokenization endpoints are ``tokenize_api``'s. Errors use OpenAI's
+``{"error": {...}}`` shape, worded as vLLM's (``openai_errors``); answers are ``answers``'s.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
+from .answers import FINGERPRINT, full_response, token_text, usage
 from .anthropic import (
     MessagesError,
     MessagesRequest,
@@ -38,28 +39,10 @@ from .prompts import chat_prompt, completion_prompt
 from .tokenize_api import TokenizeEndpoints
 from .tokenizer import SimTokenizer, TokenizerError
 
-__all__ = ["SimServer", "token_text"]
-
-_VOCAB = (
-    " the", " of", " and", " to", " in", " is", " that", " for", " it", " as", " was", " with", " be", " by",
-    " on", " not", " he", " this", " are", " or", " his", " from", " at", " which", " but", " have", " an",
-    " they", " you", " were", " her", " she", " there", " been", " one", " all", " we", " their", " has",
-    " would", " when", " if", " so", " no", " what", " can", " out", " up", " into", " more", " time",
-    " model", " token", " cache", " queue", " batch", " prefix", " adapter", " block", " request", " server",
-    " latency", " stream", " engine", " pod", " gateway", " route", " score", " pick", " load",
-)  # fmt: skip
-
-#: what vLLM puts in ``system_fingerprint`` is its version and a config hash; the simulator says what it is
-_FINGERPRINT = "epp-sim"
-_MESSAGE_NULLS = {"refusal": None, "annotations": None, "audio": None, "function_call": None, "reasoning": None}
+__all__ = ["SimServer"]
 
 #: requests the HTTP instrumentator counts (vLLM excludes /metrics, /health and friends)
 _INSTRUMENTED = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/models"})
-
-
-def token_text(seed: int, choice: int, index: int) -> str:
-    """The text of output token ``index`` of choice ``choice`` for a request with ``seed``."""
-    return _VOCAB[(seed + choice * 1_000_003 + index * 2_654_435_761) % len(_VOCAB)]
 
 
 @dataclass(slots=True)
@@ -206,7 +189,8 @@ class SimServer:
             if parsed.req.stream:
                 return await self._stream(request, handle, parsed, chat=chat)
             await handle.wait()
-            return json_response(self._full_response(handle, parsed, chat=chat))
+            details = self.engine.config.enable_prompt_tokens_details
+            return json_response(full_response(handle, parsed.model, parsed.req.n, chat=chat, details=details))
 
         return await self._generate(request, lambda raw: self._parse(raw, chat=chat), reply, _OPENAI)
 
@@ -368,46 +352,13 @@ class SimServer:
             await resp.write(f"data: {dumps(err)}\n\n".encode())
         else:
             if parsed.include_usage:
-                usage = dumps(self._usage(handle, n, streamed=True))
-                tail = f',"system_fingerprint":{dumps(_FINGERPRINT)}'
-                await resp.write(f'data: {head}],"usage":{usage}{tail}}}\n\n'.encode())
+                details = self.engine.config.enable_prompt_tokens_details
+                used = dumps(usage(handle, n, details=details, streamed=True))
+                tail = f',"system_fingerprint":{dumps(FINGERPRINT)}'
+                await resp.write(f'data: {head}],"usage":{used}{tail}}}\n\n'.encode())
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
-
-    def _usage(self, handle: RequestHandle, n: int, *, streamed: bool = False) -> dict[str, Any]:
-        """vLLM's usage: prompt_tokens_details only with ``enable_prompt_tokens_details`` (a stream's usage
-        chunk omits the null details, as vLLM's does)."""
-        completion = handle.completion_tokens * n
-        usage: dict[str, Any] = {
-            "prompt_tokens": handle.prompt_tokens,
-            "total_tokens": handle.prompt_tokens + completion,
-            "completion_tokens": completion,
-        }
-        details = {"cached_tokens": handle.cached_tokens} if self.engine.config.enable_prompt_tokens_details else None
-        if not streamed:
-            usage["prompt_tokens_details"] = details
-            usage["completion_tokens_details"] = None
-        elif details is not None:
-            usage["prompt_tokens_details"] = details
-        return usage
-
-    def _full_response(self, handle: RequestHandle, parsed: _Parsed, *, chat: bool) -> dict[str, Any]:
-        """A non-streamed completion in vLLM 0.32's field set."""
-        body: dict[str, Any] = {
-            "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16],
-            "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()),
-            "model": parsed.model,
-            "choices": _choices(handle, parsed.req.n, chat=chat),
-            "service_tier": None,
-            "system_fingerprint": _FINGERPRINT,
-            "usage": self._usage(handle, parsed.req.n),
-        }
-        if chat:
-            body.update(prompt_logprobs=None, prompt_token_ids=None, prompt_text=None)
-        body.update(kv_transfer_params=None, ec_transfer_params=None, metrics=None)
-        return body
 
     async def _models(self, request: web.Request) -> web.Response:
         cfg = self.engine.config
@@ -514,35 +465,3 @@ def _opt_int(body: Mapping[str, Any], name: str, value: object, *, minimum: int 
         bound = f" ≥ {minimum}" if minimum is not None else ""
         raise OpenAIError(400, f"{name} must be an integer{bound}, got {value!r}", param=name)
     return value
-
-
-def _choices(handle: RequestHandle, n: int, *, chat: bool) -> list[dict[str, Any]]:
-    count = handle.completion_tokens
-    texts = ["".join(token_text(handle.seed, c, i) for i in range(count)) for c in range(n)]
-    if chat:
-        return [
-            {
-                "index": c,
-                "message": {"role": "assistant", "content": text, **_MESSAGE_NULLS},
-                "logprobs": None,
-                "finish_reason": handle.finish_reason,
-                "stop_reason": None,
-                "token_ids": None,
-                "routed_experts": None,
-            }
-            for c, text in enumerate(texts)
-        ]
-    return [
-        {
-            "index": c,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": handle.finish_reason,
-            "stop_reason": None,
-            "token_ids": None,
-            "prompt_logprobs": None,
-            "prompt_token_ids": None,
-            "routed_experts": None,
-        }
-        for c, text in enumerate(texts)
-    ]

@@ -40,7 +40,7 @@ from .sequence import (
     SeqState,
     prompt_too_long,
 )
-from .vllm_metrics import GaugeValues, VllmMetrics
+from .vllm_metrics import GaugeValues, VllmMetrics, cache_config_labels
 
 __all__ = ["Engine", "EngineStoppedError", "GenerationRequest", "InvalidRequestError", "RequestHandle"]
 
@@ -88,7 +88,12 @@ class Engine:
         self.metrics = VllmMetrics(
             model=config.model,
             max_model_len=config.max_model_len,
-            cache_config=_cache_config_labels(config),
+            cache_config=cache_config_labels(
+                block_size=config.block_size,
+                num_gpu_blocks=config.num_gpu_blocks,
+                max_model_len=config.max_model_len,
+                enable_prefix_caching=config.enable_prefix_caching,
+            ),
             lora_enabled=config.enable_lora,
             start_wall=self._clock.wall(),
         )
@@ -489,46 +494,3 @@ class Engine:
 def _prompt_seed(prompt: str | Sequence[int], server_seed: int) -> int:
     data = prompt.encode("utf-8", "surrogatepass") if isinstance(prompt, str) else repr(list(prompt)).encode()
     return xxhash.xxh64_intdigest(data, seed=server_seed & 0xFFFFFFFFFFFFFFFF)
-
-
-def _cache_config_labels(cfg: SimConfig) -> dict[str, str]:
-    """``vllm:cache_config_info`` labels as vLLM 0.32 prints its CacheConfig (a GPU's values)."""
-    tokens = cfg.num_gpu_blocks * cfg.block_size
-    return {
-        "_block_size_resolved": "True",
-        "block_size": str(cfg.block_size),
-        "cache_dtype": "auto",
-        "cache_hit_alignment_tokens": "None",
-        "effective_attention_block_size": str(cfg.block_size),
-        "enable_mamba_shared_prefix_checkpoint": "False",
-        "enable_prefix_caching": str(cfg.enable_prefix_caching),
-        "gpu_memory_utilization": "0.92",
-        "hash_block_size": "None",
-        "is_attention_free": "False",
-        "kv_cache_dtype_skip_layers": "[]",
-        "kv_cache_layout": "None",
-        "kv_cache_max_concurrency": str(round(tokens / cfg.max_model_len, 2)),
-        "kv_cache_memory_bytes": "None",
-        "kv_cache_size_tokens": str(tokens),
-        "kv_offloading_backend": "native",
-        "kv_offloading_size": "None",
-        "kv_sharing_fast_prefill": "False",
-        "mamba_block_size": "None",
-        "mamba_cache_dtype": "auto",
-        "mamba_cache_mode": "none",
-        "mamba_page_size_padded": "None",
-        "mamba_ssm_cache_dtype": "float32",
-        "num_cpu_blocks": "None",
-        "num_gpu_blocks": str(cfg.num_gpu_blocks),
-        "num_gpu_blocks_override": "None",
-        "prefix_cache_retention_interval": "0",
-        "prefix_caching_hash_algo": "sha256",
-        "prefix_match_unit": "None",
-        "replayssm_buffer_len": "16",
-        "skip_page_size_padded": "None",
-        "sliding_window": "None",
-        "swa_bounded_replay": "True",
-        "use_kda_recoverssm": "False",
-        "use_replayssm": "False",
-        "user_specified_block_size": "False",
-    }

@@ -30,7 +30,7 @@ from .exposition import (
     value_text,
 )
 
-__all__ = ["GaugeValues", "VllmMetrics", "build_1_2_5_buckets"]
+__all__ = ["GaugeValues", "VllmMetrics", "build_1_2_5_buckets", "cache_config_labels"]
 
 FINISH_REASONS = ("stop", "length", "abort")
 
@@ -331,3 +331,48 @@ class VllmMetrics:
         out.append(self._cache_config)
         self.http.render(out)
         return "".join(out).encode()
+
+
+def cache_config_labels(
+    *, block_size: int, num_gpu_blocks: int, max_model_len: int, enable_prefix_caching: bool
+) -> dict[str, str]:
+    """``vllm:cache_config_info`` labels as vLLM 0.32 prints its CacheConfig (a GPU's values)."""
+    tokens = num_gpu_blocks * block_size
+    return {
+        "_block_size_resolved": "True",
+        "block_size": str(block_size),
+        "cache_dtype": "auto",
+        "cache_hit_alignment_tokens": "None",
+        "effective_attention_block_size": str(block_size),
+        "enable_mamba_shared_prefix_checkpoint": "False",
+        "enable_prefix_caching": str(enable_prefix_caching),
+        "gpu_memory_utilization": "0.92",
+        "hash_block_size": "None",
+        "is_attention_free": "False",
+        "kv_cache_dtype_skip_layers": "[]",
+        "kv_cache_layout": "None",
+        "kv_cache_max_concurrency": str(round(tokens / max_model_len, 2)),
+        "kv_cache_memory_bytes": "None",
+        "kv_cache_size_tokens": str(tokens),
+        "kv_offloading_backend": "native",
+        "kv_offloading_size": "None",
+        "kv_sharing_fast_prefill": "False",
+        "mamba_block_size": "None",
+        "mamba_cache_dtype": "auto",
+        "mamba_cache_mode": "none",
+        "mamba_page_size_padded": "None",
+        "mamba_ssm_cache_dtype": "float32",
+        "num_cpu_blocks": "None",
+        "num_gpu_blocks": str(num_gpu_blocks),
+        "num_gpu_blocks_override": "None",
+        "prefix_cache_retention_interval": "0",
+        "prefix_caching_hash_algo": "sha256",
+        "prefix_match_unit": "None",
+        "replayssm_buffer_len": "16",
+        "skip_page_size_padded": "None",
+        "sliding_window": "None",
+        "swa_bounded_replay": "True",
+        "use_kda_recoverssm": "False",
+        "use_replayssm": "False",
+        "user_specified_block_size": "False",
+    }
