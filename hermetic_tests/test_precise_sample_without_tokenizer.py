@@ -26,6 +26,7 @@ from epp_sim.ports import common_free_port
 from epp_sim.precise_prefix import (
     MODEL,
     SERVING_LABELS,
+    announce,
     events_applied,
     kv_events_sim_config,
     llm_d_precise_sample,
@@ -69,18 +70,16 @@ async def test_llm_d_precise_sample_routes_every_prompt_to_its_pod(epp_pool: Poo
         assert isinstance(producer, PrecisePrefixCacheProducer)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
 
-            async def announce(server: ModelServer, prompt: str) -> None:
-                body = {"model": MODEL, "prompt": prompt, "max_tokens": 1}
-                async with http.post(f"{server.url}/v1/completions", json=body) as resp:
-                    assert resp.status == 200, await resp.text()
+            async def send(server: ModelServer, prompt: str) -> None:
+                await announce(http, server.url, prompt)
 
-            await wait_subscribed(pool.servers, announce, lambda: [producer.event_sources()])
+            await wait_subscribed(pool.servers, send, lambda: [producer.event_sources()])
             rng = random.Random(7)
             routed: list[tuple[str, str]] = []
             for i in range(PROMPTS):
                 holder = pool.servers[rng.randrange(PODS)]
                 prompt = f"tenant {i}: " + sentence(random.Random(500 + i), 120)  # several 64-token blocks
-                await announce(holder, prompt)
+                await send(holder, prompt)
                 await wait_until(lambda: events_applied(producer.event_sources(), pool.servers), timeout=10)
                 answer = await pool.route({"model": MODEL, "prompt": prompt + " and then?"})
                 assert answer.status == 200

@@ -20,7 +20,7 @@ from engine_load import served_requests
 
 from epp.kvevents.index import block_keys, chain_seed
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
-from epp_sim.precise_prefix import precise_picker_config
+from epp_sim.precise_prefix import announce, precise_picker_config
 from epp_sim.pytest_plugin import VllmPoolFactory
 from epp_sim.realengine.pool import RealEnginePool
 from epp_sim.realengine.servers import MODEL, VllmFleet, VllmServer
@@ -55,12 +55,6 @@ async def render(http: aiohttp.ClientSession, server: VllmServer, prompt: str) -
         return ids
 
 
-async def announce(http: aiohttp.ClientSession, server: VllmServer, prompt: str) -> None:
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": 1}
-    async with http.post(f"{server.url}/v1/completions", json=body) as resp:
-        assert resp.status == 200, await resp.text()
-
-
 @pytest.mark.parametrize(
     "topology", [pytest.param(t, marks=pytest.mark.real_engine(kv_events=t), id=t) for t in TOPICS]
 )
@@ -80,7 +74,9 @@ async def test_a_prompt_sent_to_one_server_is_then_routed_there(
             warm += 1
             for server in pool.servers:
                 if not producer.index.blocks(keys_of[server.name]):
-                    await announce(http, server, STORY.format(name=f"warm-up {warm} {server.name}") * 6)
+                    await announce(
+                        http, server.url, STORY.format(name=f"warm-up {warm} {server.name}") * 6, model=MODEL
+                    )
             return all(producer.index.blocks(k) for k in keys_of.values())
 
         await wait_until(heard, timeout=120, interval=0.5, message="the picker heard both engines")
@@ -91,7 +87,7 @@ async def test_a_prompt_sent_to_one_server_is_then_routed_there(
             keys = block_keys(ids, BLOCK, chain_seed(MODEL))
             stored = (len(ids) // 128) * (128 // BLOCK)
             assert stored >= 16  # two of vLLM's blocks
-            await announce(http, holder, prompt)
+            await announce(http, holder.url, prompt, model=MODEL)
             await wait_until(
                 lambda: producer.index.longest_prefix(keys_of[holder.name], keys) >= stored,  # noqa: B023
                 timeout=60,

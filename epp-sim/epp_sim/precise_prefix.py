@@ -15,6 +15,8 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
+import aiohttp
+
 from epp.kvevents.ingest import SourceCounts
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.modelserver.kv_events import KvEventsConfig
@@ -24,6 +26,7 @@ from epp_sim.waits import wait_until
 __all__ = [
     "MODEL",
     "SERVING_LABELS",
+    "announce",
     "events_applied",
     "llm_d_precise_sample",
     "kv_events_sim_config",
@@ -201,6 +204,13 @@ schedulingProfiles:
         weight: 1.0
       - pluginRef: max-score-picker
 """
+
+
+async def announce(http: aiohttp.ClientSession, url: str, prompt: str, *, model: str = MODEL) -> None:
+    """Send ``prompt`` straight to the model server at ``url`` (no picker sees it): it stores and announces it."""
+    body = {"model": model, "prompt": prompt, "max_tokens": 1}
+    async with http.post(f"{url}/v1/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
 
 
 def events_applied(sources: Iterable[SourceCounts], servers: Iterable[ModelServer]) -> bool:

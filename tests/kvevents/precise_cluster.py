@@ -116,6 +116,15 @@ class Cluster:
         )
         assert response.status_code == 200, response.text
 
+    async def lose_one(self, server: ModelServer, lost: str, after: str) -> None:
+        """Send ``lost`` with its announcement dropped on the way (as ZMQ drops one), then ``after``; wait for sync."""
+        publisher = server.kv_events
+        assert publisher is not None
+        publisher.drop_next = 1
+        await self.send(server, lost)
+        await self.send(server, after)
+        await self.synced()
+
     async def tokens(self, server: ModelServer, prompt: str) -> list[int]:
         response = await self.client.post(
             f"{server.url}/v1/completions/render", json={"model": MODEL, "prompt": prompt}
