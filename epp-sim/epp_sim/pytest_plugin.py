@@ -37,6 +37,7 @@ See docs/testing.md for a worked example.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -261,7 +262,7 @@ async def _epp_vllm_fleet(
         pytest.skip(f"real-engine tier: this platform cannot run vLLM: {e}")
     report = pytestconfig.stash[_REAL_ENGINE_REPORT]
     report.append(_install_report(install))
-    fleet = VllmFleet(install, work_dir=tmp_path_factory.mktemp("vllm"))
+    fleet = await asyncio.to_thread(VllmFleet, install, work_dir=tmp_path_factory.mktemp("vllm"))
     try:
         yield fleet
     finally:

@@ -30,7 +30,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -155,7 +154,11 @@ class VllmServer:
 
 
 class VllmFleet:
-    """``count`` servers on ``127.0.0.{first_host}``.. sharing one port; start with :meth:`use`."""
+    """``count`` servers on ``127.0.0.{first_host}``.. sharing one port; start with :meth:`use`.
+
+    Its ports are chosen free when it is made (blocking socket calls: make it off the loop) and kept
+    for its life, so a restarted server comes back where the pool's Pods point.
+    """
 
     def __init__(self, install: EngineInstall, *, work_dir: Path, count: int = 2, first_host: int = 240) -> None:
         self.install = install
@@ -172,10 +175,6 @@ class VllmFleet:
         self.topology: KvTopology | None = None
         self.start_seconds: list[float] = []
         """Wall time of each (re)start of servers, for the tier's report."""
-
-    @property
-    def model(self) -> str:
-        return MODEL
 
     def kv_events_config(self, server: VllmServer, topology: KvTopology) -> dict[str, object]:
         """vLLM's ``--kv-events-config`` for ``server`` in ``topology``."""
@@ -210,9 +209,6 @@ class VllmFleet:
 
     async def stop(self) -> None:
         await asyncio.gather(*(s.stop() for s in self.servers))
-
-    def hostports(self) -> Sequence[str]:
-        return [s.hostport for s in self.servers]
 
 
 async def write_lora_adapter(install: EngineInstall, out: Path, *, rank: int = 8, seed: int = 0) -> Path:
