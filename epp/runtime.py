@@ -394,7 +394,12 @@ class Runtime(Service):
                         if isinstance(p, PrecisePrefixCacheProducer):
                             precise.append(p)
             self.metrics.set_prefix_indexer_sizes(sizes)
-            self.metrics.set_kv_events([s for p in precise for s in p.subscribers.values()], [p.index for p in precise])
+            self.metrics.set_kv_events(
+                [s for p in precise for s in p.event_sources()],
+                [p.index for p in precise],
+                active=sum(p.active_subscribers for p in precise),
+                unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
+            )
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""
