@@ -10,7 +10,8 @@ hundred small batches a second however many endpoints there are, instead of ever
 page and parse of every endpoint. Time is the system's monotonic clock, which both processes share.
 
 It logs to stderr (inherited: the picker's log stream) with the picker's logging options, and
-stops when stdin ends: the picker stopped it, or died.
+stops when stdin ends: the picker stopped it, or died (SIGINT, which a terminal sends the whole
+process group, is the picker's to handle).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -234,6 +236,8 @@ async def _run() -> None:
 
 def main() -> int:
     """Entry point of the scrape worker process."""
+    # Ctrl-C in a terminal reaches the whole process group; the picker stops the worker (stdin ends).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(ImportError):
         import uvloop
 
