@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator
 from types import MappingProxyType
 
 import pytest
-from test_scraper import errors, make_store, model_servers, state
+from test_scraper import errors, make_store, model_servers, running, state
 from vllm_metrics_fixture import VllmPage, render_vllm_metrics
 
 from epp.clock import SystemClock
@@ -24,15 +22,6 @@ from epp.telemetry.metrics import EppMetrics
 from epp_sim.waits import wait_until
 
 NS = "llm"
-
-
-@contextlib.asynccontextmanager
-async def running(scraper: ScrapeProcess) -> AsyncIterator[ScrapeProcess]:
-    await scraper.start()
-    try:
-        yield scraper
-    finally:
-        await scraper.stop()
 
 
 def sample(metrics: EppMetrics, name: str, **labels: str) -> float:

@@ -6,13 +6,14 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 import pytest
 from aiohttp import web
 from vllm_metrics_fixture import VllmPage, render_vllm_metrics
 
 from epp.clock import ManualClock, SystemClock
-from epp.datalayer.scraper import ScraperManager, scrape_phase
+from epp.datalayer.scraper import ScraperManager, Scrapers, scrape_phase
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import ENGINE_TYPE_LABEL, EndpointState
@@ -22,6 +23,7 @@ from epp.telemetry.metrics import EppMetrics
 from epp_sim.waits import wait_until
 
 NS = "llm"
+ScrapersT = TypeVar("ScrapersT", bound=Scrapers)
 
 
 def no_phase(key: str, interval: float) -> float:
@@ -112,7 +114,7 @@ def scrape_tasks() -> set[str]:
 
 
 @contextlib.asynccontextmanager
-async def running(scraper: ScraperManager) -> AsyncIterator[ScraperManager]:
+async def running(scraper: ScrapersT) -> AsyncIterator[ScrapersT]:
     await scraper.start()
     try:
         yield scraper
