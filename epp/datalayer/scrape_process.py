@@ -96,7 +96,12 @@ class ScrapeProcess:
             return
         self._unsubscribe = self._datastore.subscribe(self._on_change)
         self._on_change(self._datastore.endpoints(), ())
-        self._task = asyncio.create_task(self._supervise(await self._spawn()), name="epp-scrape-process")
+        try:
+            first = await self._spawn()
+        except BaseException:  # no worker: say so at start, and follow nothing
+            await self.stop()
+            raise
+        self._task = asyncio.create_task(self._supervise(first), name="epp-scrape-process")
 
     def apply(self, spec: ScrapeSpec | None) -> None:
         """Scrape by ``spec`` (None: the default) from now on (a configuration reload)."""
@@ -114,8 +119,7 @@ class ScrapeProcess:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.gather(task, return_exceptions=True)
         self._states.clear()
         self._by_key.clear()
 
