@@ -202,6 +202,7 @@ class _Reply(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future[tuple[bytes, bool]] | None = None
         self._head_end = -1  # offset just past the head, once it has arrived
         self._framing: tuple[int, int | None, bool, bool] = (0, None, False, False)
+        self._transport: asyncio.BaseTransport | None = None
         self.closed = False
 
     def expect(self) -> asyncio.Future[tuple[bytes, bool]]:
@@ -217,10 +218,15 @@ class _Reply(asyncio.BufferedProtocol):
             self._buf = grown
         return memoryview(self._buf)[self._filled :]
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+
     def buffer_updated(self, nbytes: int) -> None:
         self._filled += nbytes
         if self._waiter is not None:
             self._progress(ended=False)
+        elif self._filled > _MAX_HEAD and self._transport is not None:
+            self._transport.close()  # bytes nobody asked for: drop the connection, the next poll opens another
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost follows

@@ -149,6 +149,18 @@ async def test_a_page_larger_than_the_buffer_and_a_head_that_never_ends() -> Non
             await conn(port).get()
 
 
+async def test_bytes_sent_between_answers_drop_the_connection_not_the_memory() -> None:
+    # An answer followed by far more than anyone asked for: the connection is closed, the next GET
+    # gets a new one and its own answer.
+    async with scripted(lambda n: fixed(b"ok")(n) + b"x" * (1 << 20)) as (port, connections):
+        c = conn(port)
+        assert await c.get() == b"ok"
+        await wait_until(lambda: not c.connected)
+        assert await c.get() == b"ok"
+        assert connections == [1, 1]
+        c.close()
+
+
 async def test_a_body_without_framing_is_read_until_the_server_closes() -> None:
     body = bytes(range(256)) * 16384  # 4 MiB: far more than one socket read returns
     async with scripted(lambda n: b"HTTP/1.0 200 OK\r\n\r\n" + body, close_after=1) as (port, _):
