@@ -3,12 +3,13 @@
 Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges and its
 routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, so per-endpoint
 plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
-Shared: the metrics registry, the kr8s API, the ext_proc/health servers, the metrics server and the
-configuration watcher. A reloaded configuration is swapped in whole, and in the same step each
-pool's scrapers take its data layer (``Scrapers.apply``) and its routing the new pipeline
-(``PoolRouting.apply``: stateful plugins hand over their state). Each pool's flow controller
-(the ``flowControl`` gate) belongs to the pool, not the config: a reload keeps its queue, and one
-that changes the flow-control settings is refused.
+Shared: the metrics (every area's series set declared at once, ``epp.picker_series``), the kr8s
+API, the ext_proc/health servers, the metrics server and the configuration watcher. A reloaded
+configuration is swapped in whole, and in the same step each pool's scrapers take its data layer
+(``Scrapers.apply``) and its routing the new pipeline (``PoolRouting.apply``: stateful
+plugins hand over their state). Each pool's flow controller (the ``flowControl`` gate) belongs to
+the pool, not the config: a reload keeps its queue, and one that changes the flow-control
+settings is refused.
 
 Start order: logging → metrics → API client → config → datastores, routings and reconcilers →
 scrapers → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
@@ -48,6 +49,7 @@ from epp.datalayer.pool_gauges import PoolGauges
 from epp.datalayer.scrape_process import make_scrapers
 from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.datalayer.scraper import Scrapers
+from epp.datastore.health_recorder import HealthRecorder
 from epp.datastore.store import Datastore
 from epp.extproc.cert_reload import CertReloader
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
@@ -58,15 +60,14 @@ from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
+from epp.kube.reviews import KubeReviewer
 from epp.kube.standalone import standalone_pool_name
+from epp.picker_series import declare_picker_series
 from epp.plugins import register_in_tree
-from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
-from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
+from epp.requestcontrol.plugin_series import PluginSeries
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
 from epp.tasks import Service, cancel_and_wait, start_guarded
-from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
 from epp.telemetry.metrics_server import MetricsServer
@@ -122,6 +123,7 @@ class Runtime(Service):
         self.options = options
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
+        declare_picker_series(self.metrics)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
         register_in_tree(self.registry)
@@ -226,7 +228,7 @@ class Runtime(Service):
             stream_metrics=o.enable_grpc_stream_metrics,
         )
         endpoint = o.metrics_endpoint
-        auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth else None
+        auth = MetricsAuth(KubeReviewer(self._api), clock=self.clock) if endpoint.auth else None
         api = self._api_services(pipelines, holder, auth)
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
@@ -386,27 +388,11 @@ class Runtime(Service):
             pool.routing.apply(new[pool.key])
 
     def _refresh_gauges(self) -> None:
+        """Just before a scrape: the pool gauges, and what the plugins in force measure (every pool's)."""
         for pool in self.pools:
             pool.gauges.refresh()
-        if self.configs is not None:
-            sizes: dict[tuple[str, str], int] = {}
-            precise: list[PrecisePrefixCacheProducer] = []
-            for config in (pool.routing.config for pool in self.pools):  # one plugin name may live in several pools
-                for plugin in config.plugins.values():
-                    parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
-                    for p in parts:
-                        if isinstance(p, PrefixCacheScorer | PrecisePrefixCacheProducer):
-                            key = (p.typed_name.name, p.typed_name.type)
-                            sizes[key] = sizes.get(key, 0) + p.index_size
-                        if isinstance(p, PrecisePrefixCacheProducer):
-                            precise.append(p)
-            self.metrics.set_prefix_indexer_sizes(sizes)
-            self.metrics.set_kv_events(
-                [s for p in precise for s in p.event_sources()],
-                [p.index for p in precise],
-                active=sum(p.active_subscribers for p in precise),
-                unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
-            )
+        plugins = (plugin for pool in self.pools for plugin in pool.routing.config.plugins.values())
+        self.metrics.series(PluginSeries).publish(plugins)
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""
@@ -421,7 +407,6 @@ class Runtime(Service):
             ready = self.ready
             if ready != current:
                 self.server.set_ready(ready)
-                self.metrics.ready.set(1 if ready else 0)
                 log.info("readiness changed", extra={"ready": ready})
                 current = ready
             await self.clock.sleep(self._readiness_interval)
@@ -441,7 +426,6 @@ class Runtime(Service):
         self._readiness = None
         if self._server is not None:
             self._server.drain()
-        self.metrics.ready.set(0)
         log.info("draining: NOT_SERVING, ext_proc still serving")
         if self.elector is not None:
             await self.elector.stop()  # releases the Lease

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from epp.config.compat import IGNORABLE_SETTINGS, ConfigNotice, feature_gates, ignored_settings, normalized
+from epp.config.config_series import ConfigSeries
 from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources
 from epp.config.defaults import (
     DEFAULT_PICKER_TYPE,
@@ -191,8 +192,9 @@ def build_config(
     notices += loaded.notices
     if metrics is not None:
         ignored = {n.setting for n in notices if not n.deprecated}
+        gauges = metrics.series(ConfigSeries).ignored_settings
         for setting in IGNORABLE_SETTINGS:
-            metrics.config_ignored_settings.labels(setting).set(1 if setting in ignored else 0)
+            gauges.labels(setting).set(1 if setting in ignored else 0)
     return dataclasses.replace(
         loaded,
         feature_gates=frozenset(g for g, on in gates.items() if on),

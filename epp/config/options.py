@@ -16,6 +16,7 @@ from typing import Literal
 from epp.config.tls_policy import TlsPolicyError, check_min_version, openssl_cipher_list
 from epp.durations import parse_duration
 from epp.labels import Selector, SelectorError, parse_selector
+from epp.telemetry.families import METRICS_NAMINGS, MetricsNaming
 
 __all__ = [
     "LEASE_NAME_STYLES",
@@ -41,9 +42,6 @@ MIN_REFRESH_METRICS_INTERVAL = 0.05
 LeaseNameStyle = Literal["gie", "llm-d"]
 """Whose Lease name ``--ha-enable-leader-election`` uses (``--ha-lease-name-style``)."""
 LEASE_NAME_STYLES: tuple[LeaseNameStyle, ...] = ("gie", "llm-d")
-MetricsNaming = Literal["gie", "llm-d", "both"]
-"""Whose names upstream's series are exported under (``--metrics-naming``)."""
-METRICS_NAMINGS: tuple[MetricsNaming, ...] = ("gie", "llm-d", "both")
 
 
 class OptionsError(ValueError):

@@ -28,7 +28,7 @@ from typing import Any
 from epp.clock import SystemClock
 from epp.datalayer.metrics_fetch import TlsFileError, tls_context
 from epp.datalayer.scrape_wire import Batch, Setup, read_frame, write_frame
-from epp.datalayer.scraper import ScraperManager
+from epp.datalayer.scraper import ScraperManager, ScrapeSeries
 from epp.datastore.types import EndpointListener
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.endpoint import Endpoint, EndpointState
@@ -113,7 +113,7 @@ class _MetricDeltas:
     """What the worker's scrape metrics gained since the last batch."""
 
     def __init__(self, metrics: EppMetrics) -> None:
-        self._metrics = metrics
+        self._metrics = metrics.series(ScrapeSeries)
         self._sent: dict[tuple[str, tuple[str, ...]], tuple[list[int], float]] = {}
 
     def _histogram(self, name: str, histogram: Histogram) -> dict[str, tuple[list[int], float]]:
@@ -139,9 +139,9 @@ class _MetricDeltas:
 
     def fill(self, batch: Batch) -> None:
         m = self._metrics
-        batch.durations = self._histogram("duration", m.scrape_duration)
-        batch.intervals = self._histogram("interval", m.scrape_interval)
-        batch.errors = self._counter("errors", m.scrape_errors)
+        batch.durations = self._histogram("duration", m.duration)
+        batch.intervals = self._histogram("interval", m.interval)
+        batch.errors = self._counter("errors", m.errors)
 
 
 def _with_tls(spec: ScrapeSpec) -> ScrapeSpec:

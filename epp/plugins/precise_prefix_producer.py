@@ -14,6 +14,9 @@ With ``speculativeIndexing`` (llm-d's, off by default) PreRequest records the re
 the chosen endpoint for ``speculativeTTL`` (2 s), so requests sharing a prefix follow the first
 one before its BlockStored events arrive (without it, a burst on a new prefix scatters by load).
 
+Before each ``/metrics`` scrape the producer reports (``measure``) its index's size and blocks per
+endpoint, its subscriber sockets, each source's counts and the central socket's dropped messages.
+
 Settings this picker does not have are refused by name: Redis or cost-aware indexes, CPU tiers
 (``kvCacheBackendConfigs``), ``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``); so is
 ``discoverPods: false`` without a ``zmqEndpoint`` (no events would ever arrive).
@@ -31,6 +34,7 @@ from typing import Any
 import zmq.asyncio
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.measures import Measurements
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
@@ -225,6 +229,16 @@ class PrecisePrefixCacheProducer(NamedPlugin):
     @property
     def index_size(self) -> int:
         return len(self.index)
+
+    def measure(self, into: Measurements) -> None:
+        into.prefix_index_size(self.typed_name, self.index_size)
+        into.kv_event_subscribers(self.active_subscribers)
+        for source in self.event_sources():
+            into.kv_event_source(source.pod, source.counts)
+        if self.central is not None:
+            into.kv_events_unattributed(self.central.unattributed)
+        index = self.index
+        into.kv_index({pod: index.blocks(pod) for pod in index.endpoints()}, index.skipped)
 
 
 def _report(task: asyncio.Task[None]) -> None:

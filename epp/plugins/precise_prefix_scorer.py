@@ -21,6 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.measures import Measurements
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
@@ -45,10 +46,10 @@ class PrecisePrefixCacheScorer(NamedPlugin):
         self.scorer = PrefixCacheScorer(name, match_info_producer=name)
         self.scorer.producer = producer
 
-    @property
-    def parts(self) -> tuple[PrecisePrefixCacheProducer, PrefixCacheScorer]:
-        """The producer and the scorer this plugin is made of (for the index gauges)."""
-        return self.producer, self.scorer
+    def measure(self, into: Measurements) -> None:
+        """What each part measures: the producer's subscribers and precise index, the scorer's index."""
+        self.producer.measure(into)
+        self.scorer.measure(into)
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         return self.scorer.score(cycle, request, candidates)

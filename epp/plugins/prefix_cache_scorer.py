@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.measures import Measurements
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo, PrefixMatchInfoProducer
 from epp.framework.request import InferenceRequest
@@ -153,6 +154,9 @@ class PrefixCacheScorer(NamedPlugin):
     @property
     def index_size(self) -> int:
         return len(self.index)
+
+    def measure(self, into: Measurements) -> None:
+        into.prefix_index_size(self.typed_name, self.index_size)
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrefixCacheScorer:

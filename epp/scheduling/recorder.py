@@ -7,6 +7,7 @@ series; :class:`~epp.scheduling.trace.SchedulingTrace`, Explain's, keeps each st
 and observes nothing. That is the whole difference between a real cycle and a dry one: the runner
 has no flag and no branch for it.
 
+:class:`SchedulingSeries` declares the series: upstream's scheduler and plugin-duration ones.
 ``accumulate`` is the one place where a scorer's raw scores become its weighted contribution.
 """
 
@@ -18,9 +19,21 @@ from typing import Protocol
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
+from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
 
-__all__ = ["QUIET", "CycleMetrics", "CycleRecorder", "Observe", "QuietCycle", "accumulate", "discard"]
+__all__ = [
+    "QUIET",
+    "CycleMetrics",
+    "CycleRecorder",
+    "Observe",
+    "QuietCycle",
+    "SchedulingSeries",
+    "accumulate",
+    "discard",
+]
+
+_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 
 Observe = Callable[[float], None]
 """Records one duration in seconds (a plugin's histogram child)."""
@@ -36,6 +49,43 @@ def accumulate(totals: list[float], scores: Sequence[float], weight: float) -> N
     for i, score in enumerate(scores):
         if score > 0.0:
             totals[i] += weight if score >= 1.0 else score * weight
+
+
+class SchedulingSeries:
+    """Upstream's scheduler series and the duration of every plugin call (requestcontrol's plugins too)."""
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        f = metrics.families
+        self.e2e = f.histogram(
+            Names(
+                "inference_extension_scheduler_e2e_duration_seconds",
+                "llm_d_epp_scheduler_e2e_duration_seconds",
+                "Scheduling latency distribution in seconds.",
+                "End-to-end scheduling latency distribution in seconds.",
+            ),
+            _BUCKETS,
+        )
+        self.attempts = f.counter(
+            Names(
+                "inference_extension_scheduler_attempts_total",
+                "llm_d_epp_scheduler_attempts_total",
+                "Total number of scheduling attempts.",
+                labels=("status", "target_model_name", "endpoint_name", "namespace", "port"),
+                gie_labels=("status", "target_model_name", "pod_name", "namespace", "port"),
+                renamed={"pod_name": "endpoint_name"},
+            )
+        )
+        self.plugin_duration = f.histogram(  # values: extension point, plugin type, plugin name
+            Names(
+                "inference_extension_plugin_duration_seconds",
+                "llm_d_epp_plugin_duration_seconds",
+                "Plugin processing latency distribution in seconds for each extension point, plugin type and name.",
+                "Plugin processing latency distribution in seconds for each extension point, plugin type and "
+                "plugin name.",
+                labels=("extension_point", "plugin_type", "plugin_name"),
+            ),
+            _BUCKETS,
+        )
 
 
 class CycleRecorder(Protocol):
@@ -83,8 +133,9 @@ class CycleMetrics:
     __slots__ = ("_attempts", "_e2e")
 
     def __init__(self, metrics: EppMetrics) -> None:
-        self._e2e = metrics.scheduler_e2e
-        self._attempts = metrics.scheduler_attempts
+        series = metrics.series(SchedulingSeries)
+        self._e2e = series.e2e
+        self._attempts = series.attempts
 
     def profile_started(self, name: str) -> None:
         return None
