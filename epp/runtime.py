@@ -267,7 +267,7 @@ class Runtime(Service):
                 on_swap=self._apply_reload,
             )
             await self._watcher.start(text)
-        self._readiness = start_guarded(self._follow_readiness(), name="epp-readiness")
+        self._readiness = start_guarded(self._follow_readiness(), "epp-readiness", forever=True)
         log.info(
             "epp serving",
             extra={

@@ -72,7 +72,7 @@ class ConfigWatcher(Generic[T]):
         """Remember the text the holder was built from and start polling."""
         self._digest = hashlib.sha256(initial_text.encode()).hexdigest()
         self._metrics.last_reload_success.set(1)
-        self._task = start_guarded(self._run(), name=f"config-watch:{self.path.name}")
+        self._task = start_guarded(self._run(), f"config-watch:{self.path.name}", forever=True)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

@@ -27,6 +27,7 @@ from typing import Protocol
 from epp.clock import Clock
 from epp.datastore.types import PoolSpec
 from epp.framework.endpoint import EndpointState
+from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Gauge
@@ -231,13 +232,11 @@ class PoolGauges:
     async def start(self) -> None:
         """Refresh every ``interval`` of the injected clock until :meth:`stop`."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="epp-pool-gauges")
+            self._task = start_guarded(self._run(), "epp-pool-gauges", forever=True)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:

@@ -33,6 +33,7 @@ from epp.datalayer.scrape_wire import Batch, Setup, read_frame, write_frame
 from epp.datalayer.scraper import EndpointSource, ScraperManager, Scrapers, ScrapeSeries
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.endpoint import EndpointState
+from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["ScrapeProcess", "make_scrapers"]
@@ -101,7 +102,7 @@ class ScrapeProcess:
         except BaseException:  # no worker: say so at start, and follow nothing
             await self.stop()
             raise
-        self._task = asyncio.create_task(self._supervise(first), name="epp-scrape-process")
+        self._task = start_guarded(self._supervise(first), "epp-scrape-process", forever=True)
 
     def apply(self, spec: ScrapeSpec | None) -> None:
         """Scrape by ``spec`` (None: the default) from now on (a configuration reload)."""
@@ -117,9 +118,7 @@ class ScrapeProcess:
             self._unsubscribe()
             self._unsubscribe = None
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
         self._states.clear()
         self._by_key.clear()
 

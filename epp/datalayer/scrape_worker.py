@@ -33,6 +33,7 @@ from epp.datastore.types import EndpointListener
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.endpoint import Endpoint, EndpointState
 from epp.framework.health import EndpointHealth
+from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.logs import setup_logging
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Counter, Histogram
@@ -201,8 +202,10 @@ async def _serve(reader: asyncio.StreamReader, out: asyncio.WriteTransport) -> N
         max_body_bytes=setup.max_body_bytes,
     )
     await scrapers.start()
-    flusher = asyncio.create_task(
-        _flush(out, outbox, source, _MetricDeltas(metrics), setup.flush_interval), name="epp-scrape-worker-flush"
+    flusher = start_guarded(
+        _flush(out, outbox, source, _MetricDeltas(metrics), setup.flush_interval),
+        "epp-scrape-worker-flush",
+        forever=True,
     )
     try:
         while (message := await read_frame(reader)) is not None:
@@ -217,9 +220,7 @@ async def _serve(reader: asyncio.StreamReader, out: asyncio.WriteTransport) -> N
             else:
                 raise ValueError(f"scrape worker: unknown message {kind!r}")
     finally:
-        flusher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await flusher
+        await cancel_and_wait(flusher)
         await scrapers.stop()
 
 

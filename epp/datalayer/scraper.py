@@ -26,7 +26,8 @@ business, unless the source's ``port`` overrides it.
 
 The request path never waits on a scrape: a poll ends with one reference assignment,
 ``state.metrics = snapshot``, which a scheduling cycle reads whole or not at all. Intervals are
-waited on the injected clock, so tests drive the loop with ``ManualClock``.
+waited on the injected clock, so tests drive the loop with ``ManualClock``. The poll tasks are
+held by the manager's :class:`~epp.tasks.TaskSet` until they have finished, cancelled ones too.
 :class:`ScrapeSeries` declares the scrape series.
 """
 
@@ -49,6 +50,7 @@ from epp.datastore.types import EndpointListener
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.endpoint import EndpointState
 from epp.framework.engine_metrics import EngineSpec
+from epp.tasks import TaskSet
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Counter, Histogram
 
@@ -176,7 +178,7 @@ class ScraperManager:
         self._phase = phase
         self._errors = {reason: self._metrics.errors.labels(reason=reason) for reason in _REASONS}
         self._tasks: dict[str, tuple[_Target, asyncio.Task[None]]] = {}
-        self._retiring: set[asyncio.Task[None]] = set()
+        self._running = TaskSet()
         self._unsubscribe: Callable[[], None] | None = None
 
     @property
@@ -222,11 +224,8 @@ class ScraperManager:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        for _, task in self._tasks.values():
-            self._retire(task)
         self._tasks.clear()
-        if self._retiring:
-            await asyncio.gather(*self._retiring, return_exceptions=True)
+        await self._running.stop()
 
     def _on_change(self, added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
         # Removals first: a replaced endpoint arrives in both lists under the same key.
@@ -234,16 +233,14 @@ class ScraperManager:
             entry = self._tasks.get(state.endpoint.key)
             if entry is not None and entry[0].state is state:
                 del self._tasks[state.endpoint.key]
-                self._retire(entry[1])
+                entry[1].cancel()
         for state in added:
             key = state.endpoint.key
             previous = self._tasks.pop(key, None)
             if previous is not None:
-                self._retire(previous[1])
+                previous[1].cancel()
             target = self._target(state)
-            task = asyncio.get_running_loop().create_task(self._poll(target), name=f"epp-scrape:{key}")
-            task.add_done_callback(self._task_ended)
-            self._tasks[key] = (target, task)
+            self._tasks[key] = (target, self._running.start(self._poll(target), f"epp-scrape:{key}", forever=True))
 
     def _engine(self, state: EndpointState) -> EngineSpec:
         """The map ``state``'s endpoint is read with; an engine label the table lacks is logged."""
@@ -265,19 +262,6 @@ class ScraperManager:
         port = transport.port or ep.metrics_port
         conn = MetricsConnection(ep.address, port, transport.path, tls=self._spec.tls, max_body=self._max_body)
         return _Target(state, self._engine(state), conn, PageMemo())
-
-    def _retire(self, task: asyncio.Task[None]) -> None:
-        task.cancel()
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
-
-    @staticmethod
-    def _task_ended(task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        # _poll never returns and catches per-poll errors, so reaching here is a bug: say so loudly.
-        _log.error("Scrape task ended unexpectedly", extra={"task": task.get_name()}, exc_info=exc)
 
     async def _poll(self, target: _Target) -> None:
         duration = self._metrics.duration

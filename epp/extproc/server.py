@@ -32,6 +32,7 @@ from epp.extproc.replies import Replies
 from epp.extproc.stream import Pipelines, Processor, Stream, StreamOptions
 from epp.extproc.tls import ServerTls
 from epp.framework.endpoint import join_host_port
+from epp.tasks import TaskSet
 from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Gauge
@@ -110,18 +111,19 @@ class ServerSeries:
 
 
 class _ExtProcServicer(pb.ExternalProcessorServicer):  # type: ignore[misc]  # generated base is untyped
-    def __init__(self, processor: Processor) -> None:
+    def __init__(self, processor: Processor, sends: TaskSet) -> None:
         self._processor = processor
+        self._sends = sends
 
     async def Process(self, request_iterator: Any, context: Any) -> None:  # noqa: N802 (gRPC method name)
-        await Stream(self._processor).run(request_iterator, Replies(context))
+        await Stream(self._processor).run(request_iterator, Replies(context, self._sends))
 
 
 class _MeteredExtProcServicer(_ExtProcServicer):
     """With ``--enable-grpc-stream-metrics``: each stream counted, timed and classified by its end."""
 
-    def __init__(self, processor: Processor, metrics: GrpcStreamMetrics) -> None:
-        super().__init__(processor)
+    def __init__(self, processor: Processor, sends: TaskSet, metrics: GrpcStreamMetrics) -> None:
+        super().__init__(processor, sends)
         self._metrics = metrics
 
     async def Process(self, request_iterator: Any, context: Any) -> None:  # noqa: N802 (gRPC method name)
@@ -165,6 +167,8 @@ class ExtProcServer:
         # Registered only when asked for, as upstream: the series do not exist otherwise.
         self._stream_metrics = metrics.series(GrpcStreamMetrics) if self._ext_proc.stream_metrics else None
         self._ready = metrics.series(ServerSeries).ready
+        self._sends = TaskSet()
+        """Each stream's last answer, sent while its RPC ends (:meth:`Replies.send_last`)."""
         self._health = HealthState()
         # The ext_proc port's own copy: same readiness, but it keeps serving through a drain.
         self._ext_proc_health = HealthState()
@@ -193,9 +197,9 @@ class ExtProcServer:
             raise RuntimeError("ExtProcServer already started")
         ext_proc = grpc.aio.server(options=self._ext_proc.server_options())
         servicer = (
-            _ExtProcServicer(self._processor)
+            _ExtProcServicer(self._processor, self._sends)
             if self._stream_metrics is None
-            else _MeteredExtProcServicer(self._processor, self._stream_metrics)
+            else _MeteredExtProcServicer(self._processor, self._sends, self._stream_metrics)
         )
         pb.add_ExternalProcessorServicer_to_server(servicer, ext_proc)
         if self._ext_proc.health_checking:
@@ -235,3 +239,4 @@ class ExtProcServer:
         servers, self._servers = self._servers, []
         for server in servers:
             await server.stop(grace)
+        await self._sends.stop()  # what a stream ended by the stop could not send

@@ -170,7 +170,7 @@ class FlowController:
 
     async def start(self) -> None:
         self._running = True
-        self._task = start_guarded(self._run(), name=f"flow-control-{self._pool}")
+        self._task = start_guarded(self._run(), f"flow-control-{self._pool}", forever=True)
 
     async def stop(self) -> None:
         """Stop dispatching; every queued request ends with 503 ``rejected-shutting-down``."""

@@ -32,7 +32,7 @@ from typing import Any
 from epp.datastore.types import DatastoreWriter, ObjectiveSpec, PoolSpec, RewriteSpec
 from epp.kube.client import Api, KubeError, served_kinds
 from epp.kube.group_merge import GroupMerge, Sink
-from epp.kube.informer import Informer, InformerHandler, InformerSettings, guarded_task
+from epp.kube.informer import Informer, InformerHandler, InformerSettings
 from epp.kube.keyed import KeyedReconciler
 from epp.kube.objective_reconciler import model_reconciler, objective_reconciler
 from epp.kube.pod_reconciler import PodReconciler
@@ -47,6 +47,7 @@ from epp.kube.resources import (
 )
 from epp.kube.rewrite_reconciler import rewrite_reconciler
 from epp.kube.standalone import StandaloneReconciler
+from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Gauge
 
@@ -119,14 +120,12 @@ class PoolReconcilers:
         for informer in self._informers:
             informer.start()
         if self._discovery is None:
-            self._discovery = guarded_task(self._discover(), name=f"discover:{self._pool_name}")
+            self._discovery = start_guarded(self._discover(), f"discover:{self._pool_name}")
 
     async def stop(self) -> None:
         """Stop discovery and every informer; the store keeps its state."""
         task, self._discovery = self._discovery, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task})
+        await cancel_and_wait(task)
         await asyncio.gather(*(informer.stop() for informer in self._informers))
 
     def _informer(self, kind: ResourceKind, handler: InformerHandler, *, field_selector: str = "") -> Informer:
