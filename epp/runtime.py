@@ -4,7 +4,8 @@ Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool
 routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, so per-endpoint
 plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
 Shared: the metrics (every area's series set declared at once, ``epp.picker_series``), the kr8s
-API, the ext_proc/health servers, the metrics server and the configuration watcher. A reloaded
+API, the HTTP client plugins are handed (``PluginContext.http``; its session opens on first use),
+the ext_proc/health servers, the metrics server and the configuration watcher. A reloaded
 configuration is swapped in whole, and in the same step each pool's scrapers take its data layer
 (``Scrapers.apply``) and its routing the new pipeline (``PoolRouting.apply``: stateful
 plugins hand over their state). Each pool's flow controller (the ``flowControl`` gate) belongs to
@@ -15,7 +16,7 @@ Start order: logging → metrics → API client → config → datastores, routi
 scrapers → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
 (bounded) → config watcher → elector → plugins' background resources (KV-event subscribers) →
-reconcilers → scrapers → gauges → metrics server → API client.
+the plugins' HTTP client → reconcilers → scrapers → gauges → metrics server → API client.
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
 ``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer; with
 ``--metrics-cert-dir`` it has its own port (``--epp-api-port``) behind the metrics TLS instead,
@@ -45,6 +46,7 @@ from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
+from epp.datalayer.http_client import SessionClient
 from epp.datalayer.pool_gauges import PoolGauges
 from epp.datalayer.scrape_process import make_scrapers
 from epp.datalayer.scrape_spec import build_scrape_spec
@@ -132,6 +134,8 @@ class Runtime(Service):
         self.configs: ConfigHolder[Configs] | None = None
         self._readiness_interval = readiness_interval
         self._api: Api | None = None
+        self._http = SessionClient()
+        """The HTTP client plugins are given (``PluginContext.http``); closed once, at stop."""
         self._server: ExtProcServer | None = None
         self._api_port: ApiTlsPort | None = None
         self._metrics_server: MetricsServer | None = None
@@ -171,7 +175,7 @@ class Runtime(Service):
         build_scrape = functools.partial(build_scrape_spec, flags=self.options.model_server_metrics)
         configs: Configs = {}
         for key in keys:
-            context = PluginContext(clock=self.clock, pool_name=key[1])
+            context = PluginContext(clock=self.clock, pool_name=key[1], http=self._http)
             if text.strip():
                 configs[key] = load_config(
                     text,
@@ -456,8 +460,9 @@ class Runtime(Service):
         if self.elector is not None:
             await self.elector.stop()
             self.elector = None
-        for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer clients)
+        for pool in self.pools:  # plugins' background resources (KV-event subscribers)
             await pool.routing.aclose()
+        await self._http.aclose()
         for pool in reversed(self.pools):
             pool.unsubscribe()
             await pool.reconciler.stop()

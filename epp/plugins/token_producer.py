@@ -13,10 +13,12 @@ so the ids must be the engine's own. Two backends:
   ConfigMap); chat requests are rendered with that config's ``chat_template``. Encoding runs on
   a worker thread.
 
-Results are cached (LRU by prompt), every call is bounded by the timeout, and a failure leaves
-the request without tokens: the prefix scorer then falls back to its approximate index, and
-the request is never rejected for it. llm-d's ``estimate`` backend (fake ids) and the deprecated
-``udsTokenizerConfig`` are refused: fake ids silently break precise matching.
+The render calls go through the picker's one shared HTTP client (``PluginContext.http``; the
+``vllm`` backend refuses to load without one). Results are cached (LRU by prompt), every call
+is bounded by the timeout, and a failure leaves the request without tokens: the prefix scorer
+then falls back to its approximate index, and the request is never rejected for it. llm-d's
+``estimate`` backend (fake ids) and the deprecated ``udsTokenizerConfig`` are refused: fake ids
+silently break precise matching.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
 import orjson
 
+from epp.framework.http import HttpClient, HttpError
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins._params import Params
@@ -101,14 +103,18 @@ class TokenProducer(NamedPlugin):
         timeout: float = 5.0,
         mm_timeout: float = 30.0,
         local: LocalTokenizer | None = None,
+        http: HttpClient | None = None,
     ) -> None:
+        """``local`` or ``http`` (the render calls' client): one of them is required."""
         super().__init__(name)
+        if local is None and http is None:
+            raise PluginConfigError(f"{TYPE}: the vllm backend needs the picker's HTTP client (none was given)")
         self.model_name = model_name
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.mm_timeout = mm_timeout
         self._local = local
-        self._client: httpx.AsyncClient | None = None
+        self._http = http
         self._cache: OrderedDict[bytes, list[int]] = OrderedDict()
         self.failures = 0
 
@@ -130,10 +136,11 @@ class TokenProducer(NamedPlugin):
             request.token_ids = cached
             return
         multimodal = chat and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in payload)
+        budget = self.mm_timeout if multimodal else self.timeout
         try:
-            async with asyncio.timeout(self.mm_timeout if multimodal else self.timeout):
-                ids = await self._tokenize(chat, payload, body)
-        except (TokenizationError, TimeoutError, httpx.HTTPError, ValueError) as e:
+            async with asyncio.timeout(budget):
+                ids = await self._tokenize(chat, payload, body, budget)
+        except (TokenizationError, TimeoutError, HttpError, ValueError) as e:
             self.failures += 1
             log.warning(
                 "tokenization failed; scheduling without tokens",
@@ -145,7 +152,7 @@ class TokenProducer(NamedPlugin):
             self._cache.popitem(last=False)
         request.token_ids = ids
 
-    async def _tokenize(self, chat: bool, payload: Any, body: Mapping[str, Any]) -> list[int]:
+    async def _tokenize(self, chat: bool, payload: Any, body: Mapping[str, Any], budget: float) -> list[int]:
         local = self._local
         if local is not None:
             if chat:
@@ -153,12 +160,12 @@ class TokenProducer(NamedPlugin):
             if not isinstance(payload, str):
                 raise TokenizationError("the local backend tokenizes a single string prompt")
             return await asyncio.to_thread(local.encode_prompt, payload)
-        return await self._render(chat, payload, body)
+        assert self._http is not None  # the constructor requires one of the two
+        return await self._render(self._http, chat, payload, body, budget)
 
-    async def _render(self, chat: bool, payload: Any, body: Mapping[str, Any]) -> list[int]:
-        client = self._client
-        if client is None:
-            client = self._client = httpx.AsyncClient(timeout=max(self.timeout, self.mm_timeout))
+    async def _render(
+        self, http: HttpClient, chat: bool, payload: Any, body: Mapping[str, Any], budget: float
+    ) -> list[int]:
         model = self.model_name or body.get("model") or ""
         if chat:
             request: dict[str, Any] = {"model": model, "messages": payload}
@@ -169,23 +176,20 @@ class TokenProducer(NamedPlugin):
         else:
             request = {"model": model, "prompt": payload}
             path = "/v1/completions/render"
-        # vLLM refuses a body without this header (400 "Unsupported Media Type"): found against a real one.
-        headers = {"Content-Type": "application/json"}
-        response = await client.post(self.url + path, content=orjson.dumps(request), headers=headers)
-        if response.status_code != 200:
-            raise TokenizationError(f"{path} answered {response.status_code}: {response.text[:200]}")
-        doc = response.json()
+        # vLLM refuses a body without a JSON Content-Type (400 "Unsupported Media Type"): found against a real one.
+        response = await http.post(
+            self.url + path, orjson.dumps(request), content_type="application/json", timeout=budget
+        )
+        if response.status != 200:
+            text = response.body[:200].decode("utf-8", "replace")
+            raise TokenizationError(f"{path} answered {response.status}: {text}")
+        doc = orjson.loads(response.body)
         if isinstance(doc, list):  # completions: one entry per prompt
             doc = doc[0] if doc else {}
         ids = doc.get("token_ids") if isinstance(doc, dict) else None
         if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
             raise TokenizationError(f"{path} returned no token_ids")
         return ids
-
-    async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> TokenProducer:
@@ -219,4 +223,6 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Toke
         vllm.done()
     if not url.startswith("http://"):
         raise PluginConfigError(f"{TYPE}.parameters.vllm.url: must be http:// (as llm-d), got {url!r}")
-    return TokenProducer(name, model_name=model_name, url=url, timeout=timeout, mm_timeout=mm_timeout)
+    return TokenProducer(
+        name, model_name=model_name, url=url, timeout=timeout, mm_timeout=mm_timeout, http=context.http
+    )

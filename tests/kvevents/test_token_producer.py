@@ -4,15 +4,27 @@ and a failed tokenization only falls back (the request keeps being scheduled, ne
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from epp.datalayer.http_client import SessionClient
 from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins import token_producer
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.tiny_tokenizer import sentence
+
+
+@pytest.fixture
+async def context() -> AsyncIterator[PluginContext]:
+    """A plugin context with a shared HTTP client, as the runtime makes it."""
+    http = SessionClient()
+    try:
+        yield PluginContext(http=http)
+    finally:
+        await http.aclose()
 
 
 def _request(api: ApiKind, body: dict[str, object]) -> InferenceRequest:
@@ -21,38 +33,40 @@ def _request(api: ApiKind, body: dict[str, object]) -> InferenceRequest:
     return request
 
 
-async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path) -> None:
+async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path, context: PluginContext) -> None:
     text = sentence(random.Random(3), 40)
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
     async with ModelServer(SimConfig(model="m", tokenizer=str(tokenizer_dir)), host="127.0.0.2") as server:
-        remote = token_producer.create("t", {"modelName": "m", "vllm": {"url": server.url}}, PluginContext())
+        remote = token_producer.create("t", {"modelName": "m", "vllm": {"url": server.url}}, context)
         local = token_producer.create("t", {"local": {"tokenizerPath": str(tokenizer_dir)}}, PluginContext())
-        try:
-            for api, body in (
-                (ApiKind.COMPLETIONS, {"prompt": text}),
-                (ApiKind.CHAT_COMPLETIONS, {"messages": messages}),
-            ):
-                a, b = _request(api, body), _request(api, body)
-                await remote.produce(a)
-                await local.produce(b)
-                assert a.token_ids is not None and len(a.token_ids) > 10
-                assert a.token_ids == b.token_ids
-            assert remote.failures == 0
-        finally:
-            await remote.aclose()
+        for api, body in (
+            (ApiKind.COMPLETIONS, {"prompt": text}),
+            (ApiKind.CHAT_COMPLETIONS, {"messages": messages}),
+        ):
+            a, b = _request(api, body), _request(api, body)
+            await remote.produce(a)
+            await local.produce(b)
+            assert a.token_ids is not None and len(a.token_ids) > 10
+            assert a.token_ids == b.token_ids
+        assert remote.failures == 0
 
 
-async def test_failed_tokenization_leaves_the_request_without_tokens() -> None:
-    producer = token_producer.create(
-        "t", {"modelName": "m", "vllm": {"url": "http://127.0.0.1:9", "timeout": "200ms"}}, PluginContext()
+async def test_failed_tokenization_leaves_the_request_without_tokens(context: PluginContext) -> None:
+    refused = token_producer.create(
+        "t", {"modelName": "m", "vllm": {"url": "http://127.0.0.1:9", "timeout": "200ms"}}, context
     )
-    try:
-        request = _request(ApiKind.COMPLETIONS, {"prompt": "hello"})
-        await producer.produce(request)  # never raises
-        assert request.token_ids is None
-        assert producer.failures == 1
-    finally:
-        await producer.aclose()
+    async with ModelServer(SimConfig(model="m"), host="127.0.0.2") as server:
+        missing = token_producer.create("t", {"modelName": "m", "vllm": {"url": server.url + "/nowhere"}}, context)
+        for producer in (refused, missing):  # no server there; a server without the render endpoints (404)
+            request = _request(ApiKind.COMPLETIONS, {"prompt": "hello"})
+            await producer.produce(request)  # never raises
+            assert request.token_ids is None
+            assert producer.failures == 1
+
+
+def test_the_vllm_backend_needs_the_pickers_http_client() -> None:
+    with pytest.raises(PluginConfigError, match="needs the picker's HTTP client"):
+        token_producer.create("t", {"modelName": "m"}, PluginContext())
 
 
 def test_fake_token_backends_are_refused() -> None:
