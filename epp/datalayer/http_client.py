@@ -64,18 +64,22 @@ class SessionClient:
     """The framework's :class:`~epp.framework.http.HttpClient` over one session, made on first use.
 
     Made once by the runtime (anywhere: the session itself is created on the event loop, by the
-    first request) and closed once by it with :meth:`aclose`. Connections are not limited per
-    host: the plugins' calls go to few servers (a render sidecar on localhost), once per request.
+    first request) and closed once by it with :meth:`aclose`; a call after that is refused (it
+    would open a session nobody closes). Connections are not limited per host: the plugins'
+    calls go to few servers (a render sidecar on localhost), once per request.
     """
 
-    __slots__ = ("_session",)
+    __slots__ = ("_closed", "_session")
 
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
 
     async def post(self, url: str, body: bytes, *, content_type: str, timeout: float) -> HttpResponse:
         session = self._session
         if session is None:
+            if self._closed:
+                raise HttpError(f"POST {url}: the picker's HTTP client is closed (the picker is stopping)")
             session = self._session = create_session(limit=100, limit_per_host=0, headers=_PLUGIN_HEADERS)
         try:
             async with session.post(
@@ -89,7 +93,8 @@ class SessionClient:
             raise HttpError(f"POST {url}: {type(e).__name__}: {e}") from e
 
     async def aclose(self) -> None:
-        """Close the session, if one was made (safe twice)."""
+        """Close the session, if one was made (safe twice); later calls are refused."""
+        self._closed = True
         session, self._session = self._session, None
         if session is not None:
             await session.close()
