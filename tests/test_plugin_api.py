@@ -1,0 +1,165 @@
+"""The public plugin API is a promise: its names, its version rule, and who is held to it.
+
+``epp.plugin_api.__all__`` is pinned here: removing or renaming a name is an incompatible change
+(a new MAJOR version of the API), adding one a new MINOR version; either way this test must be
+edited on purpose, beside ``API_VERSION``. The in-tree plugins are written against the same
+objects (what the API exports are the framework's own classes), and the example distribution
+imports nothing of epp but the API.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from epp import plugin_api
+from epp.plugin_api import API_VERSION, PluginDefinition, api_version_compatible
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "zone-plugins"
+
+PROMISED = [
+    "API_VERSION",
+    "EMPTY_PROMPT",
+    "ApiKind",
+    "AsyncClosable",
+    "ChatPrompt",
+    "Clock",
+    "CycleState",
+    "DataProducer",
+    "Endpoint",
+    "EndpointHealth",
+    "EndpointState",
+    "EndpointsObserver",
+    "EppError",
+    "ErrorCode",
+    "FairnessPolicy",
+    "Filter",
+    "FlowView",
+    "Health",
+    "InferenceRequest",
+    "JsonPrompt",
+    "MetricsSnapshot",
+    "NamedPlugin",
+    "OrderingPolicy",
+    "Params",
+    "ParsedBody",
+    "Parser",
+    "Picker",
+    "Plugin",
+    "PluginConfigError",
+    "PluginContext",
+    "PluginDefinition",
+    "PluginFactory",
+    "PluginKind",
+    "PluginReferrer",
+    "PostResponse",
+    "PreRequest",
+    "ProfileHandler",
+    "ProfileResult",
+    "Prompt",
+    "QueuedRequest",
+    "ResponseHeaderContributor",
+    "SaturationDetector",
+    "SchedulerProfileView",
+    "SchedulingResult",
+    "ScoredEndpoint",
+    "Scorer",
+    "StatefulPlugin",
+    "TextPrompt",
+    "TokenPrompt",
+    "TypedName",
+    "UsageLimitPolicy",
+    "api_version_compatible",
+    "parse_duration",
+]
+
+# What in-tree plugins import from epp that is not public, and why it stays private: the data
+# layer's wiring (sources and extractors are not an out-of-tree kind yet), the precise prefix-cache
+# chain's own link between its producer and the scorer, the KV-event machinery, the utilization
+# detector's configuration, the registry itself (epp.plugins registers the in-tree types).
+INTERNAL = {
+    "epp.framework.datalayer": "the data layer's source and extractor plugins",
+    "epp.framework.engine_metrics": "the data layer's engine tables",
+    "epp.framework.metric_spec": "the data layer's metric selectors",
+    "epp.framework.producers.PrefixMatchInfo": "the precise prefix-cache chain",
+    "epp.framework.producers.PrefixMatchInfoProducer": "the precise prefix-cache chain",
+    "epp.framework.saturation.Aggregation": "utilization-detector's parameters",
+    "epp.framework.saturation.Thresholds": "utilization-detector's parameters",
+    "epp.framework.plugin.PluginRegistry": "epp.plugins registers the in-tree types",
+    "epp.kvevents": "the KV-event subscribers and index",
+    "epp.labels": "label selectors (the precise producer's pod discovery)",
+}
+
+
+def test_the_promised_names_are_exactly_the_public_ones() -> None:
+    assert sorted(plugin_api.__all__) == sorted(PROMISED)  # a change here is an API version change: see above
+    assert API_VERSION == "1.0.0"
+    undocumented = [
+        f"{name}.{member}" if member else name
+        for name in PROMISED
+        if isinstance(cls := getattr(plugin_api, name), type)
+        for member, value in [("", cls), *vars(cls).items()]
+        if (member == "" or (callable(value) and not member.startswith("_") and getattr(cls, "_is_protocol", False)))
+        and not value.__doc__
+    ]
+    assert undocumented == []  # every public class, and every method of a contract (protocol), says what it is for
+
+
+@pytest.mark.parametrize(
+    ("built_for", "compatible"),
+    [("1.0", True), ("1.0.0", True), ("1.0.9", True), ("1.1", False), ("2.0", False), ("0.9", False)],
+)
+def test_a_plugin_runs_on_the_same_major_and_a_minor_no_newer(built_for: str, compatible: bool) -> None:
+    assert api_version_compatible(built_for) is compatible
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"type_name": "Zone Filter"}, r"lower-case letters, digits, '-' and '\.', got 'Zone Filter'"),
+        ({"type_name": ""}, r"got ''"),
+        ({"api_version": "v1"}, r"MAJOR\.MINOR or MAJOR\.MINOR\.PATCH, got 'v1'"),
+        ({"api_version": "1.0-beta"}, r"got '1\.0-beta'"),
+        ({"factory": "create"}, r"factory must be callable, got 'create'"),
+    ],
+)
+def test_a_definition_is_checked_when_it_is_made(kwargs: dict[str, object], message: str) -> None:
+    fields: dict[str, object] = {"type_name": "zone-filter", "factory": lambda n, p, c: None, "api_version": "1.0"}
+    with pytest.raises(ValueError, match=message):
+        PluginDefinition(**{**fields, **kwargs})  # type: ignore[arg-type]
+
+
+def _imports(folder: Path) -> set[tuple[str, str]]:
+    """(module, name) of every ``from epp... import name`` in ``folder``'s Python files."""
+    found: set[tuple[str, str]] = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "epp":
+                found.update((node.module, alias.name) for alias in node.names)
+            elif isinstance(node, ast.Import):
+                found.update((alias.name, "") for alias in node.names if alias.name.split(".")[0] == "epp")
+    return found
+
+
+def test_in_tree_plugins_use_the_public_objects_where_there_are_any() -> None:
+    public = {id(getattr(plugin_api, name)) for name in plugin_api.__all__}
+    private: list[str] = []
+    for module, name in sorted(_imports(ROOT / "epp" / "plugins")):
+        if module.startswith("epp.plugins") or id(getattr(importlib.import_module(module), name)) in public:
+            continue
+        qualified = f"{module}.{name}"
+        if not any(qualified == key or qualified.startswith(key + ".") for key in INTERNAL):
+            private.append(qualified)
+    assert private == [], (
+        "in-tree plugins use framework names that are not in epp.plugin_api: make them public (a new minor API "
+        "version) or list them in INTERNAL here with the reason they stay private"
+    )
+
+
+def test_the_example_distribution_imports_nothing_of_epp_but_the_api() -> None:
+    used = _imports(EXAMPLE / "src")
+    assert used and {module for module, _ in used} == {"epp.plugin_api"}
