@@ -20,8 +20,9 @@ anything else in ``epp`` is private and may change in any release.
 - **The kinds** (a plugin is used only in the kinds it declares, and must implement each):
   :class:`Filter`, :class:`Scorer` (scores nominally in [0, 1]; the runner clamps them),
   :class:`Picker`, :class:`ProfileHandler`, :class:`DataProducer` (awaited before scheduling),
-  :class:`PreRequest` and :class:`PostResponse`, :class:`Parser` (owns an API's request bodies),
-  :class:`SaturationDetector` (admission), and the flow-control policies
+  :class:`PreRequest` and :class:`PostResponse`, :class:`ResponseComplete` (the whole response's
+  usage), :class:`Parser` (owns an API's request bodies), :class:`SaturationDetector` and
+  :class:`Admitter` (admission), and the flow-control policies
   :class:`OrderingPolicy`, :class:`FairnessPolicy`, :class:`UsageLimitPolicy`.
 - **What they receive.** The request (:class:`InferenceRequest`, its :class:`Prompt` as the
   parser read it), the endpoints (:class:`EndpointState`: the :class:`Endpoint`, its latest
@@ -48,6 +49,7 @@ from typing import Final
 
 from epp.clock import Clock
 from epp.errors import EppError, ErrorCode
+from epp.framework.admission import Admitter, Denial
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
 from epp.framework.flowcontrol import FairnessPolicy, FlowView, OrderingPolicy, QueuedRequest, UsageLimitPolicy
 from epp.framework.health import EndpointHealth, Health
@@ -66,6 +68,7 @@ from epp.framework.plugin import (
 from epp.framework.producers import AsyncClosable, DataProducer, PluginReferrer
 from epp.framework.prompt import EMPTY_PROMPT, ChatPrompt, JsonPrompt, Prompt, TextPrompt, TokenPrompt
 from epp.framework.request import ApiKind, InferenceRequest
+from epp.framework.response import CompletedResponse, ResponseComplete, Usage
 from epp.framework.saturation import SaturationDetector
 from epp.framework.scheduling import (
     CycleState,
@@ -86,12 +89,15 @@ from epp.framework.scheduling import (
 __all__ = [
     "API_VERSION",
     "EMPTY_PROMPT",
+    "Admitter",
     "ApiKind",
     "AsyncClosable",
     "ChatPrompt",
     "Clock",
+    "CompletedResponse",
     "CycleState",
     "DataProducer",
+    "Denial",
     "Endpoint",
     "EndpointHealth",
     "EndpointState",
@@ -124,6 +130,7 @@ __all__ = [
     "ProfileResult",
     "Prompt",
     "QueuedRequest",
+    "ResponseComplete",
     "ResponseHeaderContributor",
     "SaturationDetector",
     "SchedulerProfileView",
@@ -134,6 +141,7 @@ __all__ = [
     "TextPrompt",
     "TokenPrompt",
     "TypedName",
+    "Usage",
     "UsageLimitPolicy",
     "api_version_compatible",
     "parse_duration",

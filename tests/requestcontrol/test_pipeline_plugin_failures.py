@@ -1,8 +1,10 @@
-"""Plugins around the scheduling cycle that fail: a saturation detector, a data producer, a parser.
+"""Plugins around the scheduling cycle that fail: a saturation detector, a data producer, an admitter, a parser,
+a response plugin.
 
-Each is contained as docs/plugins.md says: the detector's request is admitted (fail open), the
-producer's is scheduled without its data, the parser's gets 500 naming the parser; each failure counts
-in ``epp_plugin_errors_total`` when served, and only shows in the record when explained.
+Each is contained as docs/plugins.md says: the detector's and the admitter's request is admitted (fail
+open), the producer's is scheduled without its data, the parser's gets 500 naming the parser, the
+response plugin's response goes on; each failure counts in ``epp_plugin_errors_total`` when served,
+and only shows in the record when explained.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from test_pipeline import make_store
 
 from epp.datastore.types import ObjectiveSpec
 from epp.errors import EppError, ErrorCode
+from epp.framework.admission import Denial
 from epp.framework.endpoint import EndpointState
 from epp.framework.parsing import ParsedBody
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind, PluginRegistry, TypedName
 from epp.framework.request import ApiKind, InferenceRequest
+from epp.framework.response import CompletedResponse, Usage
 from epp.plugins import register_in_tree
 from epp.requestcontrol.admission import Admission
 from epp.requestcontrol.recorder import ExplainRecorder
@@ -44,6 +48,22 @@ class BrokenProducer(NamedPlugin):
         raise ConnectionError("tokenizer gone")
 
 
+class BrokenAdmitter(NamedPlugin):
+    plugin_type = "broken-admitter"
+    kinds = frozenset({PluginKind.ADMITTER})
+
+    def admit(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> Denial | None:
+        raise KeyError("tenant")
+
+
+class BrokenResponse(NamedPlugin):
+    plugin_type = "broken-response"
+    kinds = frozenset({PluginKind.RESPONSE_STREAMING})
+
+    def response_complete(self, request: InferenceRequest, response: CompletedResponse) -> None:
+        raise ValueError("no usage")
+
+
 class BrokenParser(NamedPlugin):
     plugin_type = "broken-parser"
     kinds = frozenset({PluginKind.PARSER})
@@ -60,7 +80,7 @@ class BrokenParser(NamedPlugin):
 def harness(text: str) -> Harness:
     registry = PluginRegistry()
     register_in_tree(registry)
-    for plugin in (BrokenDetector, BrokenProducer, BrokenParser):
+    for plugin in (BrokenDetector, BrokenProducer, BrokenAdmitter, BrokenResponse, BrokenParser):
 
         def factory(name: str, parameters: Mapping[str, Any], context: PluginContext, cls: Any = plugin) -> Any:
             return cls(name)
@@ -103,6 +123,15 @@ async def test_a_failing_data_producer_leaves_the_request_without_its_data() -> 
     await h.route()
     assert h.last is not None and h.last.targets
     assert errors(h, "PrepareData", "broken-producer") == 1
+
+
+async def test_a_failing_admitter_admits_and_a_failing_response_plugin_is_ignored() -> None:
+    h = harness("plugins: [{type: queue-scorer}, {type: broken-admitter}, {type: broken-response}]\n")
+    await h.route()
+    assert h.last is not None and h.last.targets and h.ctx is not None
+    assert errors(h, "Admission", "broken-admitter") == 1
+    assert h.pipeline.response_complete(h.ctx, Usage(prompt_tokens=3), 200) == {}
+    assert errors(h, "ResponseStreaming", "broken-response") == 1
 
 
 async def test_a_parser_that_raises_answers_500_naming_it() -> None:
