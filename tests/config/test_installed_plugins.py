@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from importlib.metadata import distributions
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -71,6 +72,17 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name, module in list(sys.modules.items()):
         if str(getattr(module, "__file__", "") or "").startswith(str(tmp_path)):
             del sys.modules[name]
+
+
+def install(site: Path, dist: str, type_name: str, **source: Any) -> None:
+    """Distribution ``dist`` with one scorer type, in a module of its own (``plugin_source``'s options)."""
+    module = type_name.replace("-", "_")
+    write_distribution(
+        site,
+        dist,
+        plugins={type_name: f"{module}:DEFINITION"},
+        modules={f"{module}.py": plugin_source(source.pop("defines", type_name), **source)},
+    )
 
 
 def registry_for(site: Path) -> PluginRegistry:
@@ -170,12 +182,7 @@ def test_a_plugin_that_cannot_be_loaded_refuses_the_configuration_naming_it(
     ("api", "loads"), [("1.0", True), ("1", None), ("1.0.7", True), ("1.1", False), ("2.0", False), ("0.9", False)]
 )
 def test_the_plugin_api_version_is_checked_at_load(site: Path, api: str, loads: bool | None) -> None:
-    write_distribution(
-        site,
-        "versioned",
-        plugins={"v-scorer": "v_scorer:DEFINITION"},
-        modules={"v_scorer.py": plugin_source("v-scorer", api=api)},
-    )
+    install(site, "versioned", "v-scorer", api=api)
     registry = registry_for(site)
     if loads:
         assert "v-scorer" in load("plugins: [{type: v-scorer}]\n", registry).plugins
@@ -194,12 +201,7 @@ def test_the_plugin_api_version_is_checked_at_load(site: Path, api: str, loads: 
 
 
 def test_experimental_plugins_need_the_flag(site: Path) -> None:
-    write_distribution(
-        site,
-        "alpha",
-        plugins={"alpha-scorer": "alpha_scorer:DEFINITION"},
-        modules={"alpha_scorer.py": plugin_source("alpha-scorer", experimental=True)},
-    )
+    install(site, "alpha", "alpha-scorer", experimental=True)
     registry = registry_for(site)
     with pytest.raises(ConfigError, match=r"experimental \(Alpha\) plugin; start the picker with --allow-experimental"):
         load("plugins: [{type: alpha-scorer}]\n", registry)
@@ -255,12 +257,7 @@ def test_a_factory_is_held_to_the_contract(site: Path, factory: str, message: st
 
 
 def test_the_entry_point_name_must_be_the_type_name(site: Path) -> None:
-    write_distribution(
-        site,
-        "typo",
-        plugins={"acme-scorr": "typo_mod:DEFINITION"},
-        modules={"typo_mod.py": plugin_source("acme-scorer")},
-    )
+    install(site, "typo", "acme-scorr", defines="acme-scorer")
     with pytest.raises(
         ConfigError, match=r"names the definition of type 'acme-scorer': the entry point's name must be the type name"
     ):
@@ -288,12 +285,7 @@ def test_listing_says_where_each_type_comes_from_and_whether_it_loads(site: Path
 
 
 def test_serve_list_plugins_prints_them_and_a_clash_exits_1(site: Path) -> None:
-    write_distribution(
-        site,
-        "listed",
-        plugins={"listed-scorer": "listed:DEFINITION"},
-        modules={"listed.py": plugin_source("listed-scorer")},
-    )
+    install(site, "listed", "listed-scorer")
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run(
         [sys.executable, "-m", "epp", "serve", "--list-plugins"], env=env, capture_output=True, text=True, check=True
@@ -302,7 +294,7 @@ def test_serve_list_plugins_prints_them_and_a_clash_exits_1(site: Path) -> None:
     assert lines[0].split() == ["TYPE", "STABILITY", "FROM"]
     assert any(line.split()[:4] == ["queue-scorer", "stable", "epp", "0.1.0"] for line in lines)
     (listed,) = [line for line in lines if line.startswith("listed-scorer ")]
-    assert listed.split(None, 2)[1:] == ["stable", "listed 0.1.0 (listed:DEFINITION): plugin API 1.0"]
+    assert listed.split(None, 2)[1:] == ["stable", "listed 0.1.0 (listed_scorer:DEFINITION): plugin API 1.0"]
 
     write_distribution(site, "shadow", plugins={"queue-scorer": "shadow:DEFINITION"}, modules={})
     clash = subprocess.run(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,7 +20,7 @@ from epp.errors import EppError, ErrorCode
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
-from epp.framework.scheduling import CycleState, ProfileResult, SchedulerProfileView, SchedulingResult, ScoredEndpoint
+from epp.framework.scheduling import CycleState, SchedulingResult, ScoredEndpoint
 from epp.plugins.pickers import MaxScorePicker
 from epp.plugins.single_profile import SingleProfileHandler
 from epp.scheduling.plugin_errors import LOG_INTERVAL, SLOW_CALL, PluginErrors
@@ -173,27 +173,21 @@ def test_a_failing_picker_is_replaced_by_the_best_total(picker: BrokenPicker, re
 
 
 class RaisingHandler(SingleProfileHandler):
+    """The single-profile handler, raising in one of its two steps."""
+
     def __init__(self, step: str) -> None:
         super().__init__()
         self.step = step
 
-    def pick_profiles(
-        self,
-        cycle: CycleState,
-        request: InferenceRequest,
-        profiles: Mapping[str, SchedulerProfileView],
-        results: Mapping[str, ProfileResult | None],
-    ) -> list[str]:
+    def pick_profiles(self, *args: Any) -> list[str]:
         if self.step == "pick":
             raise ValueError("no profile for you")
-        return super().pick_profiles(cycle, request, profiles, results)
+        return super().pick_profiles(*args)
 
-    def process_results(
-        self, cycle: CycleState, request: InferenceRequest, results: Mapping[str, ProfileResult | None]
-    ) -> SchedulingResult:
+    def process_results(self, *args: Any) -> SchedulingResult:
         if self.step == "process":
             raise ValueError("cannot combine")
-        return super().process_results(cycle, request, results)
+        return super().process_results(*args)
 
 
 @pytest.mark.parametrize(("step", "point"), [("pick", "ProfilePicker"), ("process", "ProcessProfilesResults")])
