@@ -106,7 +106,7 @@ class PluginErrors:
             return
         self._logged[key] = (now + LOG_INTERVAL, 0)
         extra["since_last_log"] = since
-        log.error("plugin failed; the request goes on without it", extra=extra, exc_info=error)
+        log.error("plugin failed; the request goes on by the extension point's rule", extra=extra, exc_info=error)
 
     def timed(self, extension_point: str, plugin: TypedName, seconds: float) -> None:
         """A synchronous call took ``seconds``: counted as :data:`SLOW` above :data:`SLOW_CALL`."""

@@ -333,8 +333,8 @@ async def test_failing_hooks_are_counted_and_logged_not_raised(caplog: pytest.Lo
         await h.route()
         h.finished(h.ctx, completed=True)
     assert [(r.getMessage(), getattr(r, "extension_point", "")) for r in caplog.records] == [
-        ("plugin failed; the request goes on without it", "PreRequest"),
-        ("plugin failed; the request goes on without it", "PostResponse"),
+        ("plugin failed; the request goes on by the extension point's rule", "PreRequest"),
+        ("plugin failed; the request goes on by the extension point's rule", "PostResponse"),
     ]
     errors = "epp_plugin_errors_total"
     for point in ("PreRequest", "PostResponse"):
