@@ -28,17 +28,15 @@ from epp.clock import Clock
 from epp.errors import EppError, ErrorCode
 from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import SaturationDetector
-from epp.scheduling.plugin_errors import EXCEPTION, MALFORMED, Reason
+from epp.scheduling.plugin_errors import PluginFailed, read_saturation
 
 __all__ = [
     "SHED_MESSAGE",
     "Admission",
     "AdmissionStage",
     "NoAdmission",
-    "PluginFailed",
     "QueueAdmission",
     "SaturationAdmission",
     "Verdict",
@@ -61,10 +59,6 @@ class Admission(enum.Enum):
 
 Verdict = tuple[Admission, EppError | None]
 """(what the stage says, the error a refused request gets)."""
-
-
-PluginFailed = Callable[[str, TypedName, Reason, str, BaseException | None], None]
-"""Where a plugin that broke its contract is told (a cycle recorder's ``plugin_failed``)."""
 
 
 class AdmissionStage(Protocol):
@@ -108,22 +102,9 @@ class SaturationAdmission:
         return endpoints
 
     def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState], failed: PluginFailed) -> Verdict:
-        if request.priority < 0 and self._saturation(candidates, failed) >= 1.0:
+        if request.priority < 0 and read_saturation(self._detector, candidates, self._clock.now(), failed) >= 1.0:
             return Admission.SHED, EppError(ErrorCode.RESOURCE_EXHAUSTED, SHED_MESSAGE)
         return Admission.ADMITTED, None
-
-    def _saturation(self, candidates: Sequence[EndpointState], failed: PluginFailed) -> float:
-        """The detector's answer; 0 (admit) when it fails."""
-        detector = self._detector
-        try:
-            saturation = detector.saturation(candidates, self._clock.now())
-            if isinstance(saturation, int | float):  # NaN compares False: admitted, as upstream's Go would
-                return saturation
-            detail = f"returned a {type(saturation).__name__}, not a number"
-            failed("SaturationDetector", detector.typed_name, MALFORMED, detail, None)
-        except Exception as exc:
-            failed("SaturationDetector", detector.typed_name, EXCEPTION, f"{type(exc).__name__}: {exc}", exc)
-        return 0.0
 
 
 class QueueAdmission:

@@ -13,6 +13,10 @@ A plugin call that holds the event loop longer than :data:`SLOW_CALL` seconds co
 a scheduling cycle is synchronous, so every stream waits for it. The call is not interrupted (it
 cannot be): its result is used.
 
+Callers tell failures through a :data:`PluginFailed` (a cycle recorder's ``plugin_failed``, or
+:meth:`PluginErrors.failed` itself). The saturation detector is read in two places, admission and
+the flow-control queue, by one rule: :func:`read_saturation`.
+
 The series is declared here, next to what writes it, once per metrics registry
 (:func:`plugin_errors`).
 """
@@ -22,10 +26,12 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final, Literal
 
+from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
+from epp.framework.saturation import SaturationDetector
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Counter
 
@@ -35,11 +41,13 @@ __all__ = [
     "MALFORMED",
     "OUT_OF_RANGE",
     "REASONS",
+    "PluginFailed",
     "SLOW",
     "SLOW_CALL",
     "PluginErrors",
     "Reason",
     "plugin_errors",
+    "read_saturation",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,6 +65,9 @@ REASONS: Final = (EXCEPTION, MALFORMED, OUT_OF_RANGE, SLOW)
 
 SLOW_CALL: Final = 0.1
 LOG_INTERVAL: Final = 60.0
+
+PluginFailed = Callable[[str, TypedName, Reason, str, BaseException | None], None]
+"""Where a plugin that broke its contract is told: (extension point, plugin, reason, detail, exception)."""
 
 _by_metrics: weakref.WeakKeyDictionary[EppMetrics, PluginErrors] = weakref.WeakKeyDictionary()
 
@@ -112,3 +123,27 @@ class PluginErrors:
         """A synchronous call took ``seconds``: counted as :data:`SLOW` above :data:`SLOW_CALL`."""
         if seconds > SLOW_CALL:
             self.failed(extension_point, plugin, SLOW, f"held the event loop for {seconds * 1000:.0f} ms", None)
+
+
+def read_saturation(
+    detector: SaturationDetector,
+    endpoints: Sequence[EndpointState],
+    now: float,
+    failed: PluginFailed,
+    *,
+    fallback: float = 0.0,
+) -> float:
+    """The detector's saturation of ``endpoints``; ``fallback`` when it raises or answers no number.
+
+    The fallback is 0 (not saturated: fail open) except where the caller knows better: the
+    flow-control queue holds its requests while the pool has no endpoint at all.
+    """
+    try:
+        saturation = detector.saturation(endpoints, now)
+        if isinstance(saturation, int | float):  # NaN compares False everywhere: not saturated, as upstream's Go
+            return saturation
+        detail = f"returned a {type(saturation).__name__}, not a number"
+        failed("SaturationDetector", detector.typed_name, MALFORMED, detail, None)
+    except Exception as exc:
+        failed("SaturationDetector", detector.typed_name, EXCEPTION, f"{type(exc).__name__}: {exc}", exc)
+    return fallback
