@@ -43,9 +43,12 @@ EXTRACTOR = """\
 """
 
 BROKEN = """
+import threading
 import time
 
 from epp.plugin_api import NamedPlugin, PluginDefinition, PluginKind
+
+ON_THE_MAIN_THREAD = threading.current_thread() is threading.main_thread()  # where the picker imported it
 
 
 class Raising(NamedPlugin):
@@ -228,3 +231,10 @@ async def test_a_reload_swaps_an_out_of_tree_plugin_and_refuses_a_broken_one(
         status.last_reload.error
     )
     assert await completion(pool) == 0  # the last good configuration still routes
+
+    assert "acme_broken" not in sys.modules  # imported when a configuration first names one of its types
+    path.write_text(metered({"attribute": "acme.power"}).replace("custom-metric-scorer", "wild-scorer"))
+    await wait_until(lambda: pool.sample("epp_config_reloads_total", result="success") == 2, message="reloaded")
+    assert sys.modules["acme_broken"].ON_THE_MAIN_THREAD is False  # off the event loop (a thread), not on it
+    await completion(pool)
+    assert errors(pool, "wild-scorer", "out_of_range") == 1  # its scores of 7 clamped: the reload swapped it in
