@@ -20,6 +20,7 @@ from epp.flowcontrol.controller import FlowControlSeries
 from epp.kube.manager import KubeSeries
 from epp.requestcontrol.plugin_series import PluginSeries
 from epp.requestcontrol.recorder import RequestControlSeries
+from epp.scheduling.plugin_errors import PluginErrors
 from epp.scheduling.recorder import SchedulingSeries
 from epp.telemetry.metrics import EppMetrics
 
@@ -30,6 +31,7 @@ PICKER_SERIES = (
     RequestSeries,
     PoolSeries,
     SchedulingSeries,
+    PluginErrors,
     PluginSeries,
     RequestControlSeries,
     FlowControlSeries,
