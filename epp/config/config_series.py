@@ -7,6 +7,9 @@ loader (which settings of the loaded configuration this picker runs without) and
 
 from __future__ import annotations
 
+from collections.abc import Set
+
+from epp.config.compat import IGNORABLE_SETTINGS
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Counter, Gauge
 
@@ -33,3 +36,8 @@ class ConfigSeries:
             ("setting",),
             registry=r,
         )
+
+    def set_ignored(self, ignored: Set[str]) -> None:
+        """Each setting this picker can run without: 1 if the loaded configuration has it (``ignored``), else 0."""
+        for setting in IGNORABLE_SETTINGS:
+            self.ignored_settings.labels(setting).set(1 if setting in ignored else 0)
