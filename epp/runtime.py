@@ -40,6 +40,7 @@ from epp.api.service import ApiSources, add_api
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
 from epp.config.compat import log_notices
+from epp.config.data_scope_series import DataScopeViolations
 from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
@@ -59,9 +60,9 @@ from epp.kube.leader import LeaderElector, lease_name
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
 from epp.kube.standalone import standalone_pool_name
 from epp.plugins import register_in_tree
+from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
 from epp.tasks import Service, cancel_and_wait, start_guarded
@@ -121,6 +122,7 @@ class Runtime(Service):
         self.options = options
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
+        self.scope_violations = DataScopeViolations(self.metrics, options.metrics_naming)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
         register_in_tree(self.registry)
@@ -183,6 +185,8 @@ class Runtime(Service):
                     self.registry, context, metrics=self.metrics, build_scrape=build_scrape
                 )
         log_notices(notice for config in configs.values() for notice in config.notices)
+        for config in configs.values():
+            self.scope_violations.watch(config.data_scopes)
         return configs
 
     async def start(self) -> None:
@@ -388,7 +392,7 @@ class Runtime(Service):
                 for plugin in config.plugins.values():
                     parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
                     for p in parts:
-                        if isinstance(p, PrefixCacheScorer | PrecisePrefixCacheProducer):
+                        if isinstance(p, ApproxPrefixCacheProducer | PrecisePrefixCacheProducer):
                             key = (p.typed_name.name, p.typed_name.type)
                             sizes[key] = sizes.get(key, 0) + p.index_size
                         if isinstance(p, PrecisePrefixCacheProducer):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from epp.config.compat import IGNORABLE_SETTINGS, ConfigNotice, feature_gates, ignored_settings, normalized
+from epp.config.data_graph import DataGraph, resolve_data
 from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources
 from epp.config.defaults import (
     DEFAULT_PICKER_TYPE,
@@ -60,6 +61,7 @@ from epp.config.picker_config import (
     SchedulingProfile,
     decode_config,
 )
+from epp.framework.data import DataScope
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.parsing import Parser, ParserTable
 from epp.framework.plugin import Plugin, PluginContext, PluginKind, PluginRegistry
@@ -130,6 +132,8 @@ class LoadedConfig:
     flow_control: FlowControlSettings | None = None
     """The queue's settings when the ``flowControl`` gate is on (requests then queue instead of
     being shed); None without the gate."""
+    data_scopes: tuple[DataScope, ...] = ()
+    """The scope of every plugin that reads or writes request data (``config.data_graph``)."""
 
 
 def load_config(
@@ -185,6 +189,7 @@ def build_config(
         _check_stability(config, registry)
     builder = _Builder(config, registry, context)
     builder.apply_system_defaults()
+    graph = builder.resolve_data()
     flow_control = builder.flow_control() if gates["flowControl"] else None
     loaded = builder.build(metrics, build_scrape)
     notices += ignored_settings(config, gates, {p.name: p.type for p in config.plugins})
@@ -198,6 +203,8 @@ def build_config(
         feature_gates=frozenset(g for g, on in gates.items() if on),
         notices=tuple(notices),
         flow_control=flow_control,
+        data_producers=graph.ordered(loaded.data_producers),
+        data_scopes=graph.scopes,
     )
 
 
@@ -341,6 +348,10 @@ class _Builder:
         data_layer = default_sources(self.config, plugins, self._add_default_plugin)
         if data_layer is not None:
             self.config = self.config.model_copy(update={"data_layer": data_layer})
+
+    def resolve_data(self) -> DataGraph:
+        """The default producers the declared data needs, added; the producers' order and the scopes."""
+        return resolve_data(self.plugins, self._registry, self._add_default_plugin)
 
     def _ref(self, where: str, ref: str) -> Plugin:
         plugin = self.plugins.get(ref)

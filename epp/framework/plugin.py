@@ -122,19 +122,31 @@ class PluginRegistry:
     """Type name → factory; filled explicitly by ``epp.plugins.register_in_tree``.
 
     A type registered ``experimental`` (upstream's Alpha stability) is one a configuration may
-    use only when the picker runs with ``--allow-experimental-plugins``; the loader checks it.
+    use only when the picker runs with ``--allow-experimental-plugins``; the loader checks it. A
+    type registered ``default_for`` a data key (upstream's ``RegisterAsDefaultProducer``, the key's
+    ``<attribute>/<producer>`` id) is what the loader adds, under its type name, to a configuration
+    that reads that key and declares no producer of it.
     """
 
     def __init__(self) -> None:
         self._factories: dict[str, PluginFactory] = {}
         self._experimental: set[str] = set()
+        self._default_producers: dict[str, str] = {}
 
-    def register(self, type_name: str, factory: PluginFactory, *, experimental: bool = False) -> None:
+    def register(
+        self, type_name: str, factory: PluginFactory, *, experimental: bool = False, default_for: str = ""
+    ) -> None:
         if type_name in self._factories:
             raise ValueError(f"plugin type {type_name!r} registered twice")
         self._factories[type_name] = factory
         if experimental:
             self._experimental.add(type_name)
+        if default_for:
+            self._default_producers[default_for] = type_name
+
+    def default_producer(self, data_key: str) -> str | None:
+        """The type registered as the default producer of ``data_key`` (an ``<attribute>/<producer>`` id)."""
+        return self._default_producers.get(data_key)
 
     def is_experimental(self, type_name: str) -> bool:
         return type_name in self._experimental

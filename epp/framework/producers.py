@@ -1,8 +1,9 @@
 """Extension points around scheduling that llm-d adds: data producers, prefix-match info, lifecycles.
 
 - :class:`DataProducer` (upstream's ``PrepareRequestData``): awaited before the (synchronous)
-  scheduling cycle, e.g. ``token-producer`` tokenizing the prompt; a producer must not raise for
-  a request it cannot help (the request is scheduled without its data).
+  scheduling cycle with the request's candidates, e.g. ``token-producer`` tokenizing the prompt,
+  ``approx-prefix-cache-producer`` matching it against each candidate; a producer must not raise
+  for a request it cannot help (the request is scheduled without its data).
 - :class:`PrefixMatchInfoProducer`: what ``prefix-cache-scorer`` reads when its
   ``prefixMatchInfoProducerName`` names a producer (``precise-prefix-cache-producer``).
 - :class:`PluginReferrer`: plugins whose parameters name other plugins resolve them after every
@@ -38,8 +39,9 @@ class DataProducer(Protocol):
     @property
     def typed_name(self) -> TypedName: ...
 
-    async def produce(self, request: InferenceRequest) -> None:
-        """Add data to ``request`` before scheduling; on failure leave it without and log."""
+    async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+        """Add data to ``request`` (about it, or about each of ``candidates``) before scheduling; on
+        failure leave it without and log."""
         ...
 
 

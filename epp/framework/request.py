@@ -48,6 +48,9 @@ class InferenceRequest:
     ``max_tokens`` field), None when it set none; ``in_flight_tokens`` is what the request added
     to its endpoint's in-flight token count, released with it. ``token_ids`` is the prompt as the
     engine tokenizes it, when a ``token-producer`` produced it before scheduling (else None).
+    ``attributes`` is the data plugins publish about the request for each other (upstream's
+    request and per-request endpoint attributes), keyed ``<attribute>/<producer>``; plugins reach
+    it through their :class:`~epp.framework.data.DataScope`.
     """
 
     request_id: str
@@ -65,6 +68,7 @@ class InferenceRequest:
     max_output_tokens: int | None = None
     in_flight_tokens: int = 0
     token_ids: Sequence[int] | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sheddable(self) -> bool:

@@ -6,8 +6,11 @@ itself on import. The runtime (and tests) call :func:`register_in_tree` on a reg
 
 from __future__ import annotations
 
+from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, SESSION_ID, TOKENIZED_PROMPT
 from epp.framework.plugin import PluginFactory, PluginRegistry
 from epp.plugins import (
+    approx_prefix_producer,
+    burst_prefix_producer,
     concurrency_detector,
     core_metrics_extractor,
     endpoint_notification_source,
@@ -26,6 +29,7 @@ from epp.plugins import (
     queue_scorer,
     running_requests_scorer,
     session_affinity_scorer,
+    session_id_producer,
     single_profile,
     token_producer,
     utilization_detector,
@@ -72,15 +76,33 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (parsers.ANTHROPIC_TYPE, parsers.create_anthropic),
     (parsers.VLLM_HTTP_TYPE, parsers.create_vllm_http),
     (parsers.PASSTHROUGH_TYPE, parsers.create_passthrough),
+    # Data producers of request data (and of endpoint data per request): the prefix-match producers, the session id.
+    (approx_prefix_producer.TYPE, approx_prefix_producer.create),
+    (burst_prefix_producer.TYPE, burst_prefix_producer.create),
+    (session_id_producer.TYPE, session_id_producer.create),
 )
+
+# The type the loader adds to a configuration that reads a data key nobody produces (upstream's
+# RegisterAsDefaultProducer): data key id → type.
+_DEFAULT_PRODUCERS = {
+    TOKENIZED_PROMPT.id: token_producer.TYPE,
+    PREFIX_CACHE_MATCH_INFO.id: approx_prefix_producer.TYPE,
+    SESSION_ID.id: session_id_producer.TYPE,
+}
+_DEFAULT_FOR = {type_name: key for key, type_name in _DEFAULT_PRODUCERS.items()}
 
 # Types the llm-d router registers with Alpha stability (cmd/epp/runner/runner.go): a configuration
 # may use them only with --allow-experimental-plugins. Every other type above is Beta there (or,
 # legacy-filter-tree, GIE v0.3's, which had no stability levels).
-_EXPERIMENTAL = frozenset({session_affinity_scorer.TYPE})
+_EXPERIMENTAL = frozenset({session_affinity_scorer.TYPE, burst_prefix_producer.TYPE})
 
 
 def register_in_tree(registry: PluginRegistry) -> None:
     """Register every in-tree plugin type on ``registry``."""
     for type_name, factory in _IN_TREE:
-        registry.register(type_name, factory, experimental=type_name in _EXPERIMENTAL)
+        registry.register(
+            type_name,
+            factory,
+            experimental=type_name in _EXPERIMENTAL,
+            default_for=_DEFAULT_FOR.get(type_name, ""),
+        )

@@ -166,7 +166,7 @@ class Pipeline:
                     self._admission, request, functools.partial(self._candidates, ctx.subset, recorder)
                 )
                 if self._producers:
-                    await self._produce(request, recorder)
+                    await self._produce(request, candidates, recorder)
                 decision = self._schedule(request, candidates, recorder)
             recorder.routed(request, decision, self.config.in_flight)
         ctx.decision = decision
@@ -250,11 +250,13 @@ class Pipeline:
             recorder.failed_open()
         return candidates
 
-    async def _produce(self, request: InferenceRequest, recorder: Recorder) -> None:
+    async def _produce(
+        self, request: InferenceRequest, candidates: Sequence[EndpointState], recorder: Recorder
+    ) -> None:
         for producer, observe in self._producers:
             start = time.perf_counter()
             try:
-                await producer.produce(request)
+                await producer.produce(request, candidates)
             except Exception:  # a producer bug must not fail the request: it is scheduled without the data
                 log.exception("data producer failed", extra={"plugin": str(producer.typed_name)})
             recorder.timed(observe, time.perf_counter() - start)

@@ -40,7 +40,10 @@ def _registry() -> PluginRegistry:
 
 def test_the_in_tree_types_upstream_marks_alpha_are_the_experimental_ones() -> None:
     registry = _registry()
-    assert [t for t in registry.types() if registry.is_experimental(t)] == ["session-affinity-scorer"]
+    assert [t for t in registry.types() if registry.is_experimental(t)] == [
+        "burst-prefix-cache-producer",
+        "session-affinity-scorer",
+    ]
 
 
 def test_an_experimental_plugin_needs_the_flag() -> None:
