@@ -76,6 +76,7 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (parsers.ANTHROPIC_TYPE, parsers.create_anthropic),
     (parsers.VLLM_HTTP_TYPE, parsers.create_vllm_http),
     (parsers.PASSTHROUGH_TYPE, parsers.create_passthrough),
+    (parsers.SGLANG_HTTP_TYPE, parsers.create_sglang_http),
     # Data producers of request data (and of endpoint data per request): the prefix-match producers, the session id.
     (approx_prefix_producer.TYPE, approx_prefix_producer.create),
     (burst_prefix_producer.TYPE, burst_prefix_producer.create),

@@ -216,7 +216,7 @@ class PrecisePrefixCacheProducer(NamedPlugin):
     def _keys(self, request: InferenceRequest) -> list[int] | None:
         """The request's block keys, or None without engine tokens or with a salt."""
         tokens = request.token_ids
-        if tokens is None or isinstance(tokens, EstimatedTokens) or request.body.get("cache_salt"):
+        if tokens is None or isinstance(tokens, EstimatedTokens) or request.cache_salt:
             return None
         seed = chain_seed(self.hash_seed + (request.target_model or request.model))
         return block_keys(tokens, self.block_size_tokens, seed, self.max_prefix_blocks)

@@ -61,10 +61,9 @@ def request_block_hashes(request: InferenceRequest, block_size_tokens: int, max_
     if ids is None:
         return []
     limit = max_blocks * block_size_tokens if max_blocks < sys.maxsize else len(ids)
-    salt = str(request.body.get("cache_salt") or "")
     return chain_hashes(
         token_bytes(ids, limit),
-        seed_parts=(request.target_model or request.model, salt),
+        seed_parts=(request.target_model or request.model, request.cache_salt),
         block_bytes=block_size_tokens * BYTES_PER_TOKEN,
         max_blocks=max_blocks,
         short=True,
