@@ -64,7 +64,7 @@ from epp.config.picker_config import (
 from epp.framework.data import DataScope
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.parsing import Parser, ParserTable
-from epp.framework.plugin import Plugin, PluginContext, PluginKind, PluginRegistry
+from epp.framework.plugin import Plugin, PluginContext, PluginKind, PluginRegistry, RefusedTypeError
 from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
@@ -270,6 +270,8 @@ class _Builder:
         parameters = MappingProxyType(dict(spec.parameters or {}))
         try:
             plugin = self._registry.create(spec.type, spec.name, parameters, self._context)
+        except RefusedTypeError as exc:
+            raise ConfigError(f"{where} ({spec.name!r}, type {spec.type!r}): {exc}") from exc
         except ValueError as exc:  # PluginConfigError and factories' own range checks
             raise ConfigError(f"{where} ({spec.name!r}, type {spec.type!r}).parameters: {exc}") from exc
         check_declared_kinds(plugin, where)

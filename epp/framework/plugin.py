@@ -26,6 +26,7 @@ __all__ = [
     "PluginFactory",
     "PluginKind",
     "PluginRegistry",
+    "RefusedTypeError",
     "StatefulPlugin",
     "TypedName",
     "declared_kinds",
@@ -105,6 +106,10 @@ class PluginConfigError(ValueError):
     """Invalid plugin parameters or references; the message names the field path and value."""
 
 
+class RefusedTypeError(PluginConfigError):
+    """A plugin type upstream registers that this picker refuses by name (the message says why)."""
+
+
 @dataclass(frozen=True)
 class PluginContext:
     """Shared services a factory may hand to its plugin (time, randomness seed, pool name)."""
@@ -132,6 +137,7 @@ class PluginRegistry:
         self._factories: dict[str, PluginFactory] = {}
         self._experimental: set[str] = set()
         self._default_producers: dict[str, str] = {}
+        self._refused: dict[str, str] = {}
 
     def register(
         self, type_name: str, factory: PluginFactory, *, experimental: bool = False, default_for: str = ""
@@ -144,6 +150,19 @@ class PluginRegistry:
         if default_for:
             self._default_producers[default_for] = type_name
 
+    def refuse(self, type_name: str, reason: str) -> None:
+        """Know ``type_name`` only to refuse it: a configuration naming it fails at load with ``reason``."""
+
+        def refused(name: str, parameters: Mapping[str, Any], context: PluginContext) -> Plugin:
+            raise RefusedTypeError(f"{type_name} is not supported by this picker: {reason}")
+
+        self.register(type_name, refused)
+        self._refused[type_name] = reason
+
+    def refusal(self, type_name: str) -> str | None:
+        """Why ``type_name`` is refused; None for a type that works (or is unknown)."""
+        return self._refused.get(type_name)
+
     def default_producer(self, data_key: str) -> str | None:
         """The type registered as the default producer of ``data_key`` (an ``<attribute>/<producer>`` id)."""
         return self._default_producers.get(data_key)
@@ -152,6 +171,7 @@ class PluginRegistry:
         return type_name in self._experimental
 
     def types(self) -> Iterable[str]:
+        """Every registered type name, refused ones included (they are known, by name)."""
         return sorted(self._factories)
 
     def create(self, type_name: str, name: str, parameters: Mapping[str, Any], context: PluginContext) -> Plugin:

@@ -1,7 +1,9 @@
 """In-tree plugins and the one list that registers them by their upstream type names.
 
 Each plugin module imports only ``epp.framework`` (and the ``_params`` helper); nothing registers
-itself on import. The runtime (and tests) call :func:`register_in_tree` on a registry they own.
+itself on import. The runtime (and tests) call :func:`register_in_tree` on a registry they own. The
+llm-d router's types without an in-tree plugin are registered too, to be refused at load by name
+with the reason (``refused.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from epp.plugins import (
     precise_prefix_scorer,
     prefix_cache_scorer,
     queue_scorer,
+    refused,
     running_requests_scorer,
     session_affinity_scorer,
     session_id_producer,
@@ -51,6 +54,7 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (session_affinity_scorer.TYPE, session_affinity_scorer.create),
     # llm-d's precise prefix-cache routing: token-producer → precise-prefix-cache-producer → prefix-cache-scorer.
     (token_producer.TYPE, token_producer.create),
+    (token_producer.LEGACY_TYPE, token_producer.create),  # upstream's deprecated name, same plugin
     (precise_prefix_producer.TYPE, precise_prefix_producer.create),
     # ... and its deprecated all-in-one form (a composition of the producer and the scorer).
     (precise_prefix_scorer.TYPE, precise_prefix_scorer.create),
@@ -99,7 +103,7 @@ _EXPERIMENTAL = frozenset({session_affinity_scorer.TYPE, burst_prefix_producer.T
 
 
 def register_in_tree(registry: PluginRegistry) -> None:
-    """Register every in-tree plugin type on ``registry``."""
+    """Register every in-tree plugin type on ``registry``, then refuse by name the llm-d router's others."""
     for type_name, factory in _IN_TREE:
         registry.register(
             type_name,
@@ -107,3 +111,7 @@ def register_in_tree(registry: PluginRegistry) -> None:
             experimental=type_name in _EXPERIMENTAL,
             default_for=_DEFAULT_FOR.get(type_name, ""),
         )
+    known = set(registry.types())
+    for type_name, reason in refused.REFUSED.items():
+        if type_name not in known:
+            registry.refuse(type_name, reason)

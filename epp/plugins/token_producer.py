@@ -45,6 +45,8 @@ from epp.plugins.token_estimate import EstimatingTokenProducer, estimate_paramet
 __all__ = ["LocalTokenizer", "TokenProducer", "create"]
 
 TYPE = "token-producer"
+LEGACY_TYPE = "tokenizer"
+"""Upstream's deprecated name for this type (the same plugin; the loader reports the old name)."""
 log = logging.getLogger(__name__)
 
 _DEFAULT_URL = "http://localhost:8000"

@@ -58,7 +58,8 @@ def test_other_prompt_forms_and_bad_fields_are_400s(raw: bytes, message: str) ->
 
 
 def _meta(finish: object, prompt: int = 5, completion: int = 3) -> dict[str, object]:
-    return {"id": "x", "finish_reason": finish, "prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": 2}
+    meta: dict[str, object] = {"id": "x", "finish_reason": finish, "prompt_tokens": prompt}
+    return {**meta, "completion_tokens": completion, "cached_tokens": 2}
 
 
 def test_usage_is_meta_info_of_the_answer_and_of_the_finishing_event() -> None:

@@ -1,4 +1,4 @@
-"""``sglanghttp-parser``: SGLang's native ``/generate`` (token ids in, usage in ``meta_info`` out), as the llm-d router reads it.
+"""``sglanghttp-parser``: SGLang's native ``/generate`` (token ids in, ``meta_info`` usage out), as upstream reads it.
 
 Upstream's parser takes pre-tokenized prompts only: ``input_ids`` must be a non-empty flat list of
 uint32 token ids (SGLang's other prompt forms, ``text``, a batch of id lists or ``input_embeds``,
