@@ -38,7 +38,7 @@ from types import MappingProxyType
 
 from epp.config.compat import IGNORABLE_SETTINGS, ConfigNotice, feature_gates, ignored_settings, normalized
 from epp.config.data_graph import DataGraph, resolve_data
-from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources
+from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources, discovery_plugin
 from epp.config.defaults import (
     DEFAULT_PICKER_TYPE,
     DEFAULT_PROFILE_HANDLER_TYPE,
@@ -63,6 +63,7 @@ from epp.config.picker_config import (
 )
 from epp.framework.data import DataScope
 from epp.framework.datalayer import ScrapeSpec
+from epp.framework.discovery import EndpointDiscovery
 from epp.framework.parsing import Parser, ParserTable
 from epp.framework.plugin import Plugin, PluginContext, PluginKind, PluginRegistry, RefusedTypeError
 from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
@@ -134,6 +135,8 @@ class LoadedConfig:
     being shed); None without the gate."""
     data_scopes: tuple[DataScope, ...] = ()
     """The scope of every plugin that reads or writes request data (``config.data_graph``)."""
+    discovery: EndpointDiscovery | None = None
+    """``dataLayer.discovery``'s plugin: the picker then runs without Kubernetes (None: it does not)."""
 
 
 def load_config(
@@ -400,6 +403,7 @@ class _Builder:
             )
         parsers = self._parsers()
         self._check_data_layer()
+        discovery = discovery_plugin(config, self._ref)
         scrape, data_layer_notices = data_layer_scrape(config, plugins, self._ref, build_scrape)
 
         self_admitting = all(
@@ -425,6 +429,7 @@ class _Builder:
             ),
             closables=tuple(p for p in plugins.values() if isinstance(p, AsyncClosable)),
             admission=self._detector_named or not self_admitting,
+            discovery=discovery,
             notices=tuple(data_layer_notices),
             scrape=scrape,
             parsers=parsers,
@@ -463,12 +468,6 @@ class _Builder:
             for j, extractor in enumerate(source.extractors):
                 self._ref(f"dataLayer.sources[{i}].extractors[{j}].pluginRef", extractor.plugin_ref)
         missing_kinds = (
-            (
-                "dataLayer.discovery.pluginRef",
-                data_layer.discovery.plugin_ref if data_layer.discovery is not None else "",
-                "an endpoint discovery plugin: this picker discovers endpoints from Kubernetes (or "
-                "--endpoint-selector) only",
-            ),
             (
                 "dataLayer.peerDiscovery.pluginRef",
                 data_layer.peer_discovery.plugin_ref if data_layer.peer_discovery is not None else "",

@@ -52,6 +52,7 @@ class PluginKind(enum.StrEnum):
     DATA_SOURCE = "DataSource"
     DATA_EXTRACTOR = "Extractor"
     ENDPOINT_SOURCE = "EndpointSource"
+    ENDPOINT_DISCOVERY = "EndpointDiscovery"
 
 
 def declared_kinds(plugin: object) -> frozenset[PluginKind]:

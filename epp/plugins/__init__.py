@@ -16,6 +16,7 @@ from epp.plugins import (
     concurrency_detector,
     core_metrics_extractor,
     endpoint_notification_source,
+    file_discovery,
     flow_policies,
     inflight_load,
     inflight_scorers,
@@ -75,6 +76,8 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (metrics_data_source.TYPE, metrics_data_source.create),
     (core_metrics_extractor.TYPE, core_metrics_extractor.create),
     (endpoint_notification_source.TYPE, endpoint_notification_source.create),
+    # Endpoints from a file, for a picker without Kubernetes (dataLayer.discovery).
+    (file_discovery.TYPE, file_discovery.create),
     # Request parsers: the path claims of requestHandler.parsers (ext_proc decodes by the claimed API).
     (parsers.OPENAI_TYPE, parsers.create_openai),
     (parsers.ANTHROPIC_TYPE, parsers.create_anthropic),
