@@ -53,6 +53,8 @@ class PluginKind(enum.StrEnum):
     DATA_EXTRACTOR = "Extractor"
     ENDPOINT_SOURCE = "EndpointSource"
     ENDPOINT_DISCOVERY = "EndpointDiscovery"
+    ADMITTER = "Admission"
+    RESPONSE_STREAMING = "ResponseStreaming"
 
 
 def declared_kinds(plugin: object) -> frozenset[PluginKind]:

@@ -3,9 +3,9 @@
 No type a configuration names is ever silently ignored: every type in the router's registry
 (``cmd/epp/runner/runner.go``) is either registered by :func:`epp.plugins.register_in_tree` or
 listed here, and a configuration naming one of these fails to load with its reason
-(``PluginRegistry.refuse``). A type that gains an in-tree plugin is simply registered; its entry
-here is then unused (``register_in_tree`` refuses only what is not registered), and
-``docs/plugin-types.md`` (generated: ``scripts/plugin_type_table.py``) says which is which.
+(``PluginRegistry.refuse``). A type that gains an in-tree plugin is registered and its entry here
+removed (``register_in_tree`` refuses only what is not registered, and a test fails on an entry
+that is); ``docs/plugin-types.md`` (generated: ``scripts/plugin_type_table.py``) says which is which.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ __all__ = ["REFUSED"]
 
 _PD = "prefill/decode disaggregation is not in this build (the P/D plugin types, issue 25)"
 _SLO = "latency prediction and SLO routing are not in this build (the SLO plugin types, issue 26)"
-_SCHEDULING = "not in this build yet (the llm-d router's scheduling plugin types, issue 21)"
 _MULTICLUSTER = (
     "multi-cluster routing (the router's Alpha multicluster-* plugins over peer clusters) is not built: "
     "this picker routes to the endpoints of its own pools"
@@ -107,25 +106,5 @@ REFUSED: Mapping[str, str] = MappingProxyType(
         "slo-headroom-tier-filter": _SLO,
         "latency-scorer": _SLO,
         "slo-deadline-ordering-policy": _SLO,
-        "label-selector-filter": _SCHEDULING,
-        "by-label-selector": _SCHEDULING,
-        "by-label": _SCHEDULING,
-        "session-affinity-filter": _SCHEDULING,
-        "prefix-cache-affinity-filter": _SCHEDULING,
-        "utilization-filter": _SCHEDULING,
-        "endpoint-attribute-filter": _SCHEDULING,
-        "topology-affinity-filter": _SCHEDULING,
-        "load-aware-scorer": _SCHEDULING,
-        "no-hit-lru-scorer": _SCHEDULING,
-        "context-length-aware": _SCHEDULING,
-        "header-label-affinity-scorer": _SCHEDULING,
-        "endpoint-attribute-scorer": _SCHEDULING,
-        "topology-affinity-scorer": _SCHEDULING,
-        "topology-extractor": _SCHEDULING,
-        "header-profile-handler": _SCHEDULING,
-        "probabilistic-admitter": _SCHEDULING,
-        "request-attribute-reporter": _SCHEDULING,
-        "program-aware-fairness": _SCHEDULING,
-        "soft-reflective-ceiling-policy": _SCHEDULING,
     }
 )

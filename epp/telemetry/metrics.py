@@ -45,6 +45,7 @@ _OVERHEAD_BUCKETS = (
     0.05, 0.1, 0.25,
 )  # fmt: skip
 _SCRAPE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_SCRAPE_INTERVAL_BUCKETS = (0.025, 0.05, 0.055, 0.06, 0.0667, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 5.0)
 
 _OBJECTIVE = ("model_name", "target_model_name")
 _REQUEST = (*_OBJECTIVE, "fairness_id", "priority")
@@ -390,6 +391,30 @@ class EppMetrics:
             "Time to fetch and parse one model server's /metrics.",
             ("engine",),
             buckets=_SCRAPE_BUCKETS,
+            registry=r,
+        )
+        self.scrape_interval = Histogram(
+            "epp_scrape_interval_seconds",
+            "Seconds between two successful scrapes of the same model server (the interval achieved).",
+            ("engine",),
+            buckets=_SCRAPE_INTERVAL_BUCKETS,
+            registry=r,
+        )
+        self.endpoint_scrape_interval = Gauge(
+            "epp_endpoint_scrape_interval_seconds",
+            "Per endpoint: seconds between its last two successful scrapes (absent until two).",
+            ("name", "model_server_endpoint"),
+            registry=r,
+        )
+        self.endpoint_metrics_age = Gauge(
+            "epp_endpoint_metrics_age_seconds",
+            "Per endpoint: seconds since its last successful scrape (absent until one).",
+            ("name", "model_server_endpoint"),
+            registry=r,
+        )
+        self.scrape_worker_restarts = Counter(
+            "epp_scrape_worker_restarts_total",
+            "Times the scrape worker process (--metrics-scrape-process) ended and was started again.",
             registry=r,
         )
         self.scrape_errors = Counter(

@@ -13,15 +13,17 @@ from typing import Any
 import orjson
 import pytest
 from pool_harness import Harness
+from scheduling_builders import NOW
 
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
+from epp.framework.endpoint import MetricsSnapshot
 from epp.framework.request import InferenceRequest
 from epp.labels import parse_selector
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 8000
-PODS = (  # two decode pods, a prefill pod and an encode pod, in llm-d's role labels
+PODS = (  # two decode pods, a prefill pod and an encode pod, in llm-d's role label and the docs' plain `role`
     ("decode-0", "10.0.0.1", "decode"),
     ("decode-1", "10.0.0.2", "decode"),
     ("prefill-0", "10.0.0.3", "prefill"),
@@ -71,7 +73,9 @@ def _store() -> Datastore:
     store = Datastore()
     store.set_pool(PoolSpec("pool", "default", parse_selector("app=vllm"), (PORT,)))
     for name, ip, role in PODS:
-        store.upsert_pod(PodInfo(name, "default", ip, {"app": "vllm", "llm-d.ai/role": role}, ready=True))
+        store.upsert_pod(PodInfo(name, "default", ip, {"app": "vllm", "llm-d.ai/role": role, "role": role}, ready=True))
+    for state in store.endpoints():  # scraped just now and idle: the saturation detectors let work through
+        state.metrics = MetricsSnapshot(updated_at=NOW)
     return store
 
 
@@ -89,3 +93,14 @@ async def test_a_configuration_that_loads_routes_a_request(outcome: Any) -> None
     finally:
         await harness.routing.stop()
         await harness.routing.aclose()
+
+
+def test_every_upstream_type_is_known_and_no_refusal_shadows_a_plugin() -> None:
+    registry = TABLE.registry()
+    upstream = {t["type"] for t in TABLE.yaml.safe_load((TABLE.DATA / "registry.yaml").read_text())["types"]}
+    assert upstream <= set(registry.types())
+    from epp.plugins.refused import REFUSED
+
+    shadowed = [t for t in REFUSED if registry.refusal(t) is None]
+    assert shadowed == [], f"registered types still listed in epp/plugins/refused.py: {shadowed}"
+    assert set(REFUSED) <= upstream  # a refusal is for an upstream type, by its upstream name

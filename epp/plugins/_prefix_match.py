@@ -1,0 +1,40 @@
+"""Reading prefix-match info (``no-hit-lru-scorer``, ``prefix-cache-affinity-filter``): the declared key and its read.
+
+Upstream's plugins read the ``PrefixCacheMatchInfoDataKey`` of the producer ``prefixMatchInfoProducerName``
+names, else of ``approx-prefix-cache-producer``, and declare it as a required input, so the loader
+adds that producer (``config.data_graph``) when the configuration declares none, and refuses a
+name that produces nothing. A plugin holding a :class:`PrefixMatchReader` declares
+:meth:`PrefixMatchReader.dependencies` and hands the reader the data scope the loader binds. A
+helper, not a plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from epp.framework.data import NO_DATA, DataScope, Dependencies
+from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
+from epp.framework.endpoint import EndpointState
+from epp.framework.producers import PrefixMatchInfo
+from epp.framework.request import InferenceRequest
+from epp.plugins._params import Params
+
+__all__ = ["PrefixMatchReader"]
+
+
+class PrefixMatchReader:
+    """One plugin's source of prefix-match info: the key it reads, through the scope it was bound."""
+
+    __slots__ = ("key", "scope")
+
+    def __init__(self, p: Params) -> None:
+        self.key = PREFIX_CACHE_MATCH_INFO.named(p.text("prefixMatchInfoProducerName") or "")
+        self.scope: DataScope = NO_DATA
+
+    def dependencies(self) -> Dependencies:
+        return Dependencies(required={self.key: PrefixCacheMatches})
+
+    def match(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> PrefixMatchInfo | None:
+        """One count per candidate, or None when the producer published nothing for the request."""
+        found = self.scope.get(request, self.key)
+        return found.aligned(candidates) if isinstance(found, PrefixCacheMatches) else None
