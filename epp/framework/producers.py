@@ -4,8 +4,8 @@
   scheduling cycle with the request's candidates, e.g. ``token-producer`` tokenizing the prompt,
   ``approx-prefix-cache-producer`` matching it against each candidate; a producer must not raise
   for a request it cannot help (the request is scheduled without its data).
-- :class:`PrefixMatchInfoProducer`: what ``prefix-cache-scorer`` reads when its
-  ``prefixMatchInfoProducerName`` names a producer (``precise-prefix-cache-producer``).
+- :class:`PrefixMatchInfo`: per candidate, the leading prompt blocks it holds (what the prefix-match
+  producers publish, ``epp.framework.data_keys.PrefixCacheMatches``).
 - :class:`PluginReferrer`: plugins whose parameters name other plugins resolve them after every
   plugin of the config exists.
 - :class:`EndpointsAddedObserver` and :class:`AsyncClosable`: plugins that hold per-endpoint
@@ -22,7 +22,6 @@ from typing import Protocol, runtime_checkable
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import Plugin, TypedName
 from epp.framework.request import InferenceRequest
-from epp.framework.scheduling import CycleState
 
 __all__ = [
     "AsyncClosable",
@@ -30,7 +29,6 @@ __all__ = [
     "EndpointsAddedObserver",
     "PluginReferrer",
     "PrefixMatchInfo",
-    "PrefixMatchInfoProducer",
 ]
 
 
@@ -52,18 +50,6 @@ class PrefixMatchInfo:
     match_blocks: Sequence[int]
     total_blocks: int
     block_size_tokens: int
-
-
-@runtime_checkable
-class PrefixMatchInfoProducer(Protocol):
-    @property
-    def typed_name(self) -> TypedName: ...
-
-    def prefix_match(
-        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
-    ) -> PrefixMatchInfo | None:
-        """Match info for the candidates, or None when this request has none (e.g. no tokens)."""
-        ...
 
 
 @runtime_checkable

@@ -37,7 +37,6 @@ from epp.framework.data import NO_DATA, DataKey, DataScope, Dependencies
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, TOKENIZED_PROMPT, PrefixCacheMatches, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
-from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -121,13 +120,6 @@ class ApproxPrefixCacheProducer(NamedPlugin):
         match = self.index.match
         matches = {c.endpoint.key: match(c.endpoint.key, hashes) for c in candidates} if hashes else {}
         self._data.put(request, self.key, _Matches(matches, len(hashes), block, hashes))
-
-    def prefix_match(
-        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
-    ) -> PrefixMatchInfo | None:
-        """What ``produce`` found, one count per candidate (for readers of the prefix-match protocol)."""
-        found = self._data.get(request, self.key)
-        return found.aligned(candidates) if isinstance(found, PrefixCacheMatches) else None
 
     def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:
         found = self._data.get(request, self.key)

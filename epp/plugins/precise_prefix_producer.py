@@ -244,7 +244,7 @@ class PrecisePrefixCacheProducer(NamedPlugin):
     def prefix_match(
         self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
     ) -> PrefixMatchInfo | None:
-        """Per candidate: what ``produce`` published, else computed now (readers of the prefix-match protocol)."""
+        """Per candidate: what ``produce`` published, else computed now (for ``precise-prefix-cache-scorer``)."""
         found = self._data.get(request, self.key)
         if isinstance(found, PrefixCacheMatches):
             return found.aligned(candidates)
