@@ -33,13 +33,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from epp.framework.data import NO_DATA, DataKey, DataScope, Dependencies
-from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, TOKENIZED_PROMPT, PrefixCacheMatches, TokenizedPrompt
+from epp.framework.data import NO_DATA, DataScope
+from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
+from epp.plugins._prefix_match import PrefixMatchPublisher
 from epp.plugins.prefix_index import PrefixIndex, request_block_hashes
 
 __all__ = ["TYPE", "ApproxPrefixCacheProducer", "create"]
@@ -61,7 +62,7 @@ class _Matches(PrefixCacheMatches):
     hashes: Sequence[int] = ()
 
 
-class ApproxPrefixCacheProducer(NamedPlugin):
+class ApproxPrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
     """DataProducer + PreRequest + endpoint-removal observer around one :class:`PrefixIndex`."""
 
     plugin_type = TYPE
@@ -86,17 +87,6 @@ class ApproxPrefixCacheProducer(NamedPlugin):
         self.index = PrefixIndex(lru_capacity_per_server)
         self.key = PREFIX_CACHE_MATCH_INFO.named(name)
         self._data: DataScope = NO_DATA
-
-    # -- declarations -------------------------------------------------------------------------------
-
-    def produces(self) -> Mapping[DataKey, type]:
-        return {self.key: PrefixCacheMatches}
-
-    def consumes(self) -> Dependencies:
-        return Dependencies(required={TOKENIZED_PROMPT: TokenizedPrompt})
-
-    def bind_data_scope(self, scope: DataScope) -> None:
-        self._data = scope
 
     # -- per request -------------------------------------------------------------------------------
 

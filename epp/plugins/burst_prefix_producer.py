@@ -26,13 +26,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.clock import Clock
-from epp.framework.data import NO_DATA, DataKey, DataScope, Dependencies
-from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, TOKENIZED_PROMPT, PrefixCacheMatches, TokenizedPrompt
+from epp.framework.data import NO_DATA, DataScope
+from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.plugins._burst_assign import UNLIMITED, Entry, assign
 from epp.plugins._params import Params
+from epp.plugins._prefix_match import PrefixMatchPublisher
 from epp.plugins.prefix_index import request_block_hashes
 
 __all__ = ["TYPE", "BatchFullError", "BurstPrefixCacheProducer", "create"]
@@ -55,7 +56,7 @@ class _Window:
         self.sealed = asyncio.Event()
 
 
-class BurstPrefixCacheProducer(NamedPlugin):
+class BurstPrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
     """DataProducer: co-locates the requests of a window that share a prompt prefix."""
 
     plugin_type = TYPE
@@ -86,15 +87,6 @@ class BurstPrefixCacheProducer(NamedPlugin):
         self.key = PREFIX_CACHE_MATCH_INFO.named(name)
         self._open: _Window | None = None
         self._data: DataScope = NO_DATA
-
-    def produces(self) -> Mapping[DataKey, type]:
-        return {self.key: PrefixCacheMatches}
-
-    def consumes(self) -> Dependencies:
-        return Dependencies(required={TOKENIZED_PROMPT: TokenizedPrompt})
-
-    def bind_data_scope(self, scope: DataScope) -> None:
-        self._data = scope
 
     async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
         entry = Entry(request_block_hashes(request, self.block_size_tokens, self.max_blocks), candidates)

@@ -33,13 +33,11 @@ from typing import Any
 
 import zmq.asyncio
 
-from epp.framework.data import NO_DATA, DataKey, DataScope, Dependencies
+from epp.framework.data import NO_DATA, DataScope
 from epp.framework.data_keys import (
     PREFIX_CACHE_MATCH_INFO,
-    TOKENIZED_PROMPT,
     EstimatedTokens,
     PrefixCacheMatches,
-    TokenizedPrompt,
 )
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
@@ -52,6 +50,7 @@ from epp.kvevents.ingest import SourceCounts
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
 from epp.plugins._params import Params
+from epp.plugins._prefix_match import PrefixMatchPublisher
 
 __all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]
 
@@ -69,7 +68,7 @@ class _Matches(PrefixCacheMatches):
     keys: Sequence[int] = ()
 
 
-class PrecisePrefixCacheProducer(NamedPlugin):
+class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
     """Owns the index and the subscribers; answers ``prefix_match`` for ``prefix-cache-scorer``."""
 
     plugin_type = TYPE
@@ -114,17 +113,6 @@ class PrecisePrefixCacheProducer(NamedPlugin):
         self._closed = False
         self.key = PREFIX_CACHE_MATCH_INFO.named(name)
         self._data: DataScope = NO_DATA
-
-    # -- declarations -------------------------------------------------------------------------------
-
-    def produces(self) -> Mapping[DataKey, type]:
-        return {self.key: PrefixCacheMatches}
-
-    def consumes(self) -> Dependencies:
-        return Dependencies(required={TOKENIZED_PROMPT: TokenizedPrompt})
-
-    def bind_data_scope(self, scope: DataScope) -> None:
-        self._data = scope
 
     # -- endpoint lifecycle (runtime hooks) ---------------------------------------------------------
 
