@@ -11,7 +11,7 @@ from scheduling_builders import parsed, state
 
 from epp.config.data_scope_series import DataScopeViolations
 from epp.config.loader import ConfigError, LoadedConfig, load_config
-from epp.framework.data import NO_DATA, DataKey, DataScope, DataScopeError, Dependencies
+from epp.framework.data import NO_DATA, Consuming, DataKey, DataScope, DataScopeError, Dependencies, Producing
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, SESSION_ID, TOKENIZED_PROMPT, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind, PluginRegistry
@@ -112,6 +112,26 @@ def test_a_scorer_of_prefix_matches_gets_the_approximate_producer_and_it_a_token
     assert [p.typed_name.name for p in loaded.data_producers] == ["token-producer", "approx-prefix-cache-producer"]
     # The effective configuration shows them, as upstream's handle does.
     assert {"approx-prefix-cache-producer", "token-producer"} <= {p.name for p in loaded.config.plugins}
+
+
+@pytest.mark.parametrize(
+    ("plugin", "added"),
+    [
+        ("no-hit-lru-scorer", ["token-producer", "approx-prefix-cache-producer"]),
+        ("prefix-cache-affinity-filter", ["token-producer", "approx-prefix-cache-producer"]),
+        ("context-length-aware", ["token-producer"]),
+    ],
+)
+def test_the_llmd_readers_get_their_default_producers(plugin: str, added: list[str]) -> None:
+    """Each alone in a configuration loads, its producers added; and reads what they publish."""
+    loaded = _load(
+        f"plugins:\n- type: {plugin}\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: {plugin}\n"
+    )
+    assert [p.typed_name.name for p in loaded.data_producers] == added
+    reader, producer = loaded.plugins[plugin], loaded.plugins[added[-1]]
+    assert isinstance(reader, Consuming) and isinstance(producer, Producing)
+    (key,) = reader.consumes().required
+    assert key in producer.produces()
 
 
 def test_a_declared_producer_is_used_and_only_the_unserved_reader_gets_a_default() -> None:

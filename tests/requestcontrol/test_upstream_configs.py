@@ -20,6 +20,7 @@ from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import MetricsSnapshot
 from epp.framework.request import InferenceRequest
 from epp.labels import parse_selector
+from epp.plugins.refused import REFUSED
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 8000
@@ -99,8 +100,6 @@ def test_every_upstream_type_is_known_and_no_refusal_shadows_a_plugin() -> None:
     registry = TABLE.registry()
     upstream = {t["type"] for t in TABLE.yaml.safe_load((TABLE.DATA / "registry.yaml").read_text())["types"]}
     assert upstream <= set(registry.types())
-    from epp.plugins.refused import REFUSED
-
     shadowed = [t for t in REFUSED if registry.refusal(t) is None]
     assert shadowed == [], f"registered types still listed in epp/plugins/refused.py: {shadowed}"
     assert set(REFUSED) <= upstream  # a refusal is for an upstream type, by its upstream name
