@@ -102,7 +102,9 @@ class StatefulPlugin(Protocol):
     loop step as the swap, so requests routed before the reload are still counted after it.
     """
 
-    def inherit(self, previous: Plugin) -> None: ...
+    def inherit(self, previous: Plugin) -> None:
+        """Take over ``previous``'s state (the instance of the same name and type being replaced)."""
+        ...
 
 
 class PluginConfigError(ValueError):
@@ -134,6 +136,9 @@ class PluginRegistry:
     type registered ``default_for`` a data key (upstream's ``RegisterAsDefaultProducer``, the key's
     ``<attribute>/<producer>`` id) is what the loader adds, under its type name, to a configuration
     that reads that key and declares no producer of it.
+    A *deferred* type (an installed distribution's, ``config.installed_plugins``) is known by name
+    only until :meth:`load` first asks for it: its ``load`` callback then imports it and registers
+    it here, so only the types a configuration names are ever imported.
     """
 
     def __init__(self) -> None:
@@ -141,11 +146,12 @@ class PluginRegistry:
         self._experimental: set[str] = set()
         self._default_producers: dict[str, str] = {}
         self._refused: dict[str, str] = {}
+        self._deferred: dict[str, Callable[[PluginRegistry], None]] = {}
 
     def register(
         self, type_name: str, factory: PluginFactory, *, experimental: bool = False, default_for: str = ""
     ) -> None:
-        if type_name in self._factories:
+        if type_name in self._factories or type_name in self._deferred:
             raise ValueError(f"plugin type {type_name!r} registered twice")
         self._factories[type_name] = factory
         if experimental:
@@ -170,14 +176,34 @@ class PluginRegistry:
         """The type registered as the default producer of ``data_key`` (an ``<attribute>/<producer>`` id)."""
         return self._default_producers.get(data_key)
 
+    def defer(self, type_name: str, load: Callable[[PluginRegistry], None]) -> None:
+        """Know ``type_name`` now; ``load(self)`` registers it, or raises :class:`PluginConfigError`, when it is
+        first needed (:meth:`load`)."""
+        if type_name in self._factories or type_name in self._deferred:
+            raise ValueError(f"plugin type {type_name!r} registered twice")
+        self._deferred[type_name] = load
+
+    def load(self, type_name: str) -> None:
+        """Make a deferred ``type_name`` usable (a no-op for any other); a failure is raised again on every call."""
+        load = self._deferred.pop(type_name, None)  # popped first: register() refuses a name still deferred
+        if load is None:
+            return
+        try:
+            load(self)
+        except BaseException:
+            self._deferred[type_name] = load
+            raise
+
     def is_experimental(self, type_name: str) -> bool:
+        self.load(type_name)
         return type_name in self._experimental
 
     def types(self) -> Iterable[str]:
-        """Every registered type name, refused ones included (they are known, by name)."""
-        return sorted(self._factories)
+        """Every registered type name, refused and deferred ones included (they are known, by name)."""
+        return sorted({*self._factories, *self._deferred})
 
     def create(self, type_name: str, name: str, parameters: Mapping[str, Any], context: PluginContext) -> Plugin:
+        self.load(type_name)
         factory = self._factories.get(type_name)
         if factory is None:
             known = ", ".join(self.types())

@@ -34,6 +34,8 @@ __all__ = [
 
 @runtime_checkable
 class DataProducer(Protocol):
+    """Prepares data for a request before its (synchronous) scheduling cycle; may await I/O."""
+
     @property
     def typed_name(self) -> TypedName: ...
 
@@ -54,6 +56,8 @@ class PrefixMatchInfo:
 
 @runtime_checkable
 class PluginReferrer(Protocol):
+    """A plugin whose parameters name other plugins of the configuration."""
+
     def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
         """Resolve plugin names from parameters; ``lookup(parameter_path, name)`` raises when undefined."""
         ...
@@ -66,6 +70,8 @@ class EndpointsAddedObserver(Protocol):
 
 @runtime_checkable
 class AsyncClosable(Protocol):
+    """A plugin holding background resources, closed when its configuration is replaced or the picker stops."""
+
     async def aclose(self) -> None:
         """Release background resources (tasks, sockets, clients); safe to call twice."""
         ...

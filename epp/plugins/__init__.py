@@ -1,9 +1,8 @@
 """In-tree plugins and the one list that registers them by their upstream type names.
 
-Each plugin module imports only ``epp.framework`` (and the ``_params`` helper); nothing registers
-itself on import. The runtime (and tests) call :func:`register_in_tree` on a registry they own. The
-llm-d router's types without an in-tree plugin are registered too, to be refused at load by name
-with the reason (``refused.py``).
+Each plugin module imports only ``epp.framework``; nothing registers itself on import. The runtime
+(and tests) call :func:`register_in_tree` on a registry they own. The llm-d router's types without
+an in-tree plugin are registered too, to be refused at load by name with the reason (``refused.py``).
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from epp.framework.data import NO_DATA, DataKey, DataScope, Dependencies
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, TOKENIZED_PROMPT, PrefixCacheMatches, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
-from epp.plugins._params import Params
 
 __all__ = ["PrefixMatchPublisher", "PrefixMatchReader"]
 

@@ -29,10 +29,10 @@ from epp.clock import Clock
 from epp.framework.data import NO_DATA, DataScope
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.plugins._burst_assign import UNLIMITED, Entry, assign
-from epp.plugins._params import Params
 from epp.plugins._prefix_match import PrefixMatchPublisher
 from epp.plugins.prefix_index import request_block_hashes
 

@@ -22,11 +22,11 @@ from typing import Any
 from epp.framework.data import Dependencies
 from epp.framework.data_keys import TOKENIZED_PROMPT, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.prompt import TokenPrompt
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "ContextLengthAware", "context_length", "create", "range_score"]
 

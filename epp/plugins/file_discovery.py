@@ -34,8 +34,8 @@ import yaml
 
 from epp.clock import Clock
 from epp.framework.discovery import DiscoveredEndpoint, DiscoveryError, DiscoveryNotifier
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
-from epp.plugins._params import Params
 
 __all__ = ["MAX_FILE_BYTES", "TYPE", "FileDiscovery", "create", "parse_endpoints"]
 

@@ -40,6 +40,7 @@ from epp.framework.data_keys import (
     PrefixCacheMatches,
 )
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
@@ -49,7 +50,6 @@ from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
 from epp.kvevents.ingest import SourceCounts
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
-from epp.plugins._params import Params
 from epp.plugins._prefix_match import PrefixMatchPublisher
 
 __all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]

@@ -23,10 +23,10 @@ from typing import Any
 
 from epp.framework.data import DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
-from epp.plugins._params import Params
 from epp.plugins._prefix_match import PrefixMatchReader
 
 __all__ = ["TYPE", "PrefixCacheAffinityFilter", "create"]

@@ -22,10 +22,10 @@ from typing import Any
 from epp.framework.data import NO_DATA, DataScope, Dependencies
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "PrefixCacheScorer", "create"]
 

@@ -17,9 +17,9 @@ from typing import Any
 from epp.framework.data import NO_DATA, DataKey, DataScope
 from epp.framework.data_keys import SESSION_ID
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "SessionIdProducer", "cookie_value", "create"]
 

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from epp.framework.data import DataKey
 from epp.framework.data_keys import TOKENIZED_PROMPT, EstimatedTokens, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginKind
 from epp.framework.prompt import EMPTY_PROMPT, TokenPrompt
 from epp.framework.request import InferenceRequest
-from epp.plugins._params import Params
 
 __all__ = ["EstimatingTokenProducer", "estimate_parameters"]
 

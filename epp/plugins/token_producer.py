@@ -37,9 +37,9 @@ import orjson
 from epp.framework.data import DataKey
 from epp.framework.data_keys import TOKENIZED_PROMPT, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import ApiKind, InferenceRequest
-from epp.plugins._params import Params
 from epp.plugins.token_estimate import EstimatingTokenProducer, estimate_parameters
 
 __all__ = ["LocalTokenizer", "TokenProducer", "create"]
