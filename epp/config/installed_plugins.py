@@ -115,7 +115,7 @@ def _installed(dists: Iterable[Distribution]) -> list[InstalledPlugin]:
 def discover(registry: PluginRegistry, dists: Iterable[Distribution] | None = None) -> InstalledPlugins:
     """Register every installed plugin type on ``registry``, deferred (nothing is imported); raises
     :class:`PluginClashError` when a type name is taken. ``dists``: where to look (default: ``sys.path``)."""
-    in_tree = set(registry.types())
+    in_tree = {name for name in registry.types() if registry.refusal(name) is None}  # a refused type may be provided
     taken: dict[str, InstalledPlugin] = {}
     for plugin in _installed(distributions() if dists is None else dists):
         name = plugin.type_name

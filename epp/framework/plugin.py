@@ -178,7 +178,10 @@ class PluginRegistry:
 
     def defer(self, type_name: str, load: Callable[[PluginRegistry], None]) -> None:
         """Know ``type_name`` now; ``load(self)`` registers it, or raises :class:`PluginConfigError`, when it is
-        first needed (:meth:`load`)."""
+        first needed (:meth:`load`). A type this picker only refuses (:meth:`refuse`) is replaced: an installed
+        distribution may provide an upstream type that has no in-tree plugin."""
+        if self._refused.pop(type_name, None) is not None:
+            del self._factories[type_name]
         if type_name in self._factories or type_name in self._deferred:
             raise ValueError(f"plugin type {type_name!r} registered twice")
         self._deferred[type_name] = load
