@@ -11,6 +11,7 @@ exist only with ``--enable-grpc-stream-metrics``, as upstream's.
 from __future__ import annotations
 
 from epp.config.config_series import ConfigSeries
+from epp.config.data_scope_series import DataScopeViolations
 from epp.datalayer.pool_gauges import PoolSeries
 from epp.datalayer.scraper import ScrapeSeries
 from epp.datastore.health_recorder import HealthSeries
@@ -37,6 +38,7 @@ PICKER_SERIES = (
     FlowControlSeries,
     ScrapeSeries,
     ConfigSeries,
+    DataScopeViolations,
     KubeSeries,
     HealthSeries,
 )
