@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from epp.picker_series import declare_picker_series
 from epp.plugins.pickers import RandomPicker
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
+from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp.requestcontrol.plugin_series import PluginSeries
 from epp.telemetry.families import Families, Names
 from epp.telemetry.metrics import EppMetrics
@@ -167,23 +167,23 @@ def test_every_upstream_series_of_the_picker_has_its_llm_d_twin() -> None:
     assert set(twins.values()) <= names(llm_d)
 
 
-def _scorer(name: str, entries: int) -> PrefixCacheScorer:
-    """A prefix-cache-scorer whose index holds ``entries`` blocks."""
-    scorer = PrefixCacheScorer(name)
-    scorer.index.add("ns/pod-rank-0", list(range(entries)))
-    return scorer
+def _producer(name: str, entries: int) -> ApproxPrefixCacheProducer:
+    """An approx-prefix-cache-producer whose index holds ``entries`` blocks."""
+    producer = ApproxPrefixCacheProducer(name)
+    producer.index.add("ns/pod-rank-0", list(range(entries)))
+    return producer
 
 
 def test_prefix_index_sizes_sum_for_gie_and_split_by_plugin_for_llm_d() -> None:
     metrics = EppMetrics()
     series = metrics.series(PluginSeries)
     picker = RandomPicker(rng=random.Random(1))  # a plugin that measures nothing: skipped
-    series.publish([_scorer("a", 3), _scorer("b", 4), picker])
-    series.publish([_scorer("a", 2), _scorer("a", 3)])  # plugin b went away on a reload; a is in two pools
+    series.publish([_producer("a", 3), _producer("b", 4), picker])
+    series.publish([_producer("a", 2), _producer("a", 3)])  # plugin b went away on a reload; a is in two pools
     r = metrics.registry
     assert sample(r, "inference_extension_prefix_indexer_size") == 5
-    assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="a", plugin_type="prefix-cache-scorer") == 5
-    assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="b", plugin_type="prefix-cache-scorer") is None
+    assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="a", plugin_type="approx-prefix-cache-producer") == 5
+    assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="b", plugin_type="approx-prefix-cache-producer") is None
 
 
 def test_an_unknown_naming_is_refused() -> None:
