@@ -8,8 +8,8 @@ from scheduling_builders import NOW
 
 from epp.clock import ManualClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
-from epp.datastore.store import Datastore
 from epp.datalayer.http_client import SessionClient
+from epp.datastore.store import Datastore
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.plugins import register_in_tree

@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from epp.picker_series import declare_picker_series
-from epp.plugins.pickers import RandomPicker
 from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
+from epp.plugins.pickers import RandomPicker
 from epp.requestcontrol.plugin_series import PluginSeries
 from epp.telemetry.families import Families, Names
 from epp.telemetry.metrics import EppMetrics
@@ -183,7 +183,9 @@ def test_prefix_index_sizes_sum_for_gie_and_split_by_plugin_for_llm_d() -> None:
     r = metrics.registry
     assert sample(r, "inference_extension_prefix_indexer_size") == 5
     assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="a", plugin_type="approx-prefix-cache-producer") == 5
-    assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="b", plugin_type="approx-prefix-cache-producer") is None
+    assert (
+        sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="b", plugin_type="approx-prefix-cache-producer") is None
+    )
 
 
 def test_an_unknown_naming_is_refused() -> None:
