@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from scheduling_builders import parsed
 
@@ -119,11 +117,11 @@ def test_factory_validates_parameters() -> None:
 def test_large_prompt_hashes_only_the_bounded_prefix() -> None:
     scorer = PrefixCacheScorer("p")
     req = parsed("/v1/completions", {"model": "m", "prompt": "w" * 220_000})
-    cycle = CycleState()
-    start = time.perf_counter()
-    hashes = scorer.hashes(cycle, req, [_state("a")])
+    hashes = scorer.hashes(CycleState(), req, [_state("a")])
     assert len(hashes) == 256
-    assert time.perf_counter() - start < 1.0  # sanity bound only; speed is measured by epp bench
+    # Nothing past the bounded prefix is read (its speed is epp bench's to measure, not a test's).
+    other_tail = parsed("/v1/completions", {"model": "m", "prompt": "w" * 220_000 + "x" * 100_000})
+    assert scorer.hashes(CycleState(), other_tail, [_state("a")]) == hashes
 
 
 class _Producer:
