@@ -200,7 +200,7 @@ class Pipeline:
                     self._admission, request, functools.partial(self._candidates, ctx.subset, recorder)
                 )
                 if self._producers:
-                    await self._produce(request, recorder)
+                    await self._produce(request, candidates, recorder)
                 if self._admitters:
                     self._admit(request, candidates, recorder)
                 decision = self._schedule(request, candidates, recorder)
@@ -290,11 +290,13 @@ class Pipeline:
             recorder.failed_open()
         return candidates
 
-    async def _produce(self, request: InferenceRequest, recorder: Recorder) -> None:
+    async def _produce(
+        self, request: InferenceRequest, candidates: Sequence[EndpointState], recorder: Recorder
+    ) -> None:
         for producer, observe in self._producers:
             start = time.perf_counter()
             try:
-                await producer.produce(request)
+                await producer.produce(request, candidates)
             except Exception as exc:  # a producer bug must not fail the request: it is scheduled without the data
                 detail = f"{type(exc).__name__}: {exc}"
                 recorder.cycle.plugin_failed("PrepareData", producer.typed_name, EXCEPTION, detail, exc)
