@@ -119,7 +119,10 @@ async def test_scale_quick(tmp_path: Path) -> None:
     for idle in doc["idle"]:
         # Every pod fetched many times in a second of 50 ms scrapes, none failed, ages below a second.
         assert idle["fetches_per_pod_per_s"] > 5 and idle["errors"] == 0
-        assert 0 < idle["serving_process_cores"] <= idle["cpu_cores"] < 2 and idle["metrics_age_max_ms"] < 1000
+        # /proc counts CPU in 10 ms ticks: a serving process that leaves scraping to its worker may
+        # use less than one tick in the quick run's 1 s idle window, so 0 is a true measurement.
+        assert 0 < idle["cpu_cores"] < 2 and idle["metrics_age_max_ms"] < 1000
+        assert 0 <= idle["serving_process_cores"] <= idle["cpu_cores"]
         assert 45 <= idle["achieved_interval_ms"] < 500
     assert [(lat["mode"], lat["pods"]) for lat in doc["latency"]] == [(m, 12) for m in modes]
     for latency in doc["latency"]:
