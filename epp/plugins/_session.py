@@ -27,7 +27,7 @@ from typing import Any
 
 from epp.clock import Clock
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import PluginConfigError
+from epp.framework.plugin import NamedPlugin, PluginConfigError
 from epp.framework.request import InferenceRequest, attribute_key
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -36,6 +36,7 @@ __all__ = [
     "ENCODED_ENDPOINT_HEADER",
     "SESSION_ID",
     "SessionAffinity",
+    "SessionPlugin",
     "decode_token",
     "encode_token",
     "session_affinity",
@@ -190,6 +191,22 @@ class SessionAffinity:
             if value:
                 return value
         return ""
+
+
+class SessionPlugin(NamedPlugin):
+    """What the scorer and the filter share: a strategy, its PreRequest binding and its response token."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, name: str, session: SessionAffinity) -> None:
+        super().__init__(name)
+        self.session = session
+
+    def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:
+        self.session.routed(cycle, request, result)
+
+    def response_headers(self, request: InferenceRequest, result: SchedulingResult) -> Mapping[str, str]:
+        return self.session.response_headers(result)
 
 
 def _header(name: str | None) -> str:

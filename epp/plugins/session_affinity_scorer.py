@@ -14,34 +14,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
+from epp.framework.plugin import PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
-from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins._session import SessionAffinity, session_affinity
+from epp.framework.scheduling import CycleState
+from epp.plugins._session import SessionPlugin, session_affinity
 
 __all__ = ["TYPE", "SessionAffinityScorer", "create"]
 
 TYPE = "session-affinity-scorer"
 
 
-class SessionAffinityScorer(NamedPlugin):
-    __slots__ = ("session",)
+class SessionAffinityScorer(SessionPlugin):
+    __slots__ = ()
     plugin_type = TYPE
     kinds = frozenset({PluginKind.SCORER, PluginKind.PRE_REQUEST})
-
-    def __init__(self, name: str, session: SessionAffinity) -> None:
-        super().__init__(name)
-        self.session = session
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         chosen = self.session.chosen(cycle, request, candidates)
         return [1.0 if c is chosen else 0.0 for c in candidates]
-
-    def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:
-        self.session.routed(cycle, request, result)
-
-    def response_headers(self, request: InferenceRequest, result: SchedulingResult) -> Mapping[str, str]:
-        return self.session.response_headers(result)
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> SessionAffinityScorer:
