@@ -6,7 +6,7 @@ The llm-d router's ``bylabel.Selector``: ``parameters`` is a ``metav1.LabelSelec
 candidate. A candidate set the selector empties fails the profile, as any filter that empties it.
 The deprecated ``by-label-selector`` type (upstream keeps it until v0.11) is the same filter under
 its old name, logged as deprecated when built. Unlike upstream, a selector it cannot read (an
-unknown operator, ``In`` without values, ``Exists`` with values, an unknown key) is refused at load.
+unknown operator, ``In`` without values, ``Exists`` with values, an unknown parameter) is refused at load.
 """
 
 from __future__ import annotations
