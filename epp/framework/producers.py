@@ -38,8 +38,9 @@ class DataProducer(Protocol):
     @property
     def typed_name(self) -> TypedName: ...
 
-    async def produce(self, request: InferenceRequest) -> None:
-        """Add data to ``request`` before scheduling; on failure leave it without and log."""
+    async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+        """Add data to ``request`` before scheduling (about the ``candidates`` it may go to, for a producer
+        that predicts per endpoint, as upstream's ``Produce`` gets them); on failure leave it without and log."""
         ...
 
 

@@ -64,7 +64,7 @@ from epp.framework.health import Health
 from epp.framework.parsing import request_path
 from epp.framework.plugin import PluginKind
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
-from epp.framework.response import CompletedResponse, ResponseComplete, Usage
+from epp.framework.response import CompletedResponse, ResponseComplete, ResponseTiming, Usage
 from epp.framework.scheduling import CycleState, PostResponse
 from epp.requestcontrol.admission import AdmissionStage, NoAdmission, QueueAdmission, SaturationAdmission
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
@@ -194,7 +194,7 @@ class Pipeline:
                     self._admission, request, functools.partial(self._candidates, ctx.subset, recorder)
                 )
                 if self._producers:
-                    await self._produce(request, recorder)
+                    await self._produce(request, candidates, recorder)
                 self._admit(request, candidates, recorder)
                 decision = self._schedule(request, candidates, recorder)
             recorder.routed(request, decision, self.config.in_flight)
@@ -279,11 +279,13 @@ class Pipeline:
             recorder.failed_open()
         return candidates
 
-    async def _produce(self, request: InferenceRequest, recorder: Recorder) -> None:
+    async def _produce(
+        self, request: InferenceRequest, candidates: Sequence[EndpointState], recorder: Recorder
+    ) -> None:
         for producer, observe in self._producers:
             start = time.perf_counter()
             try:
-                await producer.produce(request)
+                await producer.produce(request, candidates)
             except Exception:  # a producer bug must not fail the request: it is scheduled without the data
                 log.exception("data producer failed", extra={"plugin": str(producer.typed_name)})
             recorder.timed(observe, time.perf_counter() - start)
@@ -320,14 +322,16 @@ class Pipeline:
 
     # -- the end -----------------------------------------------------------------------------------
 
-    def response_complete(self, ctx: RequestContext, usage: Usage | None, status: int) -> dict[str, dict[str, float]]:
+    def response_complete(
+        self, ctx: RequestContext, usage: Usage | None, status: int, timing: ResponseTiming | None = None
+    ) -> dict[str, dict[str, float]]:
         """The response reached its end: the ResponseStreaming plugins read its ``usage`` (zeros when it carried
-        none, as upstream's); returns the dynamic metadata they set, for the response's last answer."""
+        none, as upstream's) and ``timing``; returns the dynamic metadata they set, for the response's last answer."""
         plugins = self._response_complete
         if not plugins:
             return {}
         request, recorder = ctx.request, ctx.recorder
-        response = CompletedResponse(usage or Usage(), status)
+        response = CompletedResponse(usage or Usage(), status, timing=timing)
         for plugin, observe in plugins:
             start = time.perf_counter()
             try:
