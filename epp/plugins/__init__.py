@@ -22,6 +22,8 @@ from epp.plugins import (
     inflight_scorers,
     kv_cache_scorer,
     label_selector_filter,
+    latency_scorer,
+    latency_slo_admitter,
     legacy_filter_tree,
     load_aware_scorer,
     lora_affinity_scorer,
@@ -31,6 +33,7 @@ from epp.plugins import (
     pickers,
     precise_prefix_producer,
     precise_prefix_scorer,
+    predicted_latency_producer,
     prefix_cache_affinity_filter,
     prefix_cache_scorer,
     probabilistic_admitter,
@@ -41,6 +44,7 @@ from epp.plugins import (
     session_affinity_filter,
     session_affinity_scorer,
     single_profile,
+    slo_headroom_tier_filter,
     soft_reflective_ceiling,
     token_producer,
     topology_affinity_filter,
@@ -114,6 +118,11 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (request_attribute_reporter.TYPE, request_attribute_reporter.create),
     (program_aware_fairness.TYPE, program_aware_fairness.create),
     (soft_reflective_ceiling.TYPE, soft_reflective_ceiling.create),
+    # SLO-aware routing: predicted latency per candidate, the tier filter, the scorer, the admitter.
+    (predicted_latency_producer.TYPE, predicted_latency_producer.create),
+    (slo_headroom_tier_filter.TYPE, slo_headroom_tier_filter.create),
+    (latency_scorer.TYPE, latency_scorer.create),
+    (latency_slo_admitter.TYPE, latency_slo_admitter.create),
 )
 
 # Types the llm-d router registers with Alpha stability (cmd/epp/runner/runner.go): a configuration

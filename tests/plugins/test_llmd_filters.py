@@ -226,8 +226,14 @@ def test_prefix_affinity_reads_the_configured_prefix_cache_scorer_and_refuses_wi
         prefix_cache_affinity_filter.create("f", {}, PluginContext()).resolve_references(
             lambda where, name: (_ for _ in ()).throw(PluginConfigError(f"{where}: undefined {name}"))
         )
-    with pytest.raises(PluginConfigError, match="ttftSource"):
-        prefix_cache_affinity_filter.create("f", {"ttftSource": "latencyPredictor"}, PluginContext())
+    # ttftSource latencyPredictor reads predicted-latency-producer's predictions: refused when there is none
+    predicted = prefix_cache_affinity_filter.create("f", {"ttftSource": "latencyPredictor"}, PluginContext())
+    with pytest.raises(PluginConfigError, match="declare a predicted-latency-producer"):
+        predicted.resolve_references(lambda where, name: scorer if name == "prefix-cache-scorer" else _undefined(name))
     prefix_cache_affinity_filter.create("f", {"ttftSource": "latencyPredictor", "maxTTFTPenaltyMs": 0}, PluginContext())
     with pytest.raises(PluginConfigError, match="affinityThreshold"):
         prefix_cache_affinity_filter.create("f", {"affinityThreshold": 1.5}, PluginContext())
+
+
+def _undefined(name: str) -> Plugin:
+    raise ValueError(f"undefined plugin {name!r}")
