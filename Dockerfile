@@ -22,8 +22,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # The wheels are bind-mounted from the builder for this one step, so no layer keeps them.
 # xds-protos ships an older copy of opentelemetry-proto's modules and pip's order decides which copy
 # stays, so opentelemetry-proto is installed again last (the OTLP exporter needs its messages).
+# LightGBM (the SLO latency predictor's trainer) links the system OpenMP runtime, libgomp1.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels epp \
+    apt-get update && apt-get install -y --no-install-recommends libgomp1 && rm -rf /var/lib/apt/lists/* \
+    && pip install --no-index --find-links=/wheels epp \
     && pip install --no-index --find-links=/wheels --no-deps --force-reinstall opentelemetry-proto \
     && groupadd --system --gid 10001 epp \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin epp

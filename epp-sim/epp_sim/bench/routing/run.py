@@ -81,7 +81,15 @@ async def _one_run(
             interval=0.02,
             message="the scraper never read every simulator's /metrics",
         )
-        async with router(strategy, store, options.seed, replicas=replicas, tokens=tokens) as route:
+        async with router(
+            strategy,
+            store,
+            options.seed,
+            replicas=replicas,
+            tokens=tokens,
+            time_scale=options.time_scale,
+            state=work / "slo-predictor.npz",
+        ) as route:
             cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
             outcome, before = await replay(
                 arrivals, route, session, options, lambda: server_counters(session, options.servers, port)
@@ -143,10 +151,16 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
                         run = await _one_run(options, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
                         runs.append(run)
                         label = strategy if replicas == 1 else f"{strategy} ×{replicas}"
+                        classes = run["classes"]
+                        slo = "".join(
+                            f"  {cls} SLO {classes[cls]['slo_attainment'] * 100:5.1f}%"
+                            for cls in ("critical", "sheddable")
+                            if name == "slo" and cls in classes
+                        )
                         print(
                             f"  {name:<14} load {load:4.2f} ({rate:5.1f}/s) {label:<15} "
                             f"ttft p90 {run['ttft_s']['p90']:7.3f}s  hit {run['prefix_hit_rate'] * 100:5.1f}%  "
-                            f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}",
+                            f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}{slo}",
                             flush=True,
                         )
     return {
