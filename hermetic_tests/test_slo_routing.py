@@ -108,6 +108,17 @@ async def test_slo_headers_admission_and_learning_through_envoy(epp_pool: PoolFa
         assert predictor.stats.observations["ttft"] >= 15
         assert predictor.stats.training_thread.startswith("epp-latency-train")
 
+        # ... and /metrics shows it: training runs, samples, the per-request series of upstream's names.
+        async with http.get(env.picker.metrics_url) as resp:
+            text = await resp.text()
+        runs_line = f'epp_latency_predictor_training_runs_total{{plugin_name="{PRODUCER}",result="success"}}'
+        assert float(text.split(runs_line, 1)[1].split()[0]) >= 1
+        assert f'epp_latency_predictor_samples{{plugin_name="{PRODUCER}",set="train",target="ttft"}}' in text
+        assert "llm_d_epp_request_ttft_prediction_duration_seconds_count{" in text
+        assert 'llm_d_epp_inference_request_metric{model_name=' in text
+        violation = 'llm_d_epp_request_slo_violation_total{model_name='
+        assert violation in text  # the 5 ms objective the admitted standard request had was missed
+
 
 async def test_without_a_model_the_scorer_falls_back_to_load(epp_pool: PoolFactory) -> None:
     env = await epp_pool(
