@@ -4,12 +4,18 @@ embedded predictor learns from the responses Envoy relays, training off the even
 
 from __future__ import annotations
 
+import io
+import json
 import random
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import grpc
 from pool_modes import POOL, served
 
+from epp.api import pb
+from epp.api.explain_command import render
 from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
 from epp.slo.features import Features, Sample
 from epp_sim.kube_objects import inference_objective
@@ -58,6 +64,14 @@ def _producer(env: HermeticPool):  # type: ignore[no-untyped-def]
     return env.runtime.pools[0].routing.config.plugins[PRODUCER]
 
 
+async def _explain(env: HermeticPool, headers: dict[str, str]) -> Any:
+    async with grpc.aio.insecure_channel(env.picker.health_target) as channel:
+        request = pb.ExplainRequest(
+            headers={":path": "/v1/chat/completions", **headers}, body=json.dumps(CHAT).encode()
+        )
+        return await pb.ExplainStub(channel).Explain(request, timeout=10)
+
+
 async def _served_by(env: HermeticPool, http: aiohttp.ClientSession, headers: dict[str, str]) -> int:
     before = [pod.server.stats()["requests"] for pod in env.pods]
     async with http.post(f"{env.envoy_url}/v1/chat/completions", json=CHAT, headers=headers) as resp:
@@ -84,6 +98,18 @@ async def test_slo_headers_admission_and_learning_through_envoy(epp_pool: PoolFa
         # Headers honoured: only the idle pod is predicted under 100 ms (pod 0: ~180 ms), in either spelling.
         assert await _served_by(env, http, {"x-llm-d-slo-ttft-ms": "100"}) == 1
         assert await _served_by(env, http, {"x-slo-ttft-ms": "100"}) == 1
+        # Explain shows the predictions, the objectives and the headroom per endpoint.
+        answer = await _explain(env, {"x-llm-d-slo-ttft-ms": "100"})
+        (latency,) = answer.latency
+        assert (latency.producer, latency.ttft_slo_ms, latency.tpot_slo_ms) == (PRODUCER, 100.0, 0.0)
+        by_address = {e.address: e for e in latency.endpoints}
+        queued, idle = by_address[env.hostport(0)], by_address[env.hostport(1)]
+        assert queued.ttft_ms > 150 and idle.ttft_ms < 100
+        assert queued.ttft_headroom_ms < 0 < idle.ttft_headroom_ms and idle.valid and not queued.valid
+        assert list(answer.picked) == [env.hostport(1)]
+        text = io.StringIO()
+        render(answer, text)
+        assert f"latency ({PRODUCER}): SLO TTFT 100 ms, TPOT none" in text.getvalue()
         # Both meet 1 s: `least` packs the request onto the pod closest to its objective.
         assert await _served_by(env, http, {"x-llm-d-slo-ttft-ms": "1000"}) == 0
 
@@ -93,6 +119,8 @@ async def test_slo_headers_admission_and_learning_through_envoy(epp_pool: PoolFa
             assert resp.status == 500
             assert await resp.read() == REFUSED
             assert "x-llm-d-request-dropped-reason" not in resp.headers
+        refused = await _explain(env, sheddable)
+        assert (refused.failure.http_status, refused.failure.message.encode()) == (500, REFUSED)
         # ... standard priority is never refused by it, and a sheddable request with room is admitted.
         assert await _served_by(env, http, {"x-llm-d-slo-ttft-ms": "5"}) in (0, 1)
         relaxed = {"x-gateway-inference-objective": "batch", "x-llm-d-slo-ttft-ms": "100"}
@@ -115,8 +143,8 @@ async def test_slo_headers_admission_and_learning_through_envoy(epp_pool: PoolFa
         assert float(text.split(runs_line, 1)[1].split()[0]) >= 1
         assert f'epp_latency_predictor_samples{{plugin_name="{PRODUCER}",set="train",target="ttft"}}' in text
         assert "llm_d_epp_request_ttft_prediction_duration_seconds_count{" in text
-        assert 'llm_d_epp_inference_request_metric{model_name=' in text
-        violation = 'llm_d_epp_request_slo_violation_total{model_name='
+        assert "llm_d_epp_inference_request_metric{model_name=" in text
+        violation = "llm_d_epp_request_slo_violation_total{model_name="
         assert violation in text  # the 5 ms objective the admitted standard request had was missed
 
 
@@ -129,3 +157,8 @@ async def test_without_a_model_the_scorer_falls_back_to_load(epp_pool: PoolFacto
         for _ in range(3):
             assert await _served_by(env, http, {"x-llm-d-slo-ttft-ms": "100"}) == 1
     assert not _producer(env).predictor.stats.model_ready
+    answer = await _explain(env, {"x-llm-d-slo-ttft-ms": "100"})
+    assert [(p.producer, len(p.endpoints)) for p in answer.latency] == [(PRODUCER, 0)]
+    text = io.StringIO()
+    render(answer, text)
+    assert "no prediction (no model yet): the SLO plugins fall back" in text.getvalue()

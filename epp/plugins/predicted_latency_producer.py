@@ -11,7 +11,7 @@ The llm-d router's ``requestcontrol/dataproducer/predictedlatency``, with its pa
   ``SLO × sloBufferFactor``, tightened to the smallest TPOT objective among the requests this picker
   has running there; outside ``streamingMode``, or on an endpoint whose ``endpointRoleLabel`` value
   is ``prefill``, TPOT is neutral (valid, headroom 0). No prediction (no model yet, the predictor
-  failed) writes nothing, and the SLO plugins fall back;
+  failed) leaves the attribute empty (upstream writes none), and the SLO plugins fall back;
 - **PreRequest**: the request joins its endpoint's running requests (and its prefill endpoint, from
   a profile named ``prefill``, is noted);
 - **ResponseStreaming** (the response is complete, status 200): the sample. TTFT = the first
@@ -167,14 +167,15 @@ class PredictedLatencyProducer(NamedPlugin):
         predictor = self.predictor
         if not self.predict_in_produce or predictor is None or not candidates:
             return
+        predictions = LatencyPredictions(self.typed_name.name, ttft_slo, tpot_slo)
+        request.attributes[LatencyPredictions.key(self.typed_name.name)] = predictions  # empty: the readers fall back
         start = time.perf_counter()
         bulk = await predictor.predict(features)
         self._recorder.predicted(self.typed_name, request, time.perf_counter() - start)
         if bulk is None or len(bulk.ttft_ms) != len(candidates):
             return
-        predictions = LatencyPredictions(self.typed_name.name, ttft_slo, tpot_slo, self._judge(candidates, bulk, state))
+        predictions.by_endpoint = self._judge(candidates, bulk, state)
         state.predictions = predictions
-        request.attributes[LatencyPredictions.key(self.typed_name.name)] = predictions
 
     def _features(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[Features]:
         tokens = len(request.token_ids) if request.token_ids is not None else request.size // _BYTES_PER_TOKEN

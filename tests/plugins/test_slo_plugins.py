@@ -127,11 +127,12 @@ async def test_producer_outside_streaming_mode_neutralises_tpot_and_learns_end_t
     assert len(fixed.samples) == 1  # an error answer teaches nothing
 
 
-async def test_no_prediction_writes_nothing() -> None:
+async def test_no_prediction_leaves_the_attribute_empty() -> None:
     producer = predicted_latency_producer.PredictedLatencyProducer(PRODUCER, FixedPredictor(None))
     request = _request(**{"x-llm-d-slo-ttft-ms": "100"})
     await producer.produce(request, [state(0)])
-    assert LatencyPredictions.read(request, PRODUCER) is None
+    assert LatencyPredictions.read(request, PRODUCER) == LatencyPredictions(PRODUCER, 100.0, 0.0, {})
+    assert _scorer().source.read(request) is None  # what the SLO plugins see: nothing, so they fall back
 
 
 def test_producer_parameters_are_checked() -> None:
