@@ -19,6 +19,7 @@ from epp.api.explain_command import render
 from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
 from epp.slo.features import Features, Sample
 from epp_sim.kube_objects import inference_objective
+from epp_sim.latency_predictor import LatencyPredictorServer
 from epp_sim.modelserver import SimConfig
 from epp_sim.pytest_plugin import PoolFactory
 from epp_sim.stack.hermetic import HermeticPool
@@ -162,3 +163,34 @@ async def test_without_a_model_the_scorer_falls_back_to_load(epp_pool: PoolFacto
     text = io.StringIO()
     render(answer, text)
     assert "no prediction (no model yet): the SLO plugins fall back" in text.getvalue()
+
+
+REMOTE = """
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: predicted-latency-producer
+  parameters:
+    predictor:
+      backend: remote
+      remote: {{trainingServerUrl: "{url}", predictionServerUrls: "{url}", flushInterval: 100ms}}
+- type: slo-headroom-tier-filter
+- type: latency-scorer
+- type: max-score-picker
+"""
+
+
+async def test_the_remote_backend_speaks_upstreams_sidecar_apis(epp_pool: PoolFactory) -> None:
+    """``backend: remote``: samples reach the training server, predictions come from the prediction server."""
+    async with LatencyPredictorServer() as sidecars:
+        args = ["--config-text", REMOTE.format(url=sidecars.url)]
+        env = await epp_pool("v1", pods=2, objects=served("v1", MODEL), picker_args=args, envoy=True)
+        async with aiohttp.ClientSession() as http:
+            for _ in range(4):
+                await _served_by(env, http, {"x-llm-d-slo-ttft-ms": "1000"})
+            await wait_until(lambda: len(sidecars.samples) >= 4, timeout=20, message="samples flushed to the sidecar")
+            assert all(s["actual_ttft_ms"] > 0 for s in sidecars.samples)
+            answer = await _explain(env, {"x-llm-d-slo-ttft-ms": "1000"})
+            (latency,) = answer.latency
+            assert len(latency.endpoints) == 2 and all(e.ttft_ms > 0 for e in latency.endpoints)
+            assert sidecars.prediction_calls >= 5
