@@ -51,11 +51,9 @@ async def _trained_state(path: Path) -> None:
     """A model that learnt TTFT = 20 ms + 40 ms per waiting request (the picker loads it at start)."""
     rng = random.Random(5)
     predictor = EmbeddedPredictor(EmbeddedSettings(retrain_interval=3600, state_file=str(path)), seed=5)
-    for _ in range(600):
+    for _ in range(3000):
         waiting = rng.randint(0, 10)
-        features = Features(
-            rng.random() * 0.5, rng.randint(1, 200), waiting, rng.randint(0, 4), 0.0, rng.randint(0, 800)
-        )
+        features = Features(rng.random(), rng.randint(1, 200), waiting, rng.randint(0, 4), 0.0, rng.randint(0, 800))
         predictor.observe(Sample(features, (20 + 40 * waiting) * rng.uniform(0.95, 1.05), 0.0))
     assert await predictor.train_now()
     await predictor.aclose()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
@@ -42,9 +43,9 @@ def slo_ms(request_headers: Mapping[str, str], name: str) -> float:
     return value if math.isfinite(value) and value > 0 else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class LatencyPrediction:
-    """One candidate's prediction for one request; times and headrooms in milliseconds."""
+class LatencyPrediction(NamedTuple):
+    """One candidate's prediction for one request; times and headrooms in milliseconds (a tuple: one is made
+    per candidate per request, and a tuple is the cheapest immutable record to make)."""
 
     ttft_ms: float
     tpot_ms: float

@@ -36,6 +36,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import LatencyPrediction, LatencyPredictions, slo_ms
@@ -46,7 +49,7 @@ from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
 from epp.plugins._prefix_match import PrefixMatchReader
 from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
-from epp.slo.features import Features, Sample
+from epp.slo.features import Features, Sample, candidate_rows
 from epp.slo.predictor import NO_RECORDING, BulkPrediction, LatencyRecorder, Observation, Predictor
 from epp.slo.remote import RemotePredictor, RemoteSettings
 
@@ -61,15 +64,22 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Request:
-    """What the producer keeps of one request, in the request's attributes."""
+    """What the producer keeps of one request, in the request's attributes: the candidates' feature rows and
+    each endpoint key's row."""
 
     ttft_slo: float
     tpot_slo: float
-    features: dict[str, Features]
+    rows: npt.NDArray[np.float64]
+    index: dict[str, int]
     predictions: LatencyPredictions | None = None
     target: str = ""
     prefill: str = ""
     running_on: str = ""
+
+    def features(self, key: str) -> Features | None:
+        """What endpoint ``key`` looked like when the request was predicted (None: not a candidate)."""
+        i = self.index.get(key)
+        return None if i is None else Features.from_row(self.rows[i])
 
 
 @dataclass(slots=True)
@@ -161,8 +171,8 @@ class PredictedLatencyProducer(NamedPlugin):
     async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
         ttft_slo = slo_ms(request.headers, headers.TTFT_SLO)
         tpot_slo = slo_ms(request.headers, headers.TPOT_SLO)
-        features = self._features(request, candidates)
-        state = _Request(ttft_slo, tpot_slo, {s.endpoint.key: f for s, f in zip(candidates, features, strict=True)})
+        rows = self.rows(request, candidates)
+        state = _Request(ttft_slo, tpot_slo, rows, {s.endpoint.key: i for i, s in enumerate(candidates)})
         request.attributes[self._state_key] = state
         predictor = self.predictor
         if not self.predict_in_produce or predictor is None or not candidates:
@@ -170,34 +180,31 @@ class PredictedLatencyProducer(NamedPlugin):
         predictions = LatencyPredictions(self.typed_name.name, ttft_slo, tpot_slo)
         request.attributes[LatencyPredictions.key(self.typed_name.name)] = predictions  # empty: the readers fall back
         start = time.perf_counter()
-        bulk = await predictor.predict(features)
+        bulk = await predictor.predict(rows)
         self._recorder.predicted(self.typed_name, request, time.perf_counter() - start)
         if bulk is None or len(bulk.ttft_ms) != len(candidates):
             return
         predictions.by_endpoint = self._judge(candidates, bulk, state)
         state.predictions = predictions
 
-    def _features(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[Features]:
-        tokens = len(request.token_ids) if request.token_ids is not None else request.size // _BYTES_PER_TOKEN
-        scores = [0.0] * len(candidates)
+    def rows(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> npt.NDArray[np.float64]:
+        """The candidates' feature rows (``epp/slo/features.py``), built a column at a time."""
+        scores: Sequence[float] = [0.0] * len(candidates)
         prefix = self._prefix
         if prefix is not None and candidates:
             info = prefix.match(CycleState(), request, candidates)
             if info is not None and info.total_blocks > 0:
                 scores = [min(m / info.total_blocks, 1.0) for m in info.match_blocks]
         label = self.role_label
-        return [
-            Features(
-                kv_cache_percentage=state.metrics.kv_cache_usage,
-                input_token_length=tokens,
-                num_request_waiting=state.metrics.waiting_queue,
-                num_request_running=state.in_flight_requests,
-                prefix_cache_score=score,
-                prefill_tokens_in_flight=state.in_flight_tokens,
-                pod_type=state.endpoint.labels.get(label, "") if label else "",
-            )
-            for state, score in zip(candidates, scores, strict=True)
-        ]
+        return candidate_rows(
+            kv_cache=[s.metrics.kv_cache_usage for s in candidates],
+            input_tokens=len(request.token_ids) if request.token_ids is not None else request.size // _BYTES_PER_TOKEN,
+            waiting=[s.metrics.waiting_queue for s in candidates],
+            running=[s.in_flight_requests for s in candidates],
+            prefix=scores,
+            in_flight_tokens=[s.in_flight_tokens for s in candidates],
+            pod_types=[s.endpoint.labels.get(label, "") for s in candidates] if label else [""] * len(candidates),
+        )
 
     def _judge(
         self, candidates: Sequence[EndpointState], bulk: BulkPrediction, state: _Request
@@ -279,8 +286,8 @@ class PredictedLatencyProducer(NamedPlugin):
         predictor = self.predictor
         if predictor is None:
             return
-        decode = state.features.get(state.target)
-        prefill = state.features.get(state.prefill) if state.prefill else None
+        decode = state.features(state.target)
+        prefill = state.features(state.prefill) if state.prefill else None
         if prefill is not None:
             if ttft > 0:
                 predictor.observe(Sample(prefill, ttft, 0.0))

@@ -26,14 +26,14 @@ import os
 import random
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from epp.slo.features import TPOT_COLUMNS, TTFT_COLUMNS, Features, Sample, matrix
+from epp.slo.features import TPOT_COLUMNS, TTFT_COLUMNS, Sample
 from epp.slo.forest import Forest, combine
 from epp.slo.predictor import BulkPrediction, PredictorStats
 from epp.slo.samples import SampleStore, Snapshot, saved_snapshot
@@ -93,12 +93,12 @@ class EmbeddedPredictor:
 
     # -- on the event loop -----------------------------------------------------------------------
 
-    async def predict(self, features: Sequence[Features]) -> BulkPrediction | None:
+    async def predict(self, rows: npt.NDArray[np.float64]) -> BulkPrediction | None:
         self._start()
         model = self._model
-        if model is None or not features:
+        if model is None or not len(rows):
             return None
-        outputs = dict(zip(model.targets, model.forest.predict(matrix([f.row() for f in features])), strict=True))
+        outputs = dict(zip(model.targets, model.forest.predict(rows), strict=True))
         ttft = outputs.get("ttft")
         if ttft is None:
             return None
@@ -106,7 +106,7 @@ class EmbeddedPredictor:
         self.stats.predictions += 1
         return BulkPrediction(
             np.maximum(ttft, 0.0).tolist(),
-            np.maximum(tpot, 0.0).tolist() if tpot is not None else [0.0] * len(features),
+            np.maximum(tpot, 0.0).tolist() if tpot is not None else [0.0] * len(rows),
         )
 
     def observe(self, sample: Sample) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "TTFT_COLUMNS",
     "Features",
     "Sample",
+    "candidate_rows",
     "matrix",
 ]
 
@@ -82,6 +83,20 @@ class Features:
             float(POD_TYPES.index(pod_type)) if pod_type in POD_TYPES else 0.0,
         )
 
+    @staticmethod
+    def from_row(row: npt.NDArray[np.float64]) -> Features:
+        """The features a matrix row was made from (the inverse of :meth:`row`)."""
+        pod = int(row[8])
+        return Features(
+            kv_cache_percentage=float(row[1]),
+            input_token_length=int(row[2]),
+            num_request_waiting=int(row[3]),
+            num_request_running=int(row[4]),
+            prefix_cache_score=float(row[6]),
+            prefill_tokens_in_flight=int(row[5]),
+            pod_type=POD_TYPES[pod] if 0 <= pod < len(POD_TYPES) else "",
+        )
+
     def bucket(self) -> tuple[int, int, int]:
         """Upstream's sample bucket: queue (0 | 1–2 | 3–5 | 6–10 | 11+), KV (20 × 5%), prefix (4 × 25%)."""
         waiting = self.num_request_waiting
@@ -103,3 +118,27 @@ class Sample:
 def matrix(rows: Sequence[tuple[float, ...]]) -> npt.NDArray[np.float64]:
     """Rows as a C-ordered float64 matrix (rows × :data:`COLUMNS`)."""
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(COLUMNS))
+
+
+def candidate_rows(
+    *,
+    kv_cache: Sequence[float],
+    input_tokens: int,
+    waiting: Sequence[int],
+    running: Sequence[int],
+    prefix: Sequence[float],
+    in_flight_tokens: Sequence[int],
+    pod_types: Sequence[str],
+) -> npt.NDArray[np.float64]:
+    """The matrix of one request's candidates, a column at a time (what :meth:`Features.row` gives row by row)."""
+    out = np.empty((len(kv_cache), len(COLUMNS)), dtype=np.float64)
+    out[:, 3] = waiting
+    out[:, 0] = out[:, 3] > 0
+    out[:, 1] = kv_cache
+    out[:, 2] = input_tokens
+    out[:, 4] = running
+    out[:, 5] = in_flight_tokens
+    out[:, 6] = prefix
+    out[:, 7] = (1.0 - out[:, 6]) * input_tokens
+    out[:, 8] = [POD_TYPES.index(p) if p in POD_TYPES else 0 for p in pod_types]
+    return out

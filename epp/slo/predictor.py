@@ -1,6 +1,6 @@
 """The one interface both latency predictors serve (embedded and remote), and what they report.
 
-``predict`` gets the rows of every candidate of one request and answers for all of them at once (or
+``predict`` gets the feature rows (a matrix) of every candidate of one request and answers for all of them at once (or
 None: no model yet, or the predictor failed, and the SLO plugins fall back); ``observe`` hands
 over one finished request's sample; ``stats`` are the counts the metrics mirror at each scrape.
 """
@@ -11,9 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
-from epp.slo.features import Features, Sample
+from epp.slo.features import Sample
 from epp.slo.trainer import Quality
 
 __all__ = ["NO_RECORDING", "BulkPrediction", "LatencyRecorder", "Observation", "Predictor", "PredictorStats"]
@@ -62,8 +65,8 @@ class Predictor(Protocol):
     @property
     def stats(self) -> PredictorStats: ...
 
-    async def predict(self, features: Sequence[Features]) -> BulkPrediction | None:
-        """Predictions for every row, or None when there is no model (yet) or the predictor failed."""
+    async def predict(self, rows: npt.NDArray[np.float64]) -> BulkPrediction | None:
+        """Predictions for every row (``features.COLUMNS``), or None when there is no model (yet) or it failed."""
         ...
 
     def observe(self, sample: Sample) -> None:

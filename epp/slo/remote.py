@@ -22,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import numpy as np
+import numpy.typing as npt
 import orjson
 
 from epp.slo.features import Features, Sample
@@ -114,8 +116,9 @@ class RemotePredictor:
             client = self._client = httpx.AsyncClient(timeout=self.settings.timeout)
         return client
 
-    async def predict(self, features: Sequence[Features]) -> BulkPrediction | None:
+    async def predict(self, rows: npt.NDArray[np.float64]) -> BulkPrediction | None:
         self._start()
+        features = [Features.from_row(row) for row in rows]
         if not features:
             return None
         if len(features) > self.settings.max_bulk_size:

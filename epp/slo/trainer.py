@@ -26,9 +26,9 @@ from epp.slo.forest import Forest, from_lightgbm_dump
 
 __all__ = ["DEPTH", "LEARNING_RATE", "TREES", "Quality", "quality", "train"]
 
-TREES = 50
+TREES = 32
 DEPTH = 4
-LEARNING_RATE = 0.2
+LEARNING_RATE = 0.25
 _GROUPS = 10
 
 Floats = npt.NDArray[np.float64]

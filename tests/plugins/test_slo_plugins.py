@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 from scheduling_builders import state
 
@@ -16,7 +17,7 @@ from epp.framework.response import CompletedResponse, ResponseTiming, Usage
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
 from epp.plugins import latency_scorer, latency_slo_admitter, predicted_latency_producer, slo_headroom_tier_filter
 from epp.plugins.latency_slo_admitter import REFUSAL
-from epp.slo.features import Features, Sample
+from epp.slo.features import Sample
 from epp.slo.predictor import BulkPrediction, PredictorStats
 
 PRODUCER = "predicted-latency-producer"
@@ -31,7 +32,7 @@ class FixedPredictor:
         self.samples: list[Sample] = []
         self.stats = PredictorStats(backend="fixed")
 
-    async def predict(self, features: Sequence[Features]) -> BulkPrediction | None:
+    async def predict(self, rows: np.ndarray) -> BulkPrediction | None:
         if self.answers is None:
             return None
         return BulkPrediction([a[0] for a in self.answers], [a[1] for a in self.answers])

@@ -8,10 +8,11 @@ import random
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
-from epp.slo.features import Features, Sample
+from epp.slo.features import Features, Sample, matrix
 
 
 def _features(rng: random.Random) -> Features:
@@ -23,6 +24,10 @@ def _features(rng: random.Random) -> Features:
         prefix_cache_score=rng.random() * 0.5,
         prefill_tokens_in_flight=rng.randint(0, 20000),
     )
+
+
+def _rows(features: list[Features]) -> np.ndarray:
+    return matrix([f.row() for f in features])
 
 
 def _sample(rng: random.Random) -> Sample:
@@ -39,7 +44,7 @@ async def test_trains_off_the_loop_and_learns_the_p90() -> None:
     rng = random.Random(7)
     predictor = EmbeddedPredictor(EmbeddedSettings(retrain_interval=3600), seed=7)
     try:
-        assert await predictor.predict([_features(rng)]) is None  # no model yet: the plugins fall back
+        assert await predictor.predict(_rows([_features(rng)])) is None  # no model yet: the plugins fall back
         for _ in range(4000):
             predictor.observe(_sample(rng))
         loop_thread = threading.current_thread().name
@@ -54,11 +59,11 @@ async def test_trains_off_the_loop_and_learns_the_p90() -> None:
             assert quality.error < 0.25, (target, quality)
             assert 0.8 < quality.coverage < 0.97, (target, quality)
         rows = [_features(rng) for _ in range(32)]
-        prediction = await predictor.predict(rows)
+        prediction = await predictor.predict(_rows(rows))
         assert prediction is not None and len(prediction.ttft_ms) == len(prediction.tpot_ms) == 32
         queued = Features(0.5, 1000, 9, 10, 0.0, 0)
         idle = Features(0.5, 1000, 0, 10, 0.0, 0)
-        both = await predictor.predict([queued, idle])
+        both = await predictor.predict(_rows([queued, idle]))
         assert both is not None and both.ttft_ms[0] > 3 * both.ttft_ms[1]  # the queue is learnt
         assert not await predictor.train_now()  # nothing new: no run
     finally:
@@ -73,18 +78,18 @@ async def test_state_survives_a_restart(tmp_path: Path) -> None:
     for _ in range(500):
         first.observe(_sample(rng))
     assert await first.train_now()
-    before = await first.predict(rows)
+    before = await first.predict(_rows(rows))
     await first.aclose()
     assert state.exists()
 
     second = EmbeddedPredictor(EmbeddedSettings(retrain_interval=3600, state_file=str(state)), seed=3)
     try:
-        assert await second.predict(rows) is None  # loading starts with the first use, off the loop
+        assert await second.predict(_rows(rows)) is None  # loading starts with the first use, off the loop
         for _ in range(200):
-            if await second.predict(rows) is not None:
+            if await second.predict(_rows(rows)) is not None:
                 break
             await asyncio.sleep(0.01)
-        assert await second.predict(rows) == before
+        assert await second.predict(_rows(rows)) == before
         assert second.stats.samples == first.stats.samples
     finally:
         await second.aclose()
@@ -95,7 +100,7 @@ async def test_a_bad_state_file_starts_cold(tmp_path: Path, caplog: pytest.LogCa
     state.write_bytes(b"not a state file")
     predictor = EmbeddedPredictor(EmbeddedSettings(retrain_interval=3600, state_file=str(state)))
     try:
-        assert await predictor.predict([_features(random.Random(1))]) is None
+        assert await predictor.predict(_rows([_features(random.Random(1))])) is None
         for _ in range(200):
             if any("not loaded" in r.getMessage() for r in caplog.records):
                 break

@@ -3,9 +3,15 @@ per request, samples flushed in bulk, and every failure a fall-back, never an er
 
 from __future__ import annotations
 
-from epp.slo.features import Features, Sample
+import numpy as np
+
+from epp.slo.features import Features, Sample, matrix
 from epp.slo.remote import RemotePredictor, RemoteSettings
 from epp_sim.latency_predictor import LatencyPredictorServer
+
+
+def _rows(*features: Features) -> np.ndarray:
+    return matrix([f.row() for f in features])
 
 
 def _features(waiting: int) -> Features:
@@ -17,7 +23,7 @@ async def test_predicts_in_bulk_and_sends_samples() -> None:
         settings = RemoteSettings(training_url=server.url, prediction_urls=(server.url,), flush_interval=3600)
         predictor = RemotePredictor(settings, seed=1)
         try:
-            assert await predictor.predict([_features(0)]) is None  # 503 until the server has a model
+            assert await predictor.predict(_rows(_features(0))) is None  # 503 until the server has a model
             assert predictor.stats.prediction_failures == 1
             for i in range(10):
                 predictor.observe(Sample(_features(0), 20.0 + i, 5.0))
@@ -30,13 +36,15 @@ async def test_predicts_in_bulk_and_sends_samples() -> None:
                 "decode",
                 1200,
             )
-            bulk = await predictor.predict([_features(0), _features(4)])
+            bulk = await predictor.predict(_rows(_features(0), _features(4)))
             assert bulk is not None
             assert bulk.ttft_ms[0] == 29.0 and bulk.ttft_ms[1] == 209.0 and bulk.tpot_ms[0] == 5.0
             assert predictor.stats.predictions == 1
             too_many = [_features(0)] * (settings.max_bulk_size + 1)
             calls = server.prediction_calls
-            assert await predictor.predict(too_many) is None and server.prediction_calls == calls  # no call made
+            assert (
+                await predictor.predict(_rows(*too_many)) is None and server.prediction_calls == calls
+            )  # no call made
         finally:
             await predictor.aclose()
 
@@ -48,7 +56,7 @@ async def test_an_unreachable_server_is_a_fall_back() -> None:
         RemoteSettings(training_url=url, prediction_urls=(url,), timeout=2, flush_interval=3600)
     )
     try:
-        assert await predictor.predict([_features(0)]) is None
+        assert await predictor.predict(_rows(_features(0))) is None
         predictor.observe(Sample(_features(0), 10.0, 0.0))
         assert not await predictor.flush()
         assert predictor.stats.prediction_failures == 1 and predictor.stats.training_failures == 1
