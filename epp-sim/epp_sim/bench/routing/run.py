@@ -34,7 +34,7 @@ from epp_sim.bench.routing.cluster import (
 from epp_sim.bench.routing.options import RoutingOptions
 from epp_sim.bench.routing.replay import replay
 from epp_sim.bench.routing.scoring import routing_targets, run_record
-from epp_sim.bench.routing.strategies import STRATEGIES, RealTokens, router
+from epp_sim.bench.routing.strategies import LEARNING, STRATEGIES, RealTokens, router
 from epp_sim.bench.workloads import WORKLOADS, Arrival, capacity
 from epp_sim.ports import free_port
 from epp_sim.stack.envoy import envoy_binary
@@ -44,6 +44,8 @@ from epp_sim.waits import wait_until
 __all__ = ["run_routing"]
 
 _SCRAPE_INTERVAL = 0.05
+_STATE = "slo-predictor.npz"
+"""The SLO strategies' predictor state, shared by their runs (a warm replica's models and samples)."""
 _TOKENIZER_VOCAB = 1000
 """Large enough that every word of :mod:`epp_sim.tiny_tokenizer` is one token."""
 
@@ -88,7 +90,7 @@ async def _one_run(
             replicas=replicas,
             tokens=tokens,
             time_scale=options.time_scale,
-            state=work / "slo-predictor.npz",
+            state=work / _STATE,
         ) as route:
             cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
             outcome, before = await replay(
@@ -148,6 +150,10 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
                 arrivals = workload.generate(rate, options.sim_seconds, options.seed)
                 for replicas in replica_counts:
                     for strategy in strategies:
+                        if strategy in LEARNING and not (work / _STATE).exists():
+                            # A picker that has been serving: one unrecorded run trains the predictor first.
+                            print(f"  {name:<14} load {load:4.2f} {strategy}: warm-up run (not recorded)", flush=True)
+                            await _one_run(options, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
                         run = await _one_run(options, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
                         runs.append(run)
                         label = strategy if replicas == 1 else f"{strategy} ×{replicas}"

@@ -20,7 +20,8 @@ Envoy spreads streams over ``epp serve`` replicas.
 ``queue-kv`` is ``queue-scorer`` and ``kv-cache-utilization-scorer`` alone, weight 1 each; ``slo`` is
 the llm-d router's SLO-aware profile (``predicted-latency-producer`` in streaming mode with the
 embedded predictor, ``slo-headroom-tier-filter``, ``latency-scorer``, ``weighted-random-picker``,
-``latency-slo-admitter``). The picker runs in wall time while the simulators and the workload's
+``latency-slo-admitter``; ``slo-most`` the same with ``headroomSelectionStrategy: most``). The picker
+runs in wall time while the simulators and the workload's
 objectives are in simulated time, so each request's SLO headers are divided by the time scale on
 their way to the picker; the predictor's models and samples are kept in a state file of the bench's
 work directory, so each ``slo`` run starts from what the previous ones learnt (a warm replica).
@@ -54,12 +55,14 @@ __all__ = [
     "DEFAULT_STRATEGIES",
     "FLOW_CONTROL",
     "IN_FLIGHT",
+    "LEARNING",
     "LEAST_QUEUE",
     "NEEDS_REAL_TOKENS",
     "PRECISE",
     "QUEUE_KV",
     "ROUND_ROBIN",
     "SLO",
+    "SLO_MOST",
     "STRATEGIES",
     "RealTokens",
     "Route",
@@ -78,6 +81,7 @@ APPROXIMATE = "approximate"
 PRECISE = "precise"
 QUEUE_KV = "queue-kv"
 SLO = "slo"
+SLO_MOST = "slo-most"
 _LLM_D_WEIGHTS = """schedulingProfiles:
 - name: default
   plugins:
@@ -177,15 +181,14 @@ STRATEGIES[QUEUE_KV] = (
 - type: max-score-picker
 """
 )
-STRATEGIES[SLO] = (
-    _HEADER
-    + """plugins:
+_SLO_PROFILE = """plugins:
 - type: predicted-latency-producer
   parameters:
     streamingMode: true
     predictor: {embedded: {retrainInterval: 1s, minSamplesForRetrain: 50, stateFile: "$state"}}
 - type: slo-headroom-tier-filter
 - type: latency-scorer
+  parameters: {headroomSelectionStrategy: STRATEGY}
 - type: latency-slo-admitter
 - type: weighted-random-picker
 schedulingProfiles:
@@ -195,7 +198,10 @@ schedulingProfiles:
   - pluginRef: latency-scorer
   - pluginRef: weighted-random-picker
 """
-)
+STRATEGIES[SLO] = _HEADER + _SLO_PROFILE.replace("STRATEGY", "least")
+STRATEGIES[SLO_MOST] = _HEADER + _SLO_PROFILE.replace("STRATEGY", "most")
+LEARNING = frozenset({SLO, SLO_MOST})
+"""Strategies whose predictor learns from the responses (their runs share its state file)."""
 
 DEFAULT_STRATEGIES = (ROUND_ROBIN, "random", "least-queue", "legacy-v0.3", DEFAULT, "prefix-aware")
 """What a workload without its own strategies runs unless told (``overload``, ``bursty`` and
@@ -237,7 +243,7 @@ def _config(
         if tokens is None:
             raise ValueError(f"strategy {strategy!r} needs a workload with real tokens")
         text = Template(text).substitute(tokenizer=tokens.tokenizer, events_port=tokens.events_port)
-    if strategy == SLO:
+    if strategy in LEARNING:
         if state is None:
             raise ValueError(f"strategy {strategy!r} needs a state file")
         text = Template(text).substitute(state=state)
