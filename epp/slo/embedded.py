@@ -122,7 +122,8 @@ class EmbeddedPredictor:
                 self.stats.samples[target] = store.size
                 self.stats.test_samples[target] = store.test_size
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, save: bool = True) -> None:
+        """Stop training; save the state (when there is a state file, the predictor was used and ``save``)."""
         if self._closed:
             return
         self._closed = True
@@ -130,7 +131,7 @@ class EmbeddedPredictor:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            if self.settings.state_file:
+            if self.settings.state_file and save:
                 await self._save()
         executor, self._executor = self._executor, None
         if executor is not None:
@@ -139,8 +140,19 @@ class EmbeddedPredictor:
     def _start(self) -> None:
         """The training loop, from the first use on the running loop (a plugin is built before there is one)."""
         if self._task is None and not self._closed:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epp-latency-train")
+            self._worker()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="epp-latency-predictor")
+
+    def _worker(self) -> ThreadPoolExecutor:
+        executor = self._executor
+        if executor is None:
+            executor = self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epp-latency-train")
+        return executor
+
+    async def load(self) -> None:
+        """Load the state file now, without starting the training loop (which loads it when it starts)."""
+        self._worker()
+        await self._load()
 
     async def _run(self) -> None:
         if self.settings.state_file:
@@ -149,19 +161,19 @@ class EmbeddedPredictor:
             await asyncio.sleep(self.settings.retrain_interval)
             await self.train_now()
 
-    async def train_now(self) -> bool:
-        """One training run if there are new samples and enough of them; True when a model was trained."""
+    async def train_now(self, *, force: bool = False) -> bool:
+        """One training run if there are new samples (or ``force``) and enough of them; True when a model was
+        trained."""
         due = {}
         for target, store in self._stores.items():
             needed = self.settings.min_samples if self._has(target) else self.settings.min_samples_fresh
-            if store.added != self._trained_at[target] and store.size >= needed:
+            if (force or store.added != self._trained_at[target]) and store.size >= needed:
                 due[target] = (store.snapshot(), store.added)
         if not due:
             return False
-        assert self._executor is not None
         snapshots = {target: snapshot for target, (snapshot, _) in due.items()}
         try:
-            trained = await asyncio.get_running_loop().run_in_executor(self._executor, self._fit, snapshots)
+            trained = await asyncio.get_running_loop().run_in_executor(self._worker(), self._fit, snapshots)
         except asyncio.CancelledError:
             raise
         except Exception:  # a bad fit keeps the model in force; the next run tries again
@@ -246,9 +258,8 @@ class EmbeddedPredictor:
 
     async def _load(self) -> None:
         path = self.settings.state_file
-        assert self._executor is not None
         try:
-            arrays = await asyncio.get_running_loop().run_in_executor(self._executor, _read, path)
+            arrays = await asyncio.get_running_loop().run_in_executor(self._worker(), _read, path)
         except FileNotFoundError:
             return
         except (OSError, ValueError, KeyError) as e:

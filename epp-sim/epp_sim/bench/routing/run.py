@@ -20,6 +20,7 @@ import aiohttp
 
 from epp.clock import SystemClock
 from epp.datalayer.scraper import ScraperManager
+from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.children import bench_work_dir
 from epp_sim.bench.procstat import cpu_seconds
@@ -103,7 +104,7 @@ async def _one_run(
         await session.close()
         await scrapers.stop()
         await cluster.stop()
-    return run_record(
+    record = run_record(
         workload=workload,
         strategy=strategy,
         replicas=replicas,
@@ -116,6 +117,26 @@ async def _one_run(
         wall=wall,
         cpu={"simulators": cpu_sim, "picker_and_client": cpu_self},
     )
+    if strategy in LEARNING:
+        record["predictor"] = await predictor_quality(work / _STATE)
+    return record
+
+
+async def predictor_quality(state: Path) -> dict[str, Any]:
+    """The SLO predictor as a run left it: its samples, and a model trained on them judged on the held-out ones."""
+    predictor = EmbeddedPredictor(EmbeddedSettings(retrain_interval=3600, state_file=str(state)))
+    try:
+        await predictor.load()
+        await predictor.train_now(force=True)
+        stats = predictor.stats
+        return {
+            "samples": dict(stats.samples),
+            "held_out": dict(stats.test_samples),
+            "p90_error": {t: q.error for t, q in stats.quality.items()},
+            "coverage": {t: q.coverage for t, q in stats.quality.items()},
+        }
+    finally:
+        await predictor.aclose(save=False)
 
 
 async def run_routing(options: RoutingOptions) -> dict[str, Any]:
