@@ -7,7 +7,8 @@ when nothing produces it. Here: the plugin named by ``prefixMatchInfoProducerNam
 upstream's approximate producer), else the plugin named ``approx-prefix-cache-producer``, else the
 one named ``prefix-cache-scorer`` (its name when declared without one, as in upstream's samples).
 A configuration with none of them is refused at load, naming what to declare: this picker does not
-create a producer by itself. A helper, not a plugin.
+create a producer by itself; for a plugin that only uses the score when there is one (``optional``:
+the SLO plugins', upstream's score 0 without it) it is no producer. A helper, not a plugin.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ _DEFAULTS = ("approx-prefix-cache-producer", "prefix-cache-scorer")
 class PrefixMatchReader:
     """One plugin's source of prefix-match info, resolved once the configuration's plugins exist."""
 
-    __slots__ = ("_name", "_type", "producer")
+    __slots__ = ("_name", "_optional", "_type", "producer")
 
-    def __init__(self, type_name: str, p: Params) -> None:
+    def __init__(self, type_name: str, p: Params, *, optional: bool = False) -> None:
         self._type = type_name
         self._name = p.text("prefixMatchInfoProducerName") or ""
+        self._optional = optional
         self.producer: PrefixMatchInfoProducer | None = None
 
     def resolve(self, lookup: Callable[[str, str], Plugin]) -> None:
@@ -47,6 +49,8 @@ class PrefixMatchReader:
             except ValueError:
                 continue
             self.producer = _producer(plugin, name)
+            return
+        if self._optional:
             return
         raise PluginConfigError(
             f"prefixMatchInfoProducerName: {self._type} reads prefix-match info, and nothing produces it: declare a "

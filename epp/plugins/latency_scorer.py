@@ -26,7 +26,7 @@ from typing import Any
 
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import LatencyPrediction
-from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
+from epp.framework.plugin import NamedPlugin, Plugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._latency_source import LatencySource
@@ -57,7 +57,6 @@ class LatencyScorer(NamedPlugin):
         strategy: str = LEAST,
         composite: tuple[float, float, float] = (1.0, 1.0, 1.0),
         prefix: PrefixMatchReader | None = None,
-        prefix_named: bool = False,
     ) -> None:
         super().__init__(name)
         self.source = source
@@ -68,18 +67,11 @@ class LatencyScorer(NamedPlugin):
         total = kv + queue + prefix_weight
         self.composite = (kv / total, queue / total, prefix_weight / total) if total > 0 else (1.0, 0.0, 0.0)
         self._prefix = prefix
-        self._prefix_named = prefix_named
 
     def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
         self.source.resolve(lookup)
-        prefix = self._prefix
-        if prefix is not None:
-            try:
-                prefix.resolve(lookup)
-            except PluginConfigError:
-                if self._prefix_named:
-                    raise
-                self._prefix = None  # no prefix-match info: the fallback's prefix term is 0
+        if self._prefix is not None:
+            self._prefix.resolve(lookup)  # none in the configuration: the fallback's prefix term is 0
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         predictions = self.source.read(request)
@@ -158,8 +150,7 @@ def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> 
         p.number("compositePrefixWeight", 1.0, minimum=0.0),
     )
     source = LatencySource(TYPE, p)
-    prefix_named = bool(parameters.get("prefixMatchInfoProducerName"))
-    prefix = PrefixMatchReader(TYPE, p)
+    prefix = PrefixMatchReader(TYPE, p, optional=True)
     p.done()
     return LatencyScorer(
         name,
@@ -169,5 +160,4 @@ def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> 
         strategy=strategy,
         composite=composite,
         prefix=prefix,
-        prefix_named=prefix_named,
     )

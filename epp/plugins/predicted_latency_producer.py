@@ -123,7 +123,6 @@ class PredictedLatencyProducer(NamedPlugin):
         role_label: str = "",
         predict: bool = True,
         prefix: PrefixMatchReader | None = None,
-        prefix_named: bool = False,
         recorder: LatencyRecorder = NO_RECORDING,
     ) -> None:
         super().__init__(name)
@@ -135,7 +134,6 @@ class PredictedLatencyProducer(NamedPlugin):
         self.role_label = role_label
         self.predict_in_produce = predict
         self._prefix = prefix
-        self._prefix_named = prefix_named
         self._recorder = recorder
         self._running: dict[str, _RunningSlos] = {}
         self._state_key = f"predicted-latency/{name}"
@@ -143,14 +141,8 @@ class PredictedLatencyProducer(NamedPlugin):
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
-        prefix = self._prefix
-        if prefix is not None:
-            try:
-                prefix.resolve(lookup)
-            except PluginConfigError:
-                if self._prefix_named:
-                    raise
-                self._prefix = None  # no prefix-match info in this configuration: the score is 0, as upstream's
+        if self._prefix is not None:
+            self._prefix.resolve(lookup)  # none in the configuration: the score is 0, as upstream's
 
     def inherit(self, previous: Plugin) -> None:
         """A reload: keep the predictor (its models and samples) and the running requests when the settings match."""
@@ -331,8 +323,7 @@ def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> 
             "producer, which this picker does not have; leave it false"
         )
     p.text("encoderCacheMatchInfoProducerName")
-    prefix_named = bool(parameters.get("prefixMatchInfoProducerName"))
-    prefix = PrefixMatchReader(TYPE, p)
+    prefix = PrefixMatchReader(TYPE, p, optional=True)
     predictor_params = p.nested("predictor")
     p.done()
     settings, predictor = _predictor(predictor_params, context, where)
@@ -346,7 +337,6 @@ def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> 
         role_label=role_label,
         predict=predict,
         prefix=prefix,
-        prefix_named=prefix_named,
         recorder=recorder,
     )
 

@@ -38,6 +38,7 @@ from epp.slo.forest import Forest, combine
 from epp.slo.predictor import BulkPrediction, PredictorStats
 from epp.slo.samples import SampleStore, Snapshot, saved_snapshot
 from epp.slo.trainer import Quality, quality, train
+from epp.tasks import cancel_and_wait, start_guarded
 
 __all__ = ["EmbeddedPredictor", "EmbeddedSettings"]
 
@@ -128,11 +129,9 @@ class EmbeddedPredictor:
             return
         self._closed = True
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            if self.settings.state_file and save:
-                await self._save()
+        await cancel_and_wait(task)
+        if task is not None and self.settings.state_file and save:
+            await self._save()
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False)
@@ -141,7 +140,7 @@ class EmbeddedPredictor:
         """The training loop, from the first use on the running loop (a plugin is built before there is one)."""
         if self._task is None and not self._closed:
             self._worker()
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="epp-latency-predictor")
+            self._task = start_guarded(self._run(), name="epp-latency-predictor")
 
     def _worker(self) -> ThreadPoolExecutor:
         executor = self._executor

@@ -34,6 +34,7 @@ import orjson
 
 from epp.slo.features import Features, Sample
 from epp.slo.predictor import BulkPrediction, PredictorStats
+from epp.tasks import cancel_and_wait, start_guarded
 
 __all__ = ["RemotePredictor", "RemoteSettings", "prediction_row"]
 
@@ -162,9 +163,8 @@ class RemotePredictor:
             return
         self._closed = True
         task, self._task = self._task, None
+        await cancel_and_wait(task)
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
             await self.flush()
         client, self._client = self._client, None
         if client is not None:
@@ -172,7 +172,7 @@ class RemotePredictor:
 
     def _start(self) -> None:
         if self._task is None and not self._closed:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="epp-latency-predictor-flush")
+            self._task = start_guarded(self._run(), name="epp-latency-predictor-flush")
 
     async def _run(self) -> None:
         while True:
