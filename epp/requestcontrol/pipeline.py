@@ -196,7 +196,8 @@ class Pipeline:
                 if self._producers:
                     await self._produce(request, candidates, recorder)
                     recorder.produced(request, candidates)
-                self._admit(request, candidates, recorder)
+                if self._admitters:
+                    self._admit(request, candidates, recorder)
                 decision = self._schedule(request, candidates, recorder)
             recorder.routed(request, decision, self.config.in_flight)
         ctx.decision = decision
