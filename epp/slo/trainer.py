@@ -47,28 +47,28 @@ def train(rows: Floats, targets: Floats, columns: Sequence[int], *, objective: s
     """A forest fitted to ``targets`` from ``rows[:, columns]`` (in the row matrix's column numbering)."""
     import lightgbm  # noqa: PLC0415  (imported on the worker thread: its import takes a while)
 
+    # LightGBM's own API (not its scikit-learn wrapper, which needs scikit-learn installed).
     params: dict[str, Any] = {
-        "n_estimators": TREES,
         "max_depth": DEPTH,
         "num_leaves": 1 << DEPTH,
         "learning_rate": LEARNING_RATE,
-        "subsample": 0.8,
-        "subsample_freq": 1,
-        "colsample_bytree": 0.8,
-        "min_child_samples": min(20, max(1, len(targets) // 10)),
-        "reg_alpha": 0.1,
-        "reg_lambda": 0.1,
-        "n_jobs": 1,
-        "random_state": 42,
+        "bagging_fraction": 0.8,
+        "bagging_freq": 1,
+        "feature_fraction": 0.8,
+        "min_data_in_leaf": min(20, max(1, len(targets) // 10)),
+        "lambda_l1": 0.1,
+        "lambda_l2": 0.1,
+        "num_threads": 1,
+        "seed": 42,
         "verbosity": -1,
     }
     if objective == "mean":
         params["objective"] = "regression"
     else:
         params.update(objective="quantile", alpha=quantile)
-    model = lightgbm.LGBMRegressor(**params)
-    model.fit(np.ascontiguousarray(rows[:, list(columns)]), targets)
-    return from_lightgbm_dump(model.booster_.dump_model(), DEPTH, columns)
+    data = lightgbm.Dataset(np.ascontiguousarray(rows[:, list(columns)]), label=targets, params={"verbosity": -1})
+    booster = lightgbm.train(params, data, num_boost_round=TREES)
+    return from_lightgbm_dump(booster.dump_model(), DEPTH, columns)
 
 
 def quality(predicted: Floats, observed: Floats, quantile: float) -> Quality:
