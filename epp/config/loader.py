@@ -5,7 +5,8 @@ Stages (upstream ``pkg/epp/config/loader``):
 1. decode (``picker_config.decode_config``): strict YAML, unknown fields are errors; then the
    llm-d spelling (``compat.normalized``: deprecated keys copied to their new places);
 2. static checks: feature gates known (``compat.feature_gates``), plugin names unique (a name
-   defaults to its type), types registered, profile names unique, profile references defined;
+   defaults to its type), types registered (an installed distribution's type is imported here,
+   ``installed_plugins``), profile names unique, profile references defined;
    no experimental (upstream Alpha) type unless ``--allow-experimental-plugins``;
 3. instantiate every plugin through the registry (factories validate their parameters);
 4. system defaults (upstream ``applySystemDefaults``): a "default" profile holding every
@@ -62,8 +63,14 @@ from epp.config.picker_config import (
 )
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.parsing import Parser, ParserTable
-from epp.framework.plugin import Plugin, PluginContext, PluginKind, PluginRegistry
-from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
+from epp.framework.plugin import Plugin, PluginConfigError, PluginContext, PluginKind, PluginRegistry
+from epp.framework.producers import (
+    AsyncClosable,
+    DataProducer,
+    EndpointDataProducer,
+    EndpointsAddedObserver,
+    PluginReferrer,
+)
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
     EndpointsObserver,
@@ -108,7 +115,7 @@ class LoadedConfig:
     """Plugins with per-endpoint state to free when endpoints leave the pool (prefix index)."""
     endpoints_added: tuple[EndpointsAddedObserver, ...] = ()
     """Plugins told of every endpoint that joins (and, once the config is in force, of those present)."""
-    data_producers: tuple[DataProducer, ...] = ()
+    data_producers: tuple[DataProducer | EndpointDataProducer, ...] = ()
     """Awaited, in config order, before each request's scheduling cycle (``token-producer``)."""
     closables: tuple[AsyncClosable, ...] = ()
     """Plugins holding background resources, closed when this config is replaced or the picker stops."""
@@ -216,6 +223,10 @@ def _check_static(config: EndpointPickerConfig, registry: PluginRegistry) -> Non
         names[spec.name] = i
         if spec.type not in known_types:
             raise ConfigError(f"plugins[{i}].type: unknown plugin type {spec.type!r} (known: {sorted(known_types)})")
+        try:  # an installed distribution's type is imported now, when a configuration first names it
+            registry.load(spec.type)
+        except PluginConfigError as exc:
+            raise ConfigError(f"plugins[{i}] ({spec.name!r}, type {spec.type!r}): {exc}") from exc
     profiles: dict[str, int] = {}
     for i, profile in enumerate(config.scheduling_profiles):
         if profile.name in profiles:
@@ -408,7 +419,9 @@ class _Builder:
             endpoint_observers=tuple(p for p in plugins.values() if isinstance(p, EndpointsObserver)),
             endpoints_added=tuple(p for p in plugins.values() if isinstance(p, EndpointsAddedObserver)),
             data_producers=tuple(
-                p for p in plugins.values() if plays(p, PluginKind.DATA_PRODUCER) and isinstance(p, DataProducer)
+                p
+                for p in plugins.values()
+                if plays(p, PluginKind.DATA_PRODUCER) and isinstance(p, (DataProducer, EndpointDataProducer))
             ),
             closables=tuple(p for p in plugins.values() if isinstance(p, AsyncClosable)),
             admission=self._detector_named or not self_admitting,

@@ -3,6 +3,9 @@
 - :class:`DataProducer` (upstream's ``PrepareRequestData``): awaited before the (synchronous)
   scheduling cycle, e.g. ``token-producer`` tokenizing the prompt; a producer must not raise for
   a request it cannot help (the request is scheduled without its data).
+  :class:`EndpointDataProducer` is the same kind for a producer that works per candidate endpoint
+  (``predicted-latency-producer``; upstream's ``Produce`` gets the endpoints): the pipeline hands
+  it the request's candidates. In-tree only: the plugin API's ``DataProducer`` is unchanged.
 - :class:`PrefixMatchInfoProducer`: what ``prefix-cache-scorer`` reads when its
   ``prefixMatchInfoProducerName`` names a producer (``precise-prefix-cache-producer``).
 - :class:`PluginReferrer`: plugins whose parameters name other plugins resolve them after every
@@ -26,6 +29,7 @@ from epp.framework.scheduling import CycleState
 __all__ = [
     "AsyncClosable",
     "DataProducer",
+    "EndpointDataProducer",
     "EndpointsAddedObserver",
     "PluginReferrer",
     "PrefixMatchInfo",
@@ -35,12 +39,25 @@ __all__ = [
 
 @runtime_checkable
 class DataProducer(Protocol):
+    """Prepares data for a request before its (synchronous) scheduling cycle; may await I/O."""
+
     @property
     def typed_name(self) -> TypedName: ...
 
-    async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
-        """Add data to ``request`` before scheduling (about the ``candidates`` it may go to, for a producer
-        that predicts per endpoint, as upstream's ``Produce`` gets them); on failure leave it without and log."""
+    async def produce(self, request: InferenceRequest) -> None:
+        """Add data to ``request`` before scheduling; on failure leave it without and log."""
+        ...
+
+
+@runtime_checkable
+class EndpointDataProducer(Protocol):
+    """A data producer (the ``PrepareData`` kind) that needs the endpoints the request may go to."""
+
+    @property
+    def typed_name(self) -> TypedName: ...
+
+    async def produce_for(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+        """Add data about ``candidates`` to ``request`` before scheduling; on failure leave it without and log."""
         ...
 
 
@@ -67,6 +84,8 @@ class PrefixMatchInfoProducer(Protocol):
 
 @runtime_checkable
 class PluginReferrer(Protocol):
+    """A plugin whose parameters name other plugins of the configuration."""
+
     def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
         """Resolve plugin names from parameters; ``lookup(parameter_path, name)`` raises when undefined."""
         ...
@@ -79,6 +98,8 @@ class EndpointsAddedObserver(Protocol):
 
 @runtime_checkable
 class AsyncClosable(Protocol):
+    """A plugin holding background resources, closed when its configuration is replaced or the picker stops."""
+
     async def aclose(self) -> None:
         """Release background resources (tasks, sockets, clients); safe to call twice."""
         ...

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from epp.framework.latency import LatencyPredictions
+from epp.framework.params import Params
 from epp.framework.plugin import Plugin, PluginConfigError
 from epp.framework.request import InferenceRequest
-from epp.plugins._params import Params
 
 __all__ = ["PRODUCER_TYPE", "LatencySource"]
 

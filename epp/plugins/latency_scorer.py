@@ -26,11 +26,11 @@ from typing import Any
 
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import LatencyPrediction
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._latency_source import LatencySource
-from epp.plugins._params import Params
 from epp.plugins._prefix_match import PrefixMatchReader
 
 __all__ = ["TYPE", "LatencyScorer", "create"]

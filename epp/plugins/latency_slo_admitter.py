@@ -20,10 +20,10 @@ from epp.framework import headers
 from epp.framework.admission import Denial
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import slo_ms
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.plugins._latency_source import LatencySource
-from epp.plugins._params import Params
 
 __all__ = ["REFUSAL", "TYPE", "LatencySloAdmitter", "create"]
 

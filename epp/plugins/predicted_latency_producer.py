@@ -42,11 +42,11 @@ import numpy.typing as npt
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import LatencyPrediction, LatencyPredictions, slo_ms
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.response import CompletedResponse
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins._params import Params
 from epp.plugins._prefix_match import PrefixMatchReader
 from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
 from epp.slo.features import Features, Sample, candidate_rows
@@ -160,7 +160,7 @@ class PredictedLatencyProducer(NamedPlugin):
 
     # -- produce -----------------------------------------------------------------------------------
 
-    async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+    async def produce_for(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
         ttft_slo = slo_ms(request.headers, headers.TTFT_SLO)
         tpot_slo = slo_ms(request.headers, headers.TPOT_SLO)
         rows = self.rows(request, candidates)

@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._latency_source import LatencySource
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "SloHeadroomTierFilter", "create"]
 

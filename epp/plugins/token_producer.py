@@ -32,10 +32,9 @@ from typing import Any
 import httpx
 import orjson
 
-from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import ApiKind, InferenceRequest
-from epp.plugins._params import Params
 
 __all__ = ["LocalTokenizer", "TokenProducer", "create"]
 
@@ -113,7 +112,7 @@ class TokenProducer(NamedPlugin):
         self._cache: OrderedDict[bytes, list[int]] = OrderedDict()
         self.failures = 0
 
-    async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+    async def produce(self, request: InferenceRequest) -> None:
         if request.token_ids is not None or request.api not in (ApiKind.COMPLETIONS, ApiKind.CHAT_COMPLETIONS):
             return
         body = request.body

@@ -33,8 +33,8 @@ async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path) -> None
                 (ApiKind.CHAT_COMPLETIONS, {"messages": messages}),
             ):
                 a, b = _request(api, body), _request(api, body)
-                await remote.produce(a, ())
-                await local.produce(b, ())
+                await remote.produce(a)
+                await local.produce(b)
                 assert a.token_ids is not None and len(a.token_ids) > 10
                 assert a.token_ids == b.token_ids
             assert remote.failures == 0
@@ -48,7 +48,7 @@ async def test_failed_tokenization_leaves_the_request_without_tokens() -> None:
     )
     try:
         request = _request(ApiKind.COMPLETIONS, {"prompt": "hello"})
-        await producer.produce(request, ())  # never raises
+        await producer.produce(request)  # never raises
         assert request.token_ids is None
         assert producer.failures == 1
     finally:
