@@ -133,7 +133,7 @@ async def one_size(n: int, registry: PluginRegistry, state: Path, rounds: int, i
         return await predictor.predict(producer.rows(request, candidates))
 
     async def produce() -> object:
-        await producer.produce_for(InferenceRequest(request_id="r", headers=HEADERS, size=4000), candidates)
+        await producer.produce(InferenceRequest(request_id="r", headers=HEADERS, size=4000), candidates)
         return None
 
     variants = {

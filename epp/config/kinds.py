@@ -13,10 +13,11 @@ from collections.abc import Iterable, Mapping
 from epp.config.picker_config import ConfigError
 from epp.framework.admission import Admitter
 from epp.framework.datalayer import MetricsExtractor, MetricsSource
+from epp.framework.discovery import EndpointDiscovery
 from epp.framework.flowcontrol import FairnessPolicy, OrderingPolicy, UsageLimitPolicy
 from epp.framework.parsing import Parser
 from epp.framework.plugin import Plugin, PluginKind, declared_kinds
-from epp.framework.producers import DataProducer, EndpointDataProducer
+from epp.framework.producers import DataProducer
 from epp.framework.response import ResponseComplete
 from epp.framework.saturation import SaturationDetector
 from epp.framework.scheduling import (
@@ -32,12 +33,12 @@ from epp.framework.scheduling import (
 __all__ = ["check_declared_kinds", "plays", "playing"]
 
 # ENDPOINT_SOURCE has no method of its own: the data layer wires it by type.
-_CONTRACTS: Mapping[PluginKind, type | tuple[type, ...]] = {
+_CONTRACTS: Mapping[PluginKind, type] = {
     PluginKind.FILTER: Filter,
     PluginKind.SCORER: Scorer,
     PluginKind.PICKER: Picker,
     PluginKind.PROFILE_HANDLER: ProfileHandler,
-    PluginKind.DATA_PRODUCER: (DataProducer, EndpointDataProducer),
+    PluginKind.DATA_PRODUCER: DataProducer,
     PluginKind.PRE_REQUEST: PreRequest,
     PluginKind.POST_RESPONSE: PostResponse,
     PluginKind.IN_FLIGHT_ESTIMATOR: InFlightEstimator,
@@ -48,6 +49,7 @@ _CONTRACTS: Mapping[PluginKind, type | tuple[type, ...]] = {
     PluginKind.USAGE_LIMIT_POLICY: UsageLimitPolicy,
     PluginKind.DATA_SOURCE: MetricsSource,
     PluginKind.DATA_EXTRACTOR: MetricsExtractor,
+    PluginKind.ENDPOINT_DISCOVERY: EndpointDiscovery,
     PluginKind.ADMITTER: Admitter,
     PluginKind.RESPONSE_STREAMING: ResponseComplete,
 }
@@ -63,10 +65,6 @@ def playing(plugins: Iterable[Plugin], kind: PluginKind) -> list[Plugin]:
     return [p for p in plugins if kind in declared_kinds(p)]
 
 
-def _names(contract: type | tuple[type, ...]) -> str:
-    return " or ".join(c.__name__ for c in (contract if isinstance(contract, tuple) else (contract,)))
-
-
 def check_declared_kinds(plugin: Plugin, where: str) -> None:
     """ConfigError when ``plugin`` declares a kind whose contract it does not implement."""
     for kind in sorted(declared_kinds(plugin)):
@@ -74,5 +72,5 @@ def check_declared_kinds(plugin: Plugin, where: str) -> None:
         if contract is not None and not isinstance(plugin, contract):
             raise ConfigError(
                 f"{where} ({plugin.typed_name.name!r}, type {plugin.typed_name.type!r}): the type declares the "
-                f"{kind} kind but does not implement its contract ({_names(contract)})"
+                f"{kind} kind but does not implement its contract ({contract.__name__})"
             )

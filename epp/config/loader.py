@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from epp.config.compat import IGNORABLE_SETTINGS, ConfigNotice, feature_gates, ignored_settings, normalized
-from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources
+from epp.config.data_graph import DataGraph, resolve_data
+from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources, discovery_plugin
 from epp.config.defaults import (
     DEFAULT_PICKER_TYPE,
     DEFAULT_PROFILE_HANDLER_TYPE,
@@ -61,16 +62,12 @@ from epp.config.picker_config import (
     SchedulingProfile,
     decode_config,
 )
+from epp.framework.data import DataScope
 from epp.framework.datalayer import ScrapeSpec
+from epp.framework.discovery import EndpointDiscovery
 from epp.framework.parsing import Parser, ParserTable
-from epp.framework.plugin import Plugin, PluginConfigError, PluginContext, PluginKind, PluginRegistry
-from epp.framework.producers import (
-    AsyncClosable,
-    DataProducer,
-    EndpointDataProducer,
-    EndpointsAddedObserver,
-    PluginReferrer,
-)
+from epp.framework.plugin import Plugin, PluginConfigError, PluginContext, PluginKind, PluginRegistry, RefusedTypeError
+from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
     EndpointsObserver,
@@ -115,7 +112,7 @@ class LoadedConfig:
     """Plugins with per-endpoint state to free when endpoints leave the pool (prefix index)."""
     endpoints_added: tuple[EndpointsAddedObserver, ...] = ()
     """Plugins told of every endpoint that joins (and, once the config is in force, of those present)."""
-    data_producers: tuple[DataProducer | EndpointDataProducer, ...] = ()
+    data_producers: tuple[DataProducer, ...] = ()
     """Awaited, in config order, before each request's scheduling cycle (``token-producer``)."""
     closables: tuple[AsyncClosable, ...] = ()
     """Plugins holding background resources, closed when this config is replaced or the picker stops."""
@@ -137,6 +134,10 @@ class LoadedConfig:
     flow_control: FlowControlSettings | None = None
     """The queue's settings when the ``flowControl`` gate is on (requests then queue instead of
     being shed); None without the gate."""
+    data_scopes: tuple[DataScope, ...] = ()
+    """The scope of every plugin that reads or writes request data (``config.data_graph``)."""
+    discovery: EndpointDiscovery | None = None
+    """``dataLayer.discovery``'s plugin: the picker then runs without Kubernetes (None: it does not)."""
 
 
 def load_config(
@@ -192,6 +193,7 @@ def build_config(
         _check_stability(config, registry)
     builder = _Builder(config, registry, context)
     builder.apply_system_defaults()
+    graph = builder.resolve_data()
     flow_control = builder.flow_control() if gates["flowControl"] else None
     loaded = builder.build(metrics, build_scrape)
     notices += ignored_settings(config, gates, {p.name: p.type for p in config.plugins})
@@ -205,6 +207,8 @@ def build_config(
         feature_gates=frozenset(g for g, on in gates.items() if on),
         notices=tuple(notices),
         flow_control=flow_control,
+        data_producers=graph.ordered(loaded.data_producers),
+        data_scopes=graph.scopes,
     )
 
 
@@ -274,6 +278,8 @@ class _Builder:
         parameters = MappingProxyType(dict(spec.parameters or {}))
         try:
             plugin = self._registry.create(spec.type, spec.name, parameters, self._context)
+        except RefusedTypeError as exc:
+            raise ConfigError(f"{where} ({spec.name!r}, type {spec.type!r}): {exc}") from exc
         except ValueError as exc:  # PluginConfigError and factories' own range checks
             raise ConfigError(f"{where} ({spec.name!r}, type {spec.type!r}).parameters: {exc}") from exc
         check_declared_kinds(plugin, where)
@@ -353,6 +359,10 @@ class _Builder:
         if data_layer is not None:
             self.config = self.config.model_copy(update={"data_layer": data_layer})
 
+    def resolve_data(self) -> DataGraph:
+        """The default producers the declared data needs, added; the producers' order and the scopes."""
+        return resolve_data(self.plugins, self._registry, self._add_default_plugin)
+
     def _ref(self, where: str, ref: str) -> Plugin:
         plugin = self.plugins.get(ref)
         if plugin is None:
@@ -398,6 +408,7 @@ class _Builder:
             )
         parsers = self._parsers()
         self._check_data_layer()
+        discovery = discovery_plugin(config, self._ref)
         scrape, data_layer_notices = data_layer_scrape(config, plugins, self._ref, build_scrape)
 
         self_admitting = all(
@@ -419,12 +430,11 @@ class _Builder:
             endpoint_observers=tuple(p for p in plugins.values() if isinstance(p, EndpointsObserver)),
             endpoints_added=tuple(p for p in plugins.values() if isinstance(p, EndpointsAddedObserver)),
             data_producers=tuple(
-                p
-                for p in plugins.values()
-                if plays(p, PluginKind.DATA_PRODUCER) and isinstance(p, (DataProducer, EndpointDataProducer))
+                p for p in plugins.values() if plays(p, PluginKind.DATA_PRODUCER) and isinstance(p, DataProducer)
             ),
             closables=tuple(p for p in plugins.values() if isinstance(p, AsyncClosable)),
             admission=self._detector_named or not self_admitting,
+            discovery=discovery,
             notices=tuple(data_layer_notices),
             scrape=scrape,
             parsers=parsers,
@@ -464,12 +474,6 @@ class _Builder:
                 self._ref(f"dataLayer.sources[{i}].extractors[{j}].pluginRef", extractor.plugin_ref)
         missing_kinds = (
             (
-                "dataLayer.discovery.pluginRef",
-                data_layer.discovery.plugin_ref if data_layer.discovery is not None else "",
-                "an endpoint discovery plugin: this picker discovers endpoints from Kubernetes (or "
-                "--endpoint-selector) only",
-            ),
-            (
                 "dataLayer.peerDiscovery.pluginRef",
                 data_layer.peer_discovery.plugin_ref if data_layer.peer_discovery is not None else "",
                 "a peer discovery plugin: this picker shares no state between replicas",
@@ -503,7 +507,9 @@ class _Builder:
             if plays(plugin, PluginKind.PICKER) and isinstance(plugin, Picker):
                 pickers.append(plugin)
                 roles += 1
-            if not roles:
+            # Upstream's samples list predicted-latency-producer in the profile, where the router ignores
+            # what is not a filter, scorer or picker: a data producer runs before the cycle either way.
+            if not roles and not plays(plugin, PluginKind.DATA_PRODUCER):
                 raise ConfigError(
                     f"{where}.pluginRef: plugin {ref.plugin_ref!r} (type {plugin.typed_name.type!r}) "
                     "is not a filter, scorer or picker"

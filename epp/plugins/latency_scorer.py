@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from epp.framework.data import DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import LatencyPrediction
 from epp.framework.params import Params
@@ -70,8 +71,14 @@ class LatencyScorer(NamedPlugin):
 
     def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
         self.source.resolve(lookup)
+
+    def consumes(self) -> Dependencies:
+        # Optional: with no prefix-match producer in the configuration the fallback's prefix term is 0.
+        return self._prefix.dependencies(optional=True) if self._prefix is not None else Dependencies()
+
+    def bind_data_scope(self, scope: DataScope) -> None:
         if self._prefix is not None:
-            self._prefix.resolve(lookup)  # none in the configuration: the fallback's prefix term is 0
+            self._prefix.scope = scope
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         predictions = self.source.read(request)
@@ -123,7 +130,7 @@ class LatencyScorer(NamedPlugin):
         kv_weight, queue_weight, prefix_weight = self.composite
         prefixes = [0.0] * len(candidates)
         if self._prefix is not None and candidates:
-            info = self._prefix.match(cycle, request, candidates)
+            info = self._prefix.match(request, candidates)
             if info is not None and info.total_blocks > 0:
                 prefixes = [m / info.total_blocks for m in info.match_blocks]
         longest = max((c.metrics.waiting_queue for c in candidates), default=0)
@@ -150,7 +157,7 @@ def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> 
         p.number("compositePrefixWeight", 1.0, minimum=0.0),
     )
     source = LatencySource(TYPE, p)
-    prefix = PrefixMatchReader(TYPE, p, optional=True)
+    prefix = PrefixMatchReader(p)
     p.done()
     return LatencyScorer(
         name,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from epp.framework import headers
+from epp.framework.data import DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import LatencyPrediction, LatencyPredictions, slo_ms
 from epp.framework.params import Params
@@ -140,9 +141,13 @@ class PredictedLatencyProducer(NamedPlugin):
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
+    def consumes(self) -> Dependencies:
+        # Optional: with no prefix-match producer in the configuration the score is 0, as upstream's.
+        return self._prefix.dependencies(optional=True) if self._prefix is not None else Dependencies()
+
+    def bind_data_scope(self, scope: DataScope) -> None:
         if self._prefix is not None:
-            self._prefix.resolve(lookup)  # none in the configuration: the score is 0, as upstream's
+            self._prefix.scope = scope
 
     def inherit(self, previous: Plugin) -> None:
         """A reload: keep the predictor (its models and samples) and the running requests when the settings match."""
@@ -160,7 +165,7 @@ class PredictedLatencyProducer(NamedPlugin):
 
     # -- produce -----------------------------------------------------------------------------------
 
-    async def produce_for(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+    async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
         ttft_slo = slo_ms(request.headers, headers.TTFT_SLO)
         tpot_slo = slo_ms(request.headers, headers.TPOT_SLO)
         rows = self.rows(request, candidates)
@@ -184,7 +189,7 @@ class PredictedLatencyProducer(NamedPlugin):
         scores: Sequence[float] = [0.0] * len(candidates)
         prefix = self._prefix
         if prefix is not None and candidates:
-            info = prefix.match(CycleState(), request, candidates)
+            info = prefix.match(request, candidates)
             if info is not None and info.total_blocks > 0:
                 scores = [min(m / info.total_blocks, 1.0) for m in info.match_blocks]
         label = self.role_label
@@ -323,7 +328,7 @@ def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> 
             "producer, which this picker does not have; leave it false"
         )
     p.text("encoderCacheMatchInfoProducerName")
-    prefix = PrefixMatchReader(TYPE, p, optional=True)
+    prefix = PrefixMatchReader(p)
     predictor_params = p.nested("predictor")
     p.done()
     settings, predictor = _predictor(predictor_params, context, where)

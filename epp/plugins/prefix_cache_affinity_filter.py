@@ -22,6 +22,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from epp.framework.data import DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
@@ -71,7 +72,7 @@ class PrefixCacheAffinityFilter(NamedPlugin):
             return everyone
         if self._rng.random() < self.exploration:
             return everyone
-        info = self.reader.match(cycle, request, candidates)
+        info = self.reader.match(request, candidates)
         if info is None or info.total_blocks <= 0:
             return everyone
         total = info.total_blocks
@@ -94,9 +95,14 @@ class PrefixCacheAffinityFilter(NamedPlugin):
         return min((info.ttft_ms if (info := predictions.of(s)) is not None else math.inf) for s in states)
 
     def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
-        self.reader.resolve(lookup)
         if self.latency is not None:
             self.latency.resolve(lookup)
+
+    def consumes(self) -> Dependencies:
+        return self.reader.dependencies()
+
+    def bind_data_scope(self, scope: DataScope) -> None:
+        self.reader.scope = scope
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrefixCacheAffinityFilter:
@@ -110,7 +116,7 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Pref
     p.text("inFlightLoadProducerName")
     latency = LatencySource(TYPE, p) if source == "latencyPredictor" and penalty > 0 else None
     p.text("latencyPredictionInfoProducerName")
-    reader = PrefixMatchReader(TYPE, p)
+    reader = PrefixMatchReader(p)
     p.done()
     if penalty > 0 and peak == 0 and latency is None:
         raise PluginConfigError(f"{where}.peakPrefillThroughput: must be > 0 when ttftSource is prefillThroughput")

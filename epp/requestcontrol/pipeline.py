@@ -64,7 +64,6 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.health import Health
 from epp.framework.parsing import Parser, request_path
 from epp.framework.plugin import PluginKind
-from epp.framework.producers import EndpointDataProducer
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.framework.response import CompletedResponse, ResponseComplete, ResponseTiming, Usage
 from epp.framework.scheduling import CycleState, PostResponse
@@ -297,10 +296,7 @@ class Pipeline:
         for producer, observe in self._producers:
             start = time.perf_counter()
             try:
-                if isinstance(producer, EndpointDataProducer):
-                    await producer.produce_for(request, candidates)
-                else:
-                    await producer.produce(request)
+                await producer.produce(request, candidates)
             except Exception as exc:  # a producer bug must not fail the request: it is scheduled without the data
                 detail = f"{type(exc).__name__}: {exc}"
                 recorder.cycle.plugin_failed("PrepareData", producer.typed_name, EXCEPTION, detail, exc)

@@ -87,7 +87,7 @@ async def test_producer_headroom_validity_and_the_learning() -> None:
     fixed = FixedPredictor([(150.0, 30.0), (50.0, 10.0)])
     producer = predicted_latency_producer.PredictedLatencyProducer(PRODUCER, fixed, streaming=True)
     request = _request(**{"x-llm-d-slo-ttft-ms": "100", "x-slo-tpot-ms": "25"})  # the older TPOT spelling
-    await producer.produce_for(request, candidates)
+    await producer.produce(request, candidates)
     predictions = LatencyPredictions.read(request, PRODUCER)
     assert predictions is not None and (predictions.ttft_slo_ms, predictions.tpot_slo_ms) == (100.0, 25.0)
     slow, fast = predictions.of(candidates[0]), predictions.of(candidates[1])
@@ -98,7 +98,7 @@ async def test_producer_headroom_validity_and_the_learning() -> None:
     producer.pre_request(CycleState(), request, result)
     # A second request on the same endpoint sees its TPOT headroom tightened to the running one's 25 ms.
     second = _request(**{"x-llm-d-slo-ttft-ms": "100", "x-llm-d-slo-tpot-ms": "40"})
-    await producer.produce_for(second, candidates)
+    await producer.produce(second, candidates)
     assert LatencyPredictions.read(second, PRODUCER).of(candidates[1]).tpot_headroom == 15.0
 
     timing = ResponseTiming(routed_at=10.0, first_byte_at=10.2, ended_at=11.2)
@@ -108,7 +108,7 @@ async def test_producer_headroom_validity_and_the_learning() -> None:
     assert sample.features.num_request_waiting == 0 and sample.features.input_token_length == 1000
     producer.post_response(request, candidates[1])
     third = _request(**{"x-llm-d-slo-ttft-ms": "100", "x-llm-d-slo-tpot-ms": "40"})
-    await producer.produce_for(third, candidates)  # the 25 ms request is gone: 40 ms again
+    await producer.produce(third, candidates)  # the 25 ms request is gone: 40 ms again
     assert LatencyPredictions.read(third, PRODUCER).of(candidates[1]).tpot_headroom == 30.0
 
 
@@ -117,7 +117,7 @@ async def test_producer_outside_streaming_mode_neutralises_tpot_and_learns_end_t
     fixed = FixedPredictor([(50.0, 99.0)])
     producer = predicted_latency_producer.PredictedLatencyProducer(PRODUCER, fixed)
     request = _request()  # no SLO headers: every endpoint misses a TTFT objective of 0
-    await producer.produce_for(request, candidates)
+    await producer.produce(request, candidates)
     info = LatencyPredictions.read(request, PRODUCER).of(candidates[0])
     assert info == LatencyPrediction(50.0, 99.0, False, True, -50.0, 0.0, 0)
     producer.pre_request(CycleState(), request, SchedulingResult({"default": ProfileResult(candidates)}, "default"))
@@ -131,7 +131,7 @@ async def test_producer_outside_streaming_mode_neutralises_tpot_and_learns_end_t
 async def test_no_prediction_leaves_the_attribute_empty() -> None:
     producer = predicted_latency_producer.PredictedLatencyProducer(PRODUCER, FixedPredictor(None))
     request = _request(**{"x-llm-d-slo-ttft-ms": "100"})
-    await producer.produce_for(request, [state(0)])
+    await producer.produce(request, [state(0)])
     assert LatencyPredictions.read(request, PRODUCER) == LatencyPredictions(PRODUCER, 100.0, 0.0, {})
     assert _scorer().source.read(request) is None  # what the SLO plugins see: nothing, so they fall back
 
