@@ -145,6 +145,9 @@ async def test_slo_headers_admission_and_learning_through_envoy(epp_pool: PoolFa
         assert "llm_d_epp_inference_request_metric{model_name=" in text
         violation = "llm_d_epp_request_slo_violation_total{model_name="
         assert violation in text  # the 5 ms objective the admitted standard request had was missed
+        # No SLO plugin broke its contract (a latency-scorer score over 1 would count here).
+        failures = [line for line in text.splitlines() if line.startswith("epp_plugin_errors_total{")]
+        assert all(line.endswith(" 0.0") for line in failures), failures
 
 
 async def test_without_a_model_the_scorer_falls_back_to_load(epp_pool: PoolFactory) -> None:

@@ -15,7 +15,8 @@ The llm-d router's ``scheduling/scorer/latency``, step for step:
 A bucket is scored by min–max normalising |headroom| per dimension (a dimension whose spread is
 ≤ 1e-9 is 0.5, and its weight moves to the other), blending with ``ttftWeight`` / ``tpotWeight``
 (normalised; (1, 0) when both are 0) into c, and ``(int((1 − c)·100) + 1) / 100`` (``least``) or
-``(int(c·100) + 1) / 100`` (``most``): 0.01 to 1.01, which the profile clamps to 1.
+``(int(c·100) + 1) / 100`` (``most``): 0.01 to 1.01, where upstream's profile clamps 1.01 to 1;
+here the scorer caps it at 1 itself (the same order; a score over 1 would count as a contract breach).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class LatencyScorer(NamedPlugin):
             n_ttft = (a - ttft_low) / ttft_range if ttft_range > _EPS else 0.5
             n_tpot = (b - tpot_low) / tpot_range if tpot_range > _EPS else 0.5
             combined = alpha * n_ttft + beta * n_tpot
-            scores[i] = (int((1.0 - combined if strategy == LEAST else combined) * 100) + 1) / 100
+            scores[i] = min((int((1.0 - combined if strategy == LEAST else combined) * 100) + 1) / 100, 1.0)
 
     def _composite(
         self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]

@@ -211,9 +211,9 @@ def test_scorer_least_packs_and_most_spreads_among_the_positive() -> None:
     request = _request()
     states = _predictions(request, _info(10), _info(50), _info(-5))
     least = _scorer().score(CycleState(), request, states)
-    assert least == [1.01, 0.01, 0.0]  # TTFT spread only: all weight on TTFT; the negative gets 0
+    assert least == [1.0, 0.01, 0.0]  # TTFT spread only: all weight on TTFT; the negative gets 0
     most = _scorer(headroomSelectionStrategy="most").score(CycleState(), request, states)
-    assert most == [0.01, 1.01, 0.0]
+    assert most == [0.01, 1.0, 0.0]
 
 
 def test_scorer_all_negative_prefers_idle_then_the_mildest_bucket() -> None:
