@@ -206,7 +206,7 @@ class Pipeline:
                     self._admit(request, candidates, recorder)
                 decision = self._schedule(request, candidates, recorder)
             recorder.routed(request, decision, self.config.in_flight)
-        ctx.decision = decision
+        _decided(ctx, decision)
         return decision
 
     def route_headers_only(self, ctx: RequestContext) -> RoutingDecision:
@@ -219,7 +219,8 @@ class Pipeline:
             if not candidates:
                 raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
             chosen = self._pool.rng.choice(candidates)
-        decision = ctx.decision = RoutingDecision([chosen])
+        decision = RoutingDecision([chosen])
+        _decided(ctx, decision)
         recorder.routed(request, decision, self.config.in_flight)
         return decision
 
@@ -367,7 +368,7 @@ class Pipeline:
             if status:
                 health = endpoint.health
                 if status >= 500 or health.state is not Health.HEALTHY or health.failures:
-                    self._tell_health(endpoint, status, gateway_reply)
+                    self._tell_health(endpoint, status, gateway_reply, ctx.routed_epoch)
         errors = self._pool.recorder.errors
         for plugin, observe in self._post_response:
             start = time.perf_counter()
@@ -379,16 +380,21 @@ class Pipeline:
             observe(elapsed)
             errors.timed("PostResponse", plugin.typed_name, elapsed)
 
-    def _tell_health(self, endpoint: EndpointState, status: int, gateway_reply: bool) -> None:
+    def _tell_health(self, endpoint: EndpointState, status: int, gateway_reply: bool, epoch: int) -> None:
         """5xx: a failure (Envoy's own 502/503: unreachable at once); anything else: a success."""
         health = endpoint.health
         now = self._pool.clock.now()
         if status < 500:
-            health.response_ok(now)
+            health.response_ok(now, epoch)
         elif gateway_reply and status in _UNREACHABLE_REPLIES:
             health.unreachable(f"Envoy answered {status} itself: could not reach it", now)
         else:
             health.response_failed(f"HTTP {status}", now)
+
+
+def _decided(ctx: RequestContext, decision: RoutingDecision) -> None:
+    ctx.decision = decision
+    ctx.routed_epoch = decision.targets[0].health.epoch if decision.targets else 0
 
 
 def _parser_failed(parser: Parser, exc: Exception, recorder: Recorder) -> EppError:
