@@ -67,8 +67,11 @@ from epp.plugins import register_in_tree
 from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
+from epp.plugins.predicted_latency_producer import PredictedLatencyProducer
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
+from epp.slo.predictor import PredictorStats
+from epp.slo.series import SloSeries
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
@@ -126,6 +129,7 @@ class Runtime(Service):
         self.options = options
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
+        self.slo_series = SloSeries(self.metrics)
         self.scope_violations = DataScopeViolations(self.metrics, options.metrics_naming)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
@@ -182,7 +186,7 @@ class Runtime(Service):
         build_scrape = functools.partial(build_scrape_spec, flags=self.options.model_server_metrics)
         configs: Configs = {}
         for key in keys:
-            context = PluginContext(clock=self.clock, pool_name=key[1])
+            context = PluginContext(clock=self.clock, pool_name=key[1], extras={"latency_recorder": self.slo_series})
             if text.strip():
                 configs[key] = load_config(
                     text,
@@ -417,6 +421,7 @@ class Runtime(Service):
         if self.configs is not None:
             sizes: dict[tuple[str, str], int] = {}
             precise: list[PrecisePrefixCacheProducer] = []
+            predictors: list[tuple[str, PredictorStats]] = []
             for config in (pool.routing.config for pool in self.pools):  # one plugin name may live in several pools
                 for plugin in config.plugins.values():
                     parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
@@ -426,6 +431,8 @@ class Runtime(Service):
                             sizes[key] = sizes.get(key, 0) + p.index_size
                         if isinstance(p, PrecisePrefixCacheProducer):
                             precise.append(p)
+                    if isinstance(plugin, PredictedLatencyProducer) and plugin.predictor is not None:
+                        predictors.append((plugin.typed_name.name, plugin.predictor.stats))
             self.metrics.set_prefix_indexer_sizes(sizes)
             self.metrics.set_kv_events(
                 [s for p in precise for s in p.event_sources()],
@@ -433,6 +440,7 @@ class Runtime(Service):
                 active=sum(p.active_subscribers for p in precise),
                 unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
             )
+            self.slo_series.mirror(predictors)
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""
