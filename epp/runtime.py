@@ -70,9 +70,11 @@ from epp.kube.reviews import KubeReviewer
 from epp.kube.standalone import standalone_pool_name
 from epp.picker_series import declare_picker_series
 from epp.plugins import register_in_tree
+from epp.plugins.predicted_latency_producer import PredictedLatencyProducer
 from epp.requestcontrol.plugin_series import PluginSeries
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
+from epp.slo.series import SloSeries
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
@@ -130,6 +132,7 @@ class Runtime(Service):
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
         declare_picker_series(self.metrics)
+        self.slo_series = self.metrics.series(SloSeries)
         self.scope_violations = self.metrics.series(DataScopeViolations)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
@@ -188,7 +191,9 @@ class Runtime(Service):
         build_scrape = functools.partial(build_scrape_spec, flags=self.options.model_server_metrics)
         configs: Configs = {}
         for key in keys:
-            context = PluginContext(clock=self.clock, pool_name=key[1], http=self._http)
+            context = PluginContext(
+                clock=self.clock, pool_name=key[1], http=self._http, extras={"latency_recorder": self.slo_series}
+            )
             if text.strip():
                 configs[key] = load_config(
                     text,
@@ -423,8 +428,13 @@ class Runtime(Service):
         """Just before a scrape: the pool gauges, and what the plugins in force measure (every pool's)."""
         for pool in self.pools:
             pool.gauges.refresh()
-        plugins = (plugin for pool in self.pools for plugin in pool.routing.config.plugins.values())
+        plugins = [plugin for pool in self.pools for plugin in pool.routing.config.plugins.values()]
         self.metrics.series(PluginSeries).publish(plugins)
+        self.slo_series.mirror(
+            (p.typed_name.name, p.predictor.stats)
+            for p in plugins
+            if isinstance(p, PredictedLatencyProducer) and p.predictor is not None
+        )
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""

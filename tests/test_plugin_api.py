@@ -67,6 +67,8 @@ INTERNAL = {
     "epp.tasks": "the picker's one owner of background tasks (the precise producer's KV-event subscribers)",
     "epp.kvevents": "the KV-event subscribers and index",
     "epp.labels": "label selectors (the precise producer's pod discovery)",
+    "epp.framework.latency": "SLO-aware routing's predictions (the SLO plugins, prefix-cache-affinity-filter)",
+    "epp.slo": "the latency predictor behind predicted-latency-producer",
 }
 
 
