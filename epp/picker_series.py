@@ -23,7 +23,6 @@ from epp.requestcontrol.plugin_series import PluginSeries
 from epp.requestcontrol.recorder import RequestControlSeries
 from epp.scheduling.plugin_errors import PluginErrors
 from epp.scheduling.recorder import SchedulingSeries
-from epp.slo.series import SloSeries
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["PICKER_SERIES", "declare_picker_series"]
@@ -41,7 +40,6 @@ PICKER_SERIES = (
     ConfigSeries,
     DataScopeViolations,
     KubeSeries,
-    SloSeries,
     HealthSeries,
 )
 
