@@ -14,6 +14,11 @@ Where ``match`` comes from:
   tokenization failed, or it carries a ``cache_salt``) is scored from the approximate index,
   which keeps learning from every decision for exactly that fallback.
 
+With replicas sharing state (``--state-sync-address``) the scorer is
+:class:`~epp.framework.replication.Replicated`: each insertion it makes is published (the endpoint,
+its capacity and the block hashes, msgpack) and the peers' insertions are applied to its index as
+its own, so every replica's approximate index learns every replica's decisions.
+
 The scorer is itself a prefix-match info producer (``prefix_match``): upstream's scorer reads the
 info of ``approx-prefix-cache-producer``, which other plugins read too; here that index lives in
 the scorer, so they read it from the scorer.
@@ -24,9 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+import msgpack
+
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo, PrefixMatchInfoProducer
+from epp.framework.replication import Publish
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -66,6 +74,7 @@ class PrefixCacheScorer(NamedPlugin):
         self.auto_tune = auto_tune
         self.index = PrefixIndex(lru_capacity_per_server)
         self._cycle_key = f"{TYPE}/{name}/hashes"
+        self._publish: Publish | None = None
 
     def _block_bytes(self, candidates: Sequence[EndpointState]) -> int:
         tokens = self.block_size_tokens
@@ -146,6 +155,28 @@ class PrefixCacheScorer(NamedPlugin):
             target = profile_result.targets[0]
             capacity = target.metrics.cache_num_blocks if self.auto_tune else 0
             self.index.add(target.endpoint.key, hashes, capacity)
+            if self._publish is not None:
+                self._publish(msgpack.packb((target.endpoint.key, capacity, hashes)))
+
+    def replicate(self, publish: Publish | None) -> None:
+        """Publish each insertion from now on (None: stop); see the module docstring."""
+        self._publish = publish
+
+    def apply_replicated(self, payload: bytes) -> None:
+        """A peer's insertion: ``[endpoint key, capacity, [hash, ...]]``; ``ValueError`` when it is not one."""
+        try:
+            key, capacity, hashes = msgpack.unpackb(payload)
+        except (ValueError, TypeError, msgpack.UnpackException) as e:
+            raise ValueError(f"{TYPE}: not a prefix insertion: {e}") from e
+        if (
+            not isinstance(key, str)
+            or not isinstance(capacity, int)
+            or capacity < 0
+            or not isinstance(hashes, list)
+            or not all(isinstance(h, int) and 0 <= h < 1 << 64 for h in hashes)
+        ):
+            raise ValueError(f"{TYPE}: not a prefix insertion: {key!r:.40}, {capacity!r:.20}, {type(hashes).__name__}")
+        self.index.add(key, hashes, capacity)
 
     def endpoints_removed(self, keys: Collection[str]) -> None:
         self.index.forget(keys)

@@ -1,0 +1,215 @@
+"""The replicas' link: one stream per pool on a Valkey (or Redis) server, written by every replica, read by all.
+
+Each replica appends its records in batches (``XADD``, one entry per flush tick with anything to
+send: its source name and the packed records; the stream is trimmed to ``stream_length`` entries)
+and reads everyone's in order (a blocking ``XREAD`` from the last entry it saw), skipping its
+own. Nothing here is on the request path: plugins append to the pool's outbox and two background
+tasks move batches. A stream, not pub/sub, so a replica that lost the server catches up:
+
+- **losing the server** is said at once (a warning with the error, ``epp_state_sync_connected`` 0,
+  ``epp_state_sync_disconnects_total``, the API's pool detail); the replica keeps routing on
+  its own view, its records wait in the bounded outbox, and its peers' in-flight counts are
+  dropped once silent for the expiry (stale counts would mislead more than none);
+- **getting it back** (retried with back-off, 0.1 s to 5 s), the waiting records go out first, and
+  reading resumes after the last entry seen: what the peers learnt meanwhile is applied, in
+  order, as far as the stream still holds it;
+- **starting** against a stream that already holds entries replays them (warming the prefix
+  index with what the other replicas routed); in-flight records older than the start are
+  skipped, as those counts have long changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from epp.clock import Clock
+from epp.framework.replication import SyncSettings
+from epp.statesync.address import redis_url
+from epp.statesync.pool_sync import PoolSync
+from epp.statesync.records import IN_FLIGHT, in_flight_record, pack, unpack
+from epp.tasks import Service, cancel_and_wait, start_guarded
+
+__all__ = ["ValkeyLink"]
+
+log = logging.getLogger(__name__)
+
+_SOURCE = b"s"
+_RECORDS = b"r"
+
+
+def _entry_ms(entry_id: bytes) -> int:
+    return int(entry_id.split(b"-", 1)[0])
+
+
+class ValkeyLink(Service):
+    """A pool's stream ``<key_prefix>:<namespace>/<pool>``; ``start`` / ``stop``."""
+
+    def __init__(
+        self,
+        sync: PoolSync,
+        settings: SyncSettings,
+        *,
+        pool: tuple[str, str],
+        clock: Clock,
+        flush_interval: float = 0.005,
+        read_block: float = 1.0,
+        retry: tuple[float, float] = (0.1, 5.0),
+    ) -> None:
+        self.sync = sync
+        self.settings = settings
+        self.url = redis_url(settings.address)
+        self.stream = f"{settings.key_prefix}:{pool[0]}/{pool[1]}"
+        self.pool = pool[1]
+        self._clock = clock
+        self._flush = flush_interval
+        self._block_ms = int(read_block * 1000)
+        self._retry = retry
+        self.connected = False
+        self.disconnects = 0
+        self.last_error = ""
+        self.since = 0.0
+        """Wall-clock time of the last change of :attr:`connected`."""
+        self._client: aioredis.Redis | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start moving records (connecting is the tasks' job: a server down at start is only a disconnect)."""
+        if self._tasks:
+            return
+        self._client = aioredis.Redis.from_url(
+            self.url,
+            socket_connect_timeout=2.0,
+            socket_timeout=self._block_ms / 1000 + 4.0,
+            retry=Retry(NoBackoff(), 0),
+        )
+        self._tasks = [
+            start_guarded(self._write(), name=f"epp-state-sync-write-{self.pool}"),
+            start_guarded(self._read(), name=f"epp-state-sync-read-{self.pool}"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop both tasks and close the connections (what is still queued is dropped)."""
+        tasks, self._tasks = self._tasks, []
+        await cancel_and_wait(tasks)
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def _ok(self) -> None:
+        if not self.connected:
+            self.connected, self.since = True, time.time()
+            log.info(
+                "state sync connected",
+                extra={"pool": self.pool, "server": self.url, "stream": self.stream, "queued": self.sync.pending},
+            )
+
+    def _failed(self, error: BaseException) -> None:
+        self.last_error = f"{type(error).__name__}: {error}"
+        if self.connected or not self.since:
+            self.connected, self.since = False, time.time()
+            self.disconnects += 1
+            log.warning(
+                "state sync lost its server: routing on this replica's own view until it is back",
+                extra={"pool": self.pool, "server": self.url, "error": self.last_error},
+            )
+
+    async def _backoff(self, attempt: int) -> None:
+        low, high = self._retry
+        await self._clock.sleep(min(high, low * 2 ** min(attempt, 16)))
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def _write(self) -> None:
+        assert self._client is not None
+        client, sync, settings, clock = self._client, self.sync, self.settings, self._clock
+        interval = settings.in_flight_interval
+        next_counts = next_heartbeat = clock.now()
+        failures = 0
+        while True:
+            await clock.sleep(self._flush)
+            now = clock.now()
+            sync.in_flight.expire(now, settings.expiry)
+            records = sync.take()
+            counts_record = None
+            if now >= next_counts:
+                next_counts = now + interval
+                heartbeat = now >= next_heartbeat
+                counts = sync.in_flight_due(heartbeat)
+                if counts is not None:
+                    counts_record = in_flight_record(counts)
+                    next_heartbeat = now + interval * settings.heartbeat_intervals
+            if not records and counts_record is None:
+                continue
+            batch = records if counts_record is None else [*records, counts_record]
+            try:
+                await client.xadd(
+                    self.stream,
+                    {_SOURCE: sync.source, _RECORDS: pack(batch)},
+                    maxlen=settings.stream_length,
+                    approximate=True,
+                )
+            except (RedisError, OSError) as e:
+                sync.requeue(records)  # counts are sent afresh when the server is back
+                next_heartbeat = now  # ...at once
+                self._failed(e)
+                await self._backoff(failures)
+                failures += 1
+                continue
+            failures = 0
+            self._ok()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        assert self._client is not None
+        client = self._client
+        last: bytes | str = "0"
+        replay_until = -1  # entries up to this id's time are history: their in-flight counts are skipped
+        failures = 0
+        while True:
+            try:
+                if replay_until < 0:
+                    newest: Any = await client.xrevrange(self.stream, count=1)
+                    replay_until = _entry_ms(newest[0][0]) if newest else 0
+                answer: Any = await client.xread({self.stream: last}, count=500, block=self._block_ms)
+            except (RedisError, OSError) as e:
+                self._failed(e)
+                await self._backoff(failures)
+                failures += 1
+                continue
+            failures = 0
+            self._ok()
+            now = self._clock.now()
+            for _, entries in answer or ():
+                for entry_id, fields in entries:
+                    last = entry_id
+                    self._apply(entry_id, fields, now, replay_until)
+
+    def _apply(self, entry_id: bytes, fields: dict[bytes, bytes], now: float, replay_until: int) -> None:
+        source_bytes = fields.get(_SOURCE)
+        data = fields.get(_RECORDS)
+        if source_bytes is None or data is None:
+            self.sync.counts.undecodable += 1
+            return
+        source = source_bytes.decode("utf-8", "replace")
+        if source == self.sync.source:
+            return
+        try:
+            records = unpack(data)
+        except ValueError as e:
+            self.sync.counts.undecodable += 1
+            log.warning("state-sync entry refused", extra={"pool": self.pool, "source": source, "error": str(e)})
+            return
+        if _entry_ms(entry_id) <= replay_until:
+            records = [r for r in records if r[0] != IN_FLIGHT]
+        self.sync.receive(source, records, now)
