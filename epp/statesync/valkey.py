@@ -21,8 +21,10 @@ tasks move batches. A stream, not pub/sub, so a replica that lost the server cat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -78,12 +80,15 @@ class ValkeyLink(Service):
         self.since = 0.0
         """Wall-clock time of the last change of :attr:`connected`."""
         self._client: aioredis.Redis | None = None
+        self._closing = False
+        self._busy: set[asyncio.Task[Any]] = set()
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         """Start moving records (connecting is the tasks' job: a server down at start is only a disconnect)."""
         if self._tasks:
             return
+        self._closing = False
         self._client = aioredis.Redis.from_url(
             self.url,
             socket_connect_timeout=2.0,
@@ -96,9 +101,18 @@ class ValkeyLink(Service):
         ]
 
     async def stop(self) -> None:
-        """Stop both tasks and close the connections (what is still queued is dropped)."""
+        """Stop both tasks and close the connections (what is still queued is dropped).
+
+        A task waiting between commands is cancelled; one inside a command (a blocking ``XREAD``)
+        finishes it and stops, within ``read_block``: redis-py can hang on a command cancelled
+        mid-read.
+        """
         tasks, self._tasks = self._tasks, []
-        await cancel_and_wait(tasks)
+        self._closing = True
+        idle = [t for t in tasks if t not in self._busy]
+        await cancel_and_wait(idle)
+        if busy := [t for t in tasks if t not in idle]:
+            await asyncio.wait(busy)
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
@@ -123,6 +137,17 @@ class ValkeyLink(Service):
                 extra={"pool": self.pool, "server": self.url, "error": self.last_error},
             )
 
+    @contextlib.contextmanager
+    def _command(self) -> Iterator[None]:
+        """Marks the current task as inside a command (see :meth:`stop`)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._busy.add(task)
+        try:
+            yield
+        finally:
+            self._busy.discard(task)
+
     async def _backoff(self, attempt: int) -> None:
         low, high = self._retry
         await self._clock.sleep(min(high, low * 2 ** min(attempt, 16)))
@@ -135,7 +160,7 @@ class ValkeyLink(Service):
         interval = settings.in_flight_interval
         next_counts = next_heartbeat = clock.now()
         failures = 0
-        while True:
+        while not self._closing:
             await clock.sleep(self._flush)
             now = clock.now()
             sync.in_flight.expire(now, settings.expiry)
@@ -152,15 +177,18 @@ class ValkeyLink(Service):
                 continue
             batch = records if counts_record is None else [*records, counts_record]
             try:
-                await client.xadd(
-                    self.stream,
-                    {_SOURCE: sync.source, _RECORDS: pack(batch)},
-                    maxlen=settings.stream_length,
-                    approximate=True,
-                )
+                with self._command():
+                    await client.xadd(
+                        self.stream,
+                        {_SOURCE: sync.source, _RECORDS: pack(batch)},
+                        maxlen=settings.stream_length,
+                        approximate=True,
+                    )
             except (RedisError, OSError) as e:
                 sync.requeue(records)  # counts are sent afresh when the server is back
                 next_heartbeat = now  # ...at once
+                if self._closing:
+                    return
                 self._failed(e)
                 await self._backoff(failures)
                 failures += 1
@@ -176,13 +204,16 @@ class ValkeyLink(Service):
         last: bytes | str = "0"
         replay_until = -1  # entries up to this id's time are history: their in-flight counts are skipped
         failures = 0
-        while True:
+        while not self._closing:
             try:
-                if replay_until < 0:
-                    newest: Any = await client.xrevrange(self.stream, count=1)
-                    replay_until = _entry_ms(newest[0][0]) if newest else 0
-                answer: Any = await client.xread({self.stream: last}, count=500, block=self._block_ms)
+                with self._command():
+                    if replay_until < 0:
+                        newest: Any = await client.xrevrange(self.stream, count=1)
+                        replay_until = _entry_ms(newest[0][0]) if newest else 0
+                    answer: Any = await client.xread({self.stream: last}, count=500, block=self._block_ms)
             except (RedisError, OSError) as e:
+                if self._closing:
+                    return
                 self._failed(e)
                 await self._backoff(failures)
                 failures += 1
