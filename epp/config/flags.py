@@ -167,6 +167,15 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     _switch(config, "--ha-enable-leader-election", False, "several replicas: only the Lease holder reports ready")
     _flag(
         config,
+        "--ha-lease-name-style",
+        choices=LEASE_NAME_STYLES,
+        default="gie",
+        help="the Lease leader election holds: gie, epp-<ns>-<pool>.gateway-api-inference-extension.sigs.k8s.io "
+        "(the GIE picker's, and ours so far: one lease across our rolling updates); llm-d, "
+        "epp-<ns>-<pool>.llm-d.ai (the llm-d router's: pick it to share one lease with llm-d pickers)",
+    )
+    _flag(
+        config,
         "--state-sync-address",
         default="",
         help="Valkey/Redis server the pool's replicas share state through (redis://, rediss://, valkey://, "
@@ -177,15 +186,6 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         "--state-sync-interval",
         default="200ms",
         help="how often each replica sends its in-flight counts when they changed (and every 5th when not)",
-    )
-    _flag(
-        config,
-        "--ha-lease-name-style",
-        choices=LEASE_NAME_STYLES,
-        default="gie",
-        help="the Lease leader election holds: gie, epp-<ns>-<pool>.gateway-api-inference-extension.sigs.k8s.io "
-        "(the GIE picker's, and ours so far: one lease across our rolling updates); llm-d, "
-        "epp-<ns>-<pool>.llm-d.ai (the llm-d router's: pick it to share one lease with llm-d pickers)",
     )
     _flag(config, "--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 
