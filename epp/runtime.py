@@ -244,6 +244,9 @@ class Runtime(Service):
             ext_proc=ext_proc,
             health_port_services=None if api_on_tls else api,
         )
+        for pool in self.pools:
+            if pool.state_sync is not None:
+                pool.state_sync.report_health(self._server.health.set_detail)
         tls = await self._server_tls() if o.tls.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls

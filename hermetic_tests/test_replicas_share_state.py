@@ -5,7 +5,8 @@ replicas. With the approximate prefix index alone each replica would know only t
 routed itself; with ``--state-sync-address`` every replica's insertions reach the others, so every
 later turn goes to the pod that served the first. In-flight counts cross too (a long request
 routed by one replica shows on every replica's endpoint), a replica that loses the server says so
-(``epp_state_sync_connected`` 0) and keeps routing, and the sync resumes when the server is back.
+(``epp_state_sync_connected`` 0, its health service ``state-sync/<namespace>/<pool>``
+NOT_SERVING while readiness stays SERVING) and keeps routing, and the sync resumes when the server is back.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import asyncio
 import random
 
 import aiohttp
+import grpc
 import pytest
 from pool_modes import ALL_MODES, served
 
+from epp.extproc import pb
 from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp_sim.kube_objects import PoolMode
 from epp_sim.modelserver import SimConfig
@@ -26,6 +29,8 @@ from epp_sim.stack.picker import InProcessPicker
 from epp_sim.stack.valkey import ValkeyServer
 from epp_sim.waits import wait_until
 
+SERVING = pb.HealthCheckResponse.SERVING
+NOT_SERVING = pb.HealthCheckResponse.NOT_SERVING
 PODS = 3
 REPLICAS = 3
 MODEL = "m"
@@ -137,6 +142,17 @@ async def test_every_turn_of_a_conversation_goes_where_the_first_went_whichever_
     assert min(routed_by) >= 10, routed_by  # Envoy spread the 48 requests over the three replicas
 
 
+async def _health(picker: InProcessPicker) -> list[int]:
+    """The picker's health port: (readiness, its pool's state-sync detail)."""
+    detail = picker.runtime.pools[0].state_sync.health_name  # type: ignore[union-attr]
+    async with grpc.aio.insecure_channel(picker.health_target) as channel:
+        stub = pb.HealthStub(channel)
+        return [
+            (await stub.Check(pb.HealthCheckRequest(service=service), timeout=5.0)).status
+            for service in ("readiness", detail)
+        ]
+
+
 async def _connected(http: aiohttp.ClientSession, picker: InProcessPicker) -> float:
     """``epp_state_sync_connected`` as the picker's /metrics shows it."""
     async with http.get(picker.metrics_url) as resp:
@@ -172,6 +188,8 @@ async def test_in_flight_counts_cross_and_a_replica_that_loses_valkey_routes_on_
         await wait_until(lambda: all(in_flight(r) == [0, 0, 0] for r in replicas), timeout=15, message="counted out")
 
         assert [await _connected(http, r) for r in replicas] == [1.0] * REPLICAS
+        assert [await _health(r) for r in replicas] == [[SERVING, SERVING]] * REPLICAS
+        assert [await _health(r) for r in replicas] == [[SERVING, SERVING]] * REPLICAS
         await epp_valkey.stop()
         await wait_until(
             lambda: not any(r.runtime.pools[0].state_sync.link.connected for r in replicas),  # type: ignore[union-attr]
@@ -179,6 +197,7 @@ async def test_in_flight_counts_cross_and_a_replica_that_loses_valkey_routes_on_
             message="every replica noticed",
         )
         assert [await _connected(http, r) for r in replicas] == [0.0] * REPLICAS
+        assert [await _health(r) for r in replicas] == [[SERVING, NOT_SERVING]] * REPLICAS  # still ready
         for k in range(REPLICAS):  # each replica routes (and learns) on its own view meanwhile
             alone = {"model": MODEL, "prompt": f"outage {k} " + "word " * 60 * (k + 1), "max_tokens": 1}
             async with http.post(f"http://127.0.0.1:{envoy.port}/v1/completions", json=alone) as resp:
@@ -199,3 +218,4 @@ async def test_in_flight_counts_cross_and_a_replica_that_loses_valkey_routes_on_
             message="what each learnt alone reached the others",
         )
         assert [await _connected(http, r) for r in replicas] == [1.0] * REPLICAS
+        assert [await _health(r) for r in replicas] == [[SERVING, SERVING]] * REPLICAS

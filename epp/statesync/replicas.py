@@ -5,6 +5,8 @@ in-flight counts go onto endpoints as they join), binds the replicated plugins o
 configuration in force (again after each reload, :meth:`ReplicaSync.bind`) and copies its counts
 into the ``epp_state_sync_*`` series before each scrape. ``source`` names this replica to its
 peers: ``POD_NAME`` (else the host name) and a random suffix, so two pickers never share one.
+Whether the server is reached shows as the health service ``state-sync/<namespace>/<pool>``
+(:meth:`ReplicaSync.report_health`), beside the series and the log lines of the link.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from epp.clock import Clock
 from epp.datastore.store import Datastore
@@ -51,6 +53,17 @@ class ReplicaSync(Service):
         self._metrics = metrics
         self._unsubscribe = datastore.subscribe(self.sync.in_flight.endpoints_changed)
         self.sync.bind(plugins)
+
+    @property
+    def health_name(self) -> str:
+        """The health service name that says whether this pool's sync reaches its server."""
+        return f"state-sync/{self.key[0]}/{self.key[1]}"
+
+    def report_health(self, set_detail: Callable[[str, bool], None]) -> None:
+        """Tell ``set_detail`` whether the server is reached, now and at each change."""
+        name = self.health_name
+        self.link.on_change = lambda connected: set_detail(name, connected)
+        set_detail(name, self.link.connected)
 
     def bind(self, plugins: Mapping[str, Plugin]) -> None:
         """A reloaded configuration's plugins take over publishing and applying."""

@@ -23,8 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -77,8 +76,9 @@ class ValkeyLink(Service):
         self.connected = False
         self.disconnects = 0
         self.last_error = ""
-        self.since = 0.0
-        """Wall-clock time of the last change of :attr:`connected`."""
+        self._told = False
+        self.on_change: Callable[[bool], None] | None = None
+        """Told each change of :attr:`connected` (the runtime's health detail)."""
         self._client: aioredis.Redis | None = None
         self._closing = False
         self._busy: set[asyncio.Task[Any]] = set()
@@ -119,9 +119,14 @@ class ValkeyLink(Service):
 
     # -- status ---------------------------------------------------------------------------------
 
+    def _changed(self, connected: bool) -> None:
+        self.connected, self._told = connected, True
+        if self.on_change is not None:
+            self.on_change(connected)
+
     def _ok(self) -> None:
         if not self.connected:
-            self.connected, self.since = True, time.time()
+            self._changed(True)
             log.info(
                 "state sync connected",
                 extra={"pool": self.pool, "server": self.url, "stream": self.stream, "queued": self.sync.pending},
@@ -129,8 +134,8 @@ class ValkeyLink(Service):
 
     def _failed(self, error: BaseException) -> None:
         self.last_error = f"{type(error).__name__}: {error}"
-        if self.connected or not self.since:
-            self.connected, self.since = False, time.time()
+        if self.connected or not self._told:
+            self._changed(False)
             self.disconnects += 1
             log.warning(
                 "state sync lost its server: routing on this replica's own view until it is back",
