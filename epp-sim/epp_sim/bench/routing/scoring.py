@@ -18,6 +18,7 @@ from epp_sim.bench.loadgen import percentile
 from epp_sim.bench.routing.replay import Counts, Outcome
 from epp_sim.bench.routing.strategies import (
     APPROXIMATE,
+    APPROXIMATE_VALKEY,
     DEFAULT,
     FLOW_CONTROL,
     IN_FLIGHT,
@@ -214,6 +215,26 @@ def _precise_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _shared_state_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """On cache-pressure: approximate replicas sharing state through Valkey, within 2 points of one picker."""
+    details: list[str] = []
+    ok: bool | None = None
+    for load in sorted({r["load"] for r in runs if r["workload"] == _CACHE_PRESSURE}):
+        one = _find(runs, _CACHE_PRESSURE, APPROXIMATE, load)
+        for replicas in (2, 3):
+            shared = _find(runs, _CACHE_PRESSURE, APPROXIMATE_VALKEY, load, replicas)
+            if one is None or shared is None:
+                continue
+            delta = shared["prefix_hit_rate"] - one["prefix_hit_rate"]
+            details.append(
+                f"×{replicas}@{load}: {one['prefix_hit_rate'] * 100:.1f}% → {shared['prefix_hit_rate'] * 100:.1f}% "
+                f"({delta * 100:+.1f} points)"
+            )
+            ok = (ok is not False) and delta >= -_HIT_RATE_HOLDS
+    detail = ", ".join(details) or "not measured"
+    return {"approximate_valkey_replicas_hit_rate_within_2_points": {"detail": detail, "met": ok}}
+
+
 def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The default profile against round robin above 50 % load, prefix-aware's gain on shared prefixes,
     and the in-flight profile against queue-only on bursts, and precise against approximate prefix
@@ -254,6 +275,7 @@ def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         },
         "in_flight_vs_queue_only_bursty_no_worse_and_20pct_better_at_1.0": _in_flight_target(runs),
         **_precise_targets(runs),
+        **_shared_state_targets(runs),
     }
 
 
