@@ -26,6 +26,7 @@ the scorer, so they read it from the scorer.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -156,27 +157,31 @@ class PrefixCacheScorer(NamedPlugin):
             capacity = target.metrics.cache_num_blocks if self.auto_tune else 0
             self.index.add(target.endpoint.key, hashes, capacity)
             if self._publish is not None:
-                self._publish(msgpack.packb((target.endpoint.key, capacity, hashes)))
+                self._publish(msgpack.packb((target.endpoint.key, capacity, array("Q", hashes).tobytes())))
 
     def replicate(self, publish: Publish | None) -> None:
         """Publish each insertion from now on (None: stop); see the module docstring."""
         self._publish = publish
 
     def apply_replicated(self, payload: bytes) -> None:
-        """A peer's insertion: ``[endpoint key, capacity, [hash, ...]]``; ``ValueError`` when it is not one."""
+        """A peer's insertion: ``[endpoint key, capacity, hashes as native uint64s]``; ``ValueError`` when not one.
+
+        The hashes travel as one byte string (2 KiB for 256 blocks, checked by its length rather
+        than integer by integer); every replica of a pool runs on one architecture.
+        """
         try:
-            key, capacity, hashes = msgpack.unpackb(payload)
+            key, capacity, packed = msgpack.unpackb(payload)
         except (ValueError, TypeError, msgpack.UnpackException) as e:
             raise ValueError(f"{TYPE}: not a prefix insertion: {e}") from e
         if (
             not isinstance(key, str)
             or not isinstance(capacity, int)
             or capacity < 0
-            or not isinstance(hashes, list)
-            or not all(isinstance(h, int) and 0 <= h < 1 << 64 for h in hashes)
+            or not isinstance(packed, bytes)
+            or len(packed) % 8
         ):
-            raise ValueError(f"{TYPE}: not a prefix insertion: {key!r:.40}, {capacity!r:.20}, {type(hashes).__name__}")
-        self.index.add(key, hashes, capacity)
+            raise ValueError(f"{TYPE}: not a prefix insertion: {key!r:.40}, {capacity!r:.20}, {type(packed).__name__}")
+        self.index.add(key, array("Q", packed).tolist(), capacity)
 
     def endpoints_removed(self, keys: Collection[str]) -> None:
         self.index.forget(keys)
