@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import shutil
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
+from epp.tasks import Service
 from epp_sim.ports import free_port
 from epp_sim.stack.processes import ChildProcess
 
@@ -35,7 +34,7 @@ def server_program() -> str:
     )
 
 
-class ValkeyServer:
+class ValkeyServer(Service):
     """``async with ValkeyServer(work_dir) as server:`` ... ``server.url`` (``redis://host:port``)."""
 
     def __init__(self, work_dir: Path, *, host: str = "127.0.0.1", name: str = "valkey") -> None:
@@ -96,12 +95,3 @@ class ValkeyServer:
         """Stop, then start again on the same port (empty: nothing is persisted)."""
         await self.stop()
         await self.start()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
