@@ -33,12 +33,12 @@ from typing import Any
 import msgpack
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo, PrefixMatchInfoProducer
 from epp.framework.replication import Publish
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins._params import Params
 from epp.plugins.prefix_index import PrefixIndex, chain_hashes
 
 __all__ = ["PrefixCacheScorer"]
