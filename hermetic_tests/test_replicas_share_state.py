@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from pathlib import Path
 
 import aiohttp
 import grpc
@@ -219,3 +220,29 @@ async def test_in_flight_counts_cross_and_a_replica_that_loses_valkey_routes_on_
         )
         assert [await _connected(http, r) for r in replicas] == [1.0] * REPLICAS
         assert [await _health(r) for r in replicas] == [[SERVING, SERVING]] * REPLICAS
+
+
+async def test_a_replica_started_while_valkey_is_down_serves_says_so_and_joins_when_it_comes_up(
+    epp_pool: PoolFactory, epp_envoy: EnvoyFactory, tmp_path: Path
+) -> None:
+    valkey = ValkeyServer(tmp_path / "late-valkey")  # its port is chosen, nothing listens on it yet
+    pool = await epp_pool(
+        "v1",
+        pods=2,
+        sim_config=SimConfig(model=MODEL),
+        picker_args=["--state-sync-address", valkey.url, "--state-sync-interval", "20ms"],
+    )
+    picker = pool.picker
+    link = picker.runtime.pools[0].state_sync.link  # type: ignore[union-attr]
+    await wait_until(lambda: link.disconnects == 1, timeout=15, message="the missing server is noticed")
+    envoy = await epp_envoy(picker)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http:
+        body = {"model": MODEL, "prompt": "served without valkey", "max_tokens": 1}
+        async with http.post(f"http://127.0.0.1:{envoy.port}/v1/completions", json=body) as resp:
+            assert resp.status == 200, await resp.text()
+        assert await _connected(http, picker) == 0.0
+        assert await _health(picker) == [SERVING, NOT_SERVING]
+        async with valkey:
+            await wait_until(lambda: link.connected, timeout=30, message="joined once the server is up")
+            assert await _connected(http, picker) == 1.0
+            assert await _health(picker) == [SERVING, SERVING]
