@@ -81,6 +81,8 @@ class ValkeyLink(Service):
         """Told each change of :attr:`connected` (the runtime's health detail)."""
         self._client: aioredis.Redis | None = None
         self._closing = False
+        self._failures: dict[str, int] = {}
+        """Consecutive failures of each task's commands, less one (the back-off's exponent)."""
         self._busy: set[asyncio.Task[Any]] = set()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -124,7 +126,8 @@ class ValkeyLink(Service):
         if self.on_change is not None:
             self.on_change(connected)
 
-    def _ok(self) -> None:
+    def _ok(self, task: str) -> None:
+        self._failures[task] = -1
         if not self.connected:
             self._changed(True)
             log.info(
@@ -153,9 +156,15 @@ class ValkeyLink(Service):
         finally:
             self._busy.discard(task)
 
-    async def _backoff(self, attempt: int) -> None:
+    async def _lost(self, task: str, error: BaseException) -> bool:
+        """``task``'s command failed: say so and wait before its next try; False when stopping instead."""
+        if self._closing:
+            return False
+        self._failed(error)
+        attempt = self._failures[task] = self._failures.get(task, -1) + 1
         low, high = self._retry
         await self._clock.sleep(min(high, low * 2 ** min(attempt, 16)))
+        return True
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -164,7 +173,6 @@ class ValkeyLink(Service):
         client, sync, settings, clock = self._client, self.sync, self.settings, self._clock
         interval = settings.in_flight_interval
         next_counts = next_heartbeat = clock.now()
-        failures = 0
         while not self._closing:
             await clock.sleep(self._flush)
             now = clock.now()
@@ -192,14 +200,10 @@ class ValkeyLink(Service):
             except (RedisError, OSError) as e:
                 sync.requeue(records)  # counts are sent afresh when the server is back
                 next_heartbeat = now  # ...at once
-                if self._closing:
+                if not await self._lost("write", e):
                     return
-                self._failed(e)
-                await self._backoff(failures)
-                failures += 1
                 continue
-            failures = 0
-            self._ok()
+            self._ok("write")
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -208,7 +212,6 @@ class ValkeyLink(Service):
         client = self._client
         last: bytes | str = "0"
         replay_until = -1  # entries up to this id's time are history: their in-flight counts are skipped
-        failures = 0
         while not self._closing:
             try:
                 with self._command():
@@ -217,14 +220,10 @@ class ValkeyLink(Service):
                         replay_until = _entry_ms(newest[0][0]) if newest else 0
                     answer: Any = await client.xread({self.stream: last}, count=500, block=self._block_ms)
             except (RedisError, OSError) as e:
-                if self._closing:
+                if not await self._lost("read", e):
                     return
-                self._failed(e)
-                await self._backoff(failures)
-                failures += 1
                 continue
-            failures = 0
-            self._ok()
+            self._ok("read")
             now = self._clock.now()
             for _, entries in answer or ():
                 for entry_id, fields in entries:

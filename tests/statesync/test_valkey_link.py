@@ -50,6 +50,14 @@ async def replicas(epp_valkey: ValkeyServer) -> AsyncIterator[Callable[[str], Re
         await sync.stop()
 
 
+async def _connected(replicas: Callable[[str], Replica], *names: str) -> list[Replica]:
+    made = [replicas(name) for name in names]
+    for sync, _, _ in made:
+        await sync.start()
+    await wait_until(lambda: all(sync.link.connected for sync, _, _ in made), timeout=10, message="all connected")
+    return made
+
+
 def _route(scorer: PrefixCacheScorer, prompt: str, target: EndpointState, candidates: list[EndpointState]) -> float:
     """One routing decision for ``prompt`` to ``target``; returns ``target``'s score before it."""
     request = parsed("/v1/completions", {"model": "m", "prompt": prompt})
@@ -65,11 +73,7 @@ PROMPT = "a system prompt shared by a tenant's every request " * 20
 async def test_insertions_and_in_flight_counts_cross_between_replicas(
     replicas: Callable[[str], Replica],
 ) -> None:
-    a, a_scorer, a_states = replicas("replica-a")
-    b, b_scorer, b_states = replicas("replica-b")
-    await a.start()
-    await b.start()
-    await wait_until(lambda: a.link.connected and b.link.connected, timeout=10, message="both connected")
+    (a, a_scorer, a_states), (b, b_scorer, b_states) = await _connected(replicas, "replica-a", "replica-b")
 
     assert _route(a_scorer, PROMPT, a_states[1], a_states) == 0.0  # a learns: the prompt is on endpoint 2
     await wait_until(lambda: len(b_scorer.index) == len(a_scorer.index), timeout=10, message="b learnt a's insertion")
@@ -87,11 +91,7 @@ async def test_insertions_and_in_flight_counts_cross_between_replicas(
 async def test_a_replica_that_loses_the_server_says_so_routes_on_and_catches_up(
     replicas: Callable[[str], Replica], epp_valkey: ValkeyServer
 ) -> None:
-    a, a_scorer, a_states = replicas("replica-a")
-    b, b_scorer, b_states = replicas("replica-b")
-    await a.start()
-    await b.start()
-    await wait_until(lambda: a.link.connected and b.link.connected, timeout=10, message="both connected")
+    (a, a_scorer, a_states), (b, b_scorer, b_states) = await _connected(replicas, "replica-a", "replica-b")
     a_states[0].in_flight_requests = 2
     await wait_until(lambda: b_states[0].in_flight_requests == 2, timeout=10, message="b sees a's in-flight")
 
