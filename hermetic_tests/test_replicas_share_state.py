@@ -22,7 +22,7 @@ from pool_modes import ALL_MODES, served
 from replica_views import routed
 
 from epp.extproc import pb
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
+from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp_sim.kube_objects import PoolMode
 from epp_sim.modelserver import SimConfig
 from epp_sim.pytest_plugin import EnvoyFactory, PickerFactory, PoolFactory
@@ -48,10 +48,11 @@ schedulingProfiles:
 """
 
 
-def _scorer(picker: InProcessPicker) -> PrefixCacheScorer:
-    scorer = picker.runtime.pools[0].routing.config.plugins["prefix-cache-scorer"]
-    assert isinstance(scorer, PrefixCacheScorer)
-    return scorer
+def _scorer(picker: InProcessPicker) -> ApproxPrefixCacheProducer:
+    """The replica's approximate index (the producer the loader adds for ``prefix-cache-scorer``)."""
+    producer = picker.runtime.pools[0].routing.config.plugins["approx-prefix-cache-producer"]
+    assert isinstance(producer, ApproxPrefixCacheProducer)
+    return producer
 
 
 async def _replicas(
@@ -183,6 +184,7 @@ async def test_in_flight_counts_cross_and_a_replica_that_loses_valkey_routes_on_
         assert [await _connected(http, r) for r in replicas] == [1.0] * REPLICAS
         assert [await _health(r) for r in replicas] == [[SERVING, SERVING]] * REPLICAS
         assert [await _health(r) for r in replicas] == [[SERVING, SERVING]] * REPLICAS
+        (shared,) = {len(_scorer(r).index) for r in replicas}  # what all of them know before the outage
         await epp_valkey.stop()
         await wait_until(
             lambda: not any(r.runtime.pools[0].state_sync.link.connected for r in replicas),  # type: ignore[union-attr]
@@ -196,8 +198,8 @@ async def test_in_flight_counts_cross_and_a_replica_that_loses_valkey_routes_on_
             async with http.post(f"http://127.0.0.1:{envoy.port}/v1/completions", json=alone) as resp:
                 assert resp.status == 200, await resp.text()
                 await resp.read()
-        alone_sizes = [len(_scorer(r).index) for r in replicas]  # the prompts share no block: no overlap
-        assert max(alone_sizes) < sum(alone_sizes)  # each knows only what it routed itself
+        alone = [len(_scorer(r).index) - shared for r in replicas]  # the prompts share no block: no overlap
+        assert max(alone) < sum(alone)  # each knows only what it routed itself
 
         await epp_valkey.start()  # the same address, empty
         await wait_until(
@@ -206,7 +208,7 @@ async def test_in_flight_counts_cross_and_a_replica_that_loses_valkey_routes_on_
             message="every replica is back",
         )
         await wait_until(
-            lambda: [len(_scorer(r).index) for r in replicas] == [sum(alone_sizes)] * REPLICAS,
+            lambda: [len(_scorer(r).index) for r in replicas] == [shared + sum(alone)] * REPLICAS,
             timeout=15,
             message="what each learnt alone reached the others",
         )

@@ -54,6 +54,7 @@ FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
 """Known ``featureGates`` and whether each is on when the config does not name it."""
 
 _PRECISE_PREFIX_PRODUCER = "precise-prefix-cache-producer"
+_RENAMED_TYPES = {"tokenizer": "token-producer"}  # upstream's deprecated type names still loaded, and their successors
 _PRECISE_PREFIX_SCORER = "precise-prefix-cache-scorer"  # llm-d's deprecated all-in-one form of the producer chain
 _METRICS_DATA_SOURCE = "metrics-data-source"
 
@@ -109,6 +110,15 @@ def normalized(config: EndpointPickerConfig) -> tuple[EndpointPickerConfig, list
             ConfigNotice("apiVersion", f"{LEGACY_API_VERSION} is deprecated, use {API_VERSION}", deprecated=True)
         )
     for i, plugin in enumerate(config.plugins):
+        renamed = _RENAMED_TYPES.get(plugin.type)
+        if renamed is not None:
+            notices.append(
+                ConfigNotice(
+                    f"plugins[{i}].type",
+                    f"plugin {plugin.name or plugin.type!r}: {plugin.type} is deprecated, use {renamed}",
+                    deprecated=True,
+                )
+            )
         if plugin.type == _PRECISE_PREFIX_SCORER:
             notices.append(
                 ConfigNotice(

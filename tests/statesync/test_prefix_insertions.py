@@ -1,39 +1,34 @@
-"""prefix-cache-scorer replicated: each insertion published, a peer's applied, a bad one refused and counted."""
+"""approx-prefix-cache-producer replicated: each insertion published, a peer's applied, a bad one refused, counted."""
 
 from __future__ import annotations
 
 import msgpack
 import pytest
+from prefix_chain import PrefixChain
 from scheduling_builders import parsed, state
 
-from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
+from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp.statesync.pool_sync import PoolSync
 from epp.statesync.records import PLUGIN
 
-PROMPT = "the same long system prompt, turn after turn " * 10
+PROMPT = "the same long system prompt, turn after turn " * 40
 
 
-def _route(scorer: PrefixCacheScorer, prompt: str, target: int) -> list[float]:
-    candidates = [state(1), state(2)]
-    request = parsed("/v1/completions", {"model": "m", "prompt": prompt})
-    cycle = CycleState()
-    scores = scorer.score(cycle, request, candidates)
-    scorer.pre_request(cycle, request, SchedulingResult({"default": ProfileResult([candidates[target]])}, "default"))
-    return scores
+async def _route(chain: PrefixChain, prompt: str, target: int) -> list[float]:
+    return await chain.route(parsed("/v1/completions", {"model": "m", "prompt": prompt}), [state(1), state(2)], target)
 
 
-def test_what_one_learns_the_other_scores() -> None:
-    mine, theirs = PrefixCacheScorer("prefix"), PrefixCacheScorer("prefix")
+async def test_what_one_learns_the_other_scores() -> None:
+    mine, theirs = PrefixChain(), PrefixChain()
     sent: list[bytes] = []
-    mine.replicate(sent.append)
-    _route(mine, PROMPT, target=1)
+    mine.producer.replicate(sent.append)
+    await _route(mine, PROMPT, target=1)
     (payload,) = sent
-    theirs.apply_replicated(payload)
-    assert len(theirs.index) == len(mine.index) > 0
-    assert _route(theirs, PROMPT + "next", target=1)[1] > 0.8
-    mine.replicate(None)
-    _route(mine, PROMPT + "other", target=0)
+    theirs.producer.apply_replicated(payload)
+    assert len(theirs.producer.index) == len(mine.producer.index) > 0
+    assert (await _route(theirs, PROMPT + "next", target=1))[1] > 0.5
+    mine.producer.replicate(None)
+    await _route(mine, PROMPT + "other", target=0)
     assert len(sent) == 1  # unbound: nothing more published
 
 
@@ -49,27 +44,26 @@ def test_what_one_learns_the_other_scores() -> None:
     ],
 )
 def test_a_bad_insertion_is_refused(payload: bytes) -> None:
-    scorer = PrefixCacheScorer("prefix")
-    with pytest.raises(ValueError, match="prefix-cache-scorer: not a prefix insertion"):
-        scorer.apply_replicated(payload)
-    assert len(scorer.index) == 0
+    producer = ApproxPrefixCacheProducer()
+    with pytest.raises(ValueError, match="approx-prefix-cache-producer: not a prefix insertion"):
+        producer.apply_replicated(payload)
+    assert len(producer.index) == 0
 
 
-def test_the_pool_sync_counts_what_it_cannot_apply_and_goes_on() -> None:
+async def test_the_pool_sync_counts_what_it_cannot_apply_and_goes_on() -> None:
     sync = PoolSync("me", list)
-    scorer = PrefixCacheScorer("prefix")
-    sync.bind({"prefix": scorer})
-    good = PrefixCacheScorer("prefix")
+    chain = PrefixChain()
+    sync.bind({"approx-prefix-cache-producer": chain.producer, "prefix-cache-scorer": chain.scorer})
+    good = PrefixChain()
     sent: list[bytes] = []
-    good.replicate(sent.append)
-    _route(good, PROMPT, target=0)
-    sync.receive(
-        "peer", [(PLUGIN, "other-plugin", sent[0]), (PLUGIN, "prefix", b"\xc1"), (PLUGIN, "prefix", sent[0])], 1.0
-    )
+    good.producer.replicate(sent.append)
+    await _route(good, PROMPT, target=0)
+    topic = "approx-prefix-cache-producer"
+    sync.receive("peer", [(PLUGIN, "other-plugin", sent[0]), (PLUGIN, topic, b"\xc1"), (PLUGIN, topic, sent[0])], 1.0)
     assert (sync.counts.received, sync.counts.dropped_unknown, sync.counts.undecodable) == (3, 1, 1)
-    assert len(scorer.index) == len(good.index)
-    _route(scorer, PROMPT + "mine", target=1)
-    assert sync.pending == 1  # the bound scorer publishes into the outbox
+    assert len(chain.producer.index) == len(good.producer.index)
+    await _route(chain, PROMPT + "mine", target=1)
+    assert sync.pending == 1  # the bound producer publishes into the outbox
     sync.unbind()
-    _route(scorer, PROMPT + "after", target=1)
+    await _route(chain, PROMPT + "after", target=1)
     assert sync.pending == 1
