@@ -1,6 +1,7 @@
 """Composition root of ``epp serve``: builds every part, starts them in order, stops them in reverse.
 
-Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges and its
+Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges, its state
+sync with the other replicas (``--state-sync-address``, ``statesync.replicas``) and its
 routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, so per-endpoint
 plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
 Shared: the metrics registry, the kr8s API, the ext_proc/health servers, the metrics server and the
@@ -11,9 +12,9 @@ pool's scrapers take its data layer (``Scrapers.apply``) and its routing the new
 that changes the flow-control settings is refused.
 
 Start order: logging → metrics → API client → config → datastores, routings and reconcilers →
-scrapers → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
+scrapers → state sync → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
-(bounded) → config watcher → elector → plugins' background resources (KV-event subscribers) →
+(bounded) → config watcher → elector → state sync → plugins' background resources (KV-event subscribers) →
 reconcilers → scrapers → gauges → metrics server → API client.
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
 ``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer; with
@@ -72,6 +73,8 @@ from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
 from epp.slo.predictor import PredictorStats
 from epp.slo.series import SloSeries
+from epp.statesync.metrics import SyncMetrics
+from epp.statesync.replicas import ReplicaSync
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
@@ -107,6 +110,7 @@ class PoolRuntime:
     scrapers: Scrapers
     gauges: PoolGauges
     routing: PoolRouting
+    state_sync: ReplicaSync | None = None
     unsubscribe: Callable[[], None] = field(default=lambda: None)
 
     @property
@@ -146,6 +150,7 @@ class Runtime(Service):
         self._readiness: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self._cert_reloader: CertReloader | None = None
+        self._sync_metrics: SyncMetrics | None = None
         self.tracing: Tracing | None = None  # None unless --tracing and an exporter is configured
 
     @property
@@ -225,6 +230,8 @@ class Runtime(Service):
             await pool.scrapers.start()
             await pool.gauges.start()
             await pool.routing.start()
+            if pool.state_sync is not None:
+                await pool.state_sync.start()
         if o.leader_election and self._api is not None:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
@@ -260,6 +267,9 @@ class Runtime(Service):
             ext_proc=ext_proc,
             health_port_services=None if api_on_tls else api,
         )
+        for pool in self.pools:
+            if pool.state_sync is not None:
+                pool.state_sync.report_health(self._server.health.set_detail)
         tls = await self._server_tls() if o.tls.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls
@@ -405,6 +415,12 @@ class Runtime(Service):
             ),
         )
         pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, routing)
+        if o.state_sync is not None:
+            if self._sync_metrics is None:
+                self._sync_metrics = SyncMetrics(self.metrics.registry)
+            pool.state_sync = ReplicaSync(
+                key, datastore, o.state_sync, routing.config.plugins, clock=self.clock, metrics=self._sync_metrics
+            )
         pool.unsubscribe = datastore.subscribe(health.on_endpoints)
         return pool
 
@@ -414,10 +430,14 @@ class Runtime(Service):
         for pool in self.pools:
             pool.scrapers.apply(new[pool.key].scrape)
             pool.routing.apply(new[pool.key])
+            if pool.state_sync is not None:
+                pool.state_sync.bind(new[pool.key].plugins)
 
     def _refresh_gauges(self) -> None:
         for pool in self.pools:
             pool.gauges.refresh()
+            if pool.state_sync is not None:
+                pool.state_sync.refresh()
         if self.configs is not None:
             sizes: dict[tuple[str, str], int] = {}
             precise: list[PrecisePrefixCacheProducer] = []
@@ -506,6 +526,9 @@ class Runtime(Service):
         if self.elector is not None:
             await self.elector.stop()
             self.elector = None
+        for pool in self.pools:
+            if pool.state_sync is not None:
+                await pool.state_sync.stop()
         for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer clients)
             await pool.routing.aclose()
         for pool in reversed(self.pools):
