@@ -1,6 +1,7 @@
 """Composition root of ``epp serve``: builds every part, starts them in order, stops them in reverse.
 
-Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges and its
+Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges, its state
+sync with the other replicas (``--state-sync-address``, ``statesync.replicas``) and its
 routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, so per-endpoint
 plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
 Shared: the metrics (every area's series set declared at once, ``epp.picker_series``), the kr8s
@@ -13,9 +14,9 @@ the pool, not the config: a reload keeps its queue, and one that changes the flo
 settings is refused.
 
 Start order: logging → metrics → API client → config → datastores, routings and reconcilers →
-scrapers → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
+scrapers → state sync → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
-(bounded) → config watcher → elector → plugins' background resources (KV-event subscribers) →
+(bounded) → config watcher → elector → state sync → plugins' background resources (KV-event subscribers) →
 the plugins' HTTP client → reconcilers → scrapers → gauges → metrics server → API client.
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
 ``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer; with
@@ -75,6 +76,8 @@ from epp.requestcontrol.plugin_series import PluginSeries
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
 from epp.slo.series import SloSeries
+from epp.statesync.metrics import SyncMetrics
+from epp.statesync.replicas import ReplicaSync
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
@@ -109,6 +112,7 @@ class PoolRuntime:
     scrapers: Scrapers
     gauges: PoolGauges
     routing: PoolRouting
+    state_sync: ReplicaSync | None = None
     unsubscribe: Callable[[], None] = field(default=lambda: None)
 
     @property
@@ -151,6 +155,7 @@ class Runtime(Service):
         self._readiness: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self._cert_reloader: CertReloader | None = None
+        self._sync_metrics: SyncMetrics | None = None
         self.tracing: Tracing | None = None  # None unless --tracing and an exporter is configured
 
     @property
@@ -232,6 +237,8 @@ class Runtime(Service):
             await pool.scrapers.start()
             await pool.gauges.start()
             await pool.routing.start()
+            if pool.state_sync is not None:
+                await pool.state_sync.start()
         if o.leader_election and self._api is not None:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
@@ -269,6 +276,9 @@ class Runtime(Service):
             ext_proc=ext_proc,
             health_port_services=None if api_on_tls else api,
         )
+        for pool in self.pools:
+            if pool.state_sync is not None:
+                pool.state_sync.report_health(self._server.health.set_detail)
         tls = await self._server_tls() if o.tls.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls
@@ -414,6 +424,12 @@ class Runtime(Service):
             ),
         )
         pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, routing)
+        if o.state_sync is not None:
+            if self._sync_metrics is None:
+                self._sync_metrics = SyncMetrics(self.metrics.registry)
+            pool.state_sync = ReplicaSync(
+                key, datastore, o.state_sync, routing.config.plugins, clock=self.clock, metrics=self._sync_metrics
+            )
         pool.unsubscribe = datastore.subscribe(health.on_endpoints)
         return pool
 
@@ -423,11 +439,15 @@ class Runtime(Service):
         for pool in self.pools:
             pool.scrapers.apply(new[pool.key].scrape)
             pool.routing.apply(new[pool.key])
+            if pool.state_sync is not None:
+                pool.state_sync.bind(new[pool.key].plugins)
 
     def _refresh_gauges(self) -> None:
         """Just before a scrape: the pool gauges, and what the plugins in force measure (every pool's)."""
         for pool in self.pools:
             pool.gauges.refresh()
+            if pool.state_sync is not None:
+                pool.state_sync.refresh()
         plugins = [plugin for pool in self.pools for plugin in pool.routing.config.plugins.values()]
         self.metrics.series(PluginSeries).publish(plugins)
         self.slo_series.mirror(
@@ -498,7 +518,10 @@ class Runtime(Service):
         if self.elector is not None:
             await self.elector.stop()
             self.elector = None
-        for pool in self.pools:  # plugins' background resources (KV-event subscribers)
+        for pool in self.pools:
+            if pool.state_sync is not None:
+                await pool.state_sync.stop()
+        for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer threads)
             await pool.routing.aclose()
         await self._http.aclose()
         for pool in reversed(self.pools):

@@ -480,7 +480,7 @@ class _Builder:
             (
                 "dataLayer.crossReplicaSyncerPluginRef",
                 data_layer.cross_replica_syncer_plugin_ref,
-                "a cross-replica syncer: this picker shares no state between replicas",
+                "a cross-replica syncer: replicas share state through --state-sync-address (a Valkey/Redis server)",
             ),
         )
         for where, ref, kind in missing_kinds:

@@ -43,16 +43,19 @@ async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path, context
     async with ModelServer(SimConfig(model="m", tokenizer=str(tokenizer_dir)), host="127.0.0.2") as server:
         remote = token_producer.create("t", {"modelName": "m", "vllm": {"url": server.url}}, context)
         local = token_producer.create("t", {"local": {"tokenizerPath": str(tokenizer_dir)}}, PluginContext())
-        for api, body in (
-            (ApiKind.COMPLETIONS, {"prompt": text}),
-            (ApiKind.CHAT_COMPLETIONS, {"messages": messages}),
-        ):
-            a, b = _request(api, body), _request(api, body)
-            await remote.produce(a)
-            await local.produce(b)
-            assert a.token_ids is not None and len(a.token_ids) > 10
-            assert a.token_ids == b.token_ids
-        assert remote.failures == 0
+        try:
+            for api, body in (
+                (ApiKind.COMPLETIONS, {"prompt": text}),
+                (ApiKind.CHAT_COMPLETIONS, {"messages": messages}),
+            ):
+                a, b = _request(api, body), _request(api, body)
+                await remote.produce(a)
+                await local.produce(b)
+                assert a.token_ids is not None and b.token_ids is not None and len(a.token_ids) > 10
+                assert list(a.token_ids) == list(b.token_ids)
+            assert remote.failures == 0
+        finally:
+            await remote.aclose()
 
 
 async def test_failed_tokenization_leaves_the_request_without_tokens(context: PluginContext) -> None:
