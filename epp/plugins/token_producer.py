@@ -18,10 +18,11 @@ The render calls go through the picker's one shared HTTP client (``PluginContext
 ``vllm`` backend refuses to load without one). Results are cached (``epp.tokenize.cache``: LRU
 by a digest of the prompt, bounded by ``cacheMaxTokens`` ids in total, 16 Mi = 64 MiB by
 default; 0 turns it off), every call is bounded by the timeout, and a failure leaves the request
-without tokens (it is never rejected for it). Without ``vllm``, ``local`` or ``modelName`` the plugin is llm-d's ``estimate`` backend
-(``token_estimate.py``): pseudo-tokens from the prompt's bytes, enough for the approximate prefix
-index, never matching an engine's blocks. The deprecated ``udsTokenizerConfig`` is refused.
-Every backend produces ``TokenizedPrompt/<its name>`` (``framework.data_keys``).
+without tokens (it is never rejected for it). Without ``vllm``, ``local`` or ``modelName`` the
+plugin is llm-d's ``estimate`` backend (``token_estimate.py``): pseudo-tokens from the prompt's
+bytes, enough for the approximate prefix index, never matching an engine's blocks. The
+deprecated ``udsTokenizerConfig`` is refused. Every backend produces ``TokenizedPrompt/<its
+name>`` (``framework.data_keys``).
 """
 
 from __future__ import annotations
