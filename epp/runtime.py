@@ -37,6 +37,7 @@ import random
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from epp.api.auth import ApiAuthInterceptor
 from epp.api.service import ApiSources, add_api
@@ -59,8 +60,8 @@ from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME, DiscoveryRecon
 from epp.datastore.health_recorder import HealthRecorder
 from epp.datastore.store import Datastore
 from epp.extproc.cert_reload import CertReloader
+from epp.extproc.processor import StreamOptions
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
-from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
 from epp.framework.health import HealthPolicy
 from epp.framework.plugin import PluginContext, PluginRegistry
@@ -77,7 +78,6 @@ from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
 from epp.slo.series import SloSeries
 from epp.statesync.metrics import SyncMetrics
-from epp.statesync.replicas import ReplicaSync
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
@@ -85,6 +85,9 @@ from epp.telemetry.metrics_server import MetricsServer
 from epp.telemetry.tracing import Tracing
 
 __all__ = ["PoolRuntime", "Runtime", "RuntimePorts"]
+
+if TYPE_CHECKING:
+    from epp.statesync.replicas import ReplicaSync
 
 log = logging.getLogger(__name__)
 
@@ -425,6 +428,9 @@ class Runtime(Service):
         )
         pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, routing)
         if o.state_sync is not None:
+            # Imported only when asked for: redis-py imports the OpenTelemetry SDK at import time.
+            from epp.statesync.replicas import ReplicaSync
+
             if self._sync_metrics is None:
                 self._sync_metrics = SyncMetrics(self.metrics.registry)
             pool.state_sync = ReplicaSync(
