@@ -1,14 +1,19 @@
 """Composition root of ``epp serve``: builds every part, starts them in order, stops them in reverse.
 
-Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges and its
-routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, so per-endpoint
-plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
-Shared: the metrics registry, the kr8s API, the ext_proc/health servers, the metrics server and the
-configuration watcher. A reloaded configuration is swapped in whole, and in the same step each
-pool's scrapers take its data layer (``Scrapers.apply``) and its routing the new pipeline
-(``PoolRouting.apply``: stateful plugins hand over their state). Each pool's flow controller
-(the ``flowControl`` gate) belongs to the pool, not the config: a reload keeps its queue, and one
-that changes the flow-control settings is refused.
+Per pool, a :class:`~epp.pool_runtime.PoolRuntime`: a datastore, its reconcilers, scrapers, pool
+gauges and routing, and the configuration in force. Shared: the metrics registry, the kr8s API,
+the ext_proc/health servers, the metrics server and the configuration watcher.
+
+A configuration (at start, and each reload of ``--config-file``) is loaded on a worker thread:
+decoding, validation, plugin instances, the files it names (tokenizers, certificates), with no
+effect on anything running. A reload is refused whole when any pool refuses it (a change of flow
+control, read once at startup: each pool's queue belongs to the pool, not the config); a refused
+reload changes nothing but the watcher's failure counter and log line. Otherwise every pool puts
+its configuration in force in one loop step (``PoolRuntime.apply``), and only then are the
+configuration's notices logged and ``epp_config_ignored_settings`` set
+(``compat.publish_notices``). ``--metrics-staleness-threshold`` becomes one
+:class:`~epp.framework.staleness.Staleness`, handed to every pool's gauges and routing and to the
+epp.v1 API.
 
 Start order: logging → metrics → API client → config → datastores, routings and reconcilers →
 scrapers → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
@@ -32,51 +37,39 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from epp.api.auth import ApiAuthInterceptor
 from epp.api.service import ApiSources, add_api
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
-from epp.config.compat import log_notices
-from epp.config.loader import LoadedConfig, load_config, load_default_config
+from epp.config.compat import ConfigNotice, publish_notices
 from epp.config.options import ServeOptions
-from epp.config.reload import ConfigHolder, ConfigWatcher
+from epp.config.reload import ConfigStatus, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
-from epp.datalayer.pool_gauges import PoolGauges
-from epp.datalayer.scrape_process import make_scrapers
-from epp.datalayer.scrape_spec import build_scrape_spec
-from epp.datalayer.scraper import Scrapers
-from epp.datastore.store import Datastore
 from epp.extproc.cert_reload import CertReloader
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
 from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
-from epp.framework.health import HealthPolicy
-from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.plugin import PluginRegistry
+from epp.framework.staleness import Staleness
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
-from epp.kube.manager import PoolReconcilers, StandaloneReconciler
 from epp.kube.standalone import standalone_pool_name
 from epp.plugins import register_in_tree
-from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
-from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
-from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
+from epp.pool_runtime import Configs, PoolConfigLoader, PoolRuntime, refresh_gauges
+from epp.requestcontrol.pool_routing import PoolKey
 from epp.requestcontrol.pools import PoolPipelines
 from epp.tasks import Service, cancel_and_wait, start_guarded
-from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
 from epp.telemetry.metrics_server import MetricsServer
 from epp.telemetry.tracing import Tracing
 
-__all__ = ["PoolRuntime", "Runtime", "RuntimePorts"]
+__all__ = ["Runtime", "RuntimePorts"]
 
 log = logging.getLogger(__name__)
-
-Configs = dict[PoolKey, LoadedConfig]
 
 
 @dataclass
@@ -88,23 +81,6 @@ class RuntimePorts:
     metrics: int = 0
     api: int = 0
     """The epp.v1 API's own TLS port; 0 when the API is on the health port or off."""
-
-
-@dataclass
-class PoolRuntime:
-    """Everything that belongs to one pool."""
-
-    key: PoolKey
-    datastore: Datastore
-    reconciler: PoolReconcilers | StandaloneReconciler
-    scrapers: Scrapers
-    gauges: PoolGauges
-    routing: PoolRouting
-    unsubscribe: Callable[[], None] = field(default=lambda: None)
-
-    @property
-    def synced(self) -> bool:
-        return self.reconciler.synced.is_set()
 
 
 class Runtime(Service):
@@ -125,15 +101,19 @@ class Runtime(Service):
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
         register_in_tree(self.registry)
+        self.staleness = Staleness(options.metrics_staleness_threshold)
+        """``--metrics-staleness-threshold``, the one object every pool's gauges and routing and the API read."""
         self.ports = RuntimePorts()
         self.pools: list[PoolRuntime] = []
-        self.configs: ConfigHolder[Configs] | None = None
+        self.config_status = ConfigStatus(_config_source(options))
+        self._loader = PoolConfigLoader(self.registry, self.clock, options)
+        self._keys = self._pool_keys()
         self._readiness_interval = readiness_interval
         self._api: Api | None = None
         self._server: ExtProcServer | None = None
         self._api_port: ApiTlsPort | None = None
         self._metrics_server: MetricsServer | None = None
-        self._watcher: ConfigWatcher[Configs] | None = None
+        self._watcher: ConfigWatcher | None = None
         self._readiness: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self._cert_reloader: CertReloader | None = None
@@ -164,44 +144,33 @@ class Runtime(Service):
                 return f.read()
         return o.config_text
 
-    def _load_configs(self, text: str, keys: Sequence[PoolKey]) -> Configs:
-        """One set of plugin instances per pool, all from the same configuration text."""
-        build_scrape = functools.partial(build_scrape_spec, flags=self.options.model_server_metrics)
-        configs: Configs = {}
-        for key in keys:
-            context = PluginContext(clock=self.clock, pool_name=key[1])
-            if text.strip():
-                configs[key] = load_config(
-                    text,
-                    self.registry,
-                    context,
-                    metrics=self.metrics,
-                    allow_experimental_plugins=self.options.allow_experimental_plugins,
-                    build_scrape=build_scrape,
-                )
-            else:
-                configs[key] = load_default_config(
-                    self.registry, context, metrics=self.metrics, build_scrape=build_scrape
-                )
-        log_notices(notice for config in configs.values() for notice in config.notices)
-        return configs
+    async def _load(self, text: str) -> Configs:
+        """Every pool's configuration from ``text``, made on a worker thread (files read there); no effect."""
+        return await asyncio.to_thread(self._loader.load, text, self._keys)
 
     async def start(self) -> None:
         o = self.options
-        keys = self._pool_keys()
+        keys = self._keys
         text = await asyncio.to_thread(self._config_text)
-        self.configs = ConfigHolder(self._load_configs(text, keys))  # a bad config fails before binding
+        configs = await self._load(text)  # a bad config fails before binding
         if o.tracing:  # a bad OTEL_* variable fails here too; imports and exporter set-up off the loop
             self.tracing = await asyncio.to_thread(Tracing.from_environment)
         self._api = await make_api(o.kubeconfig or None)
-        holder = self.configs
         for key in keys:
-            self.pools.append(self._build_pool(key, holder))
+            pool = PoolRuntime.build(
+                key,
+                configs[key],
+                api=self._api,
+                options=o,
+                staleness=self.staleness,
+                metrics=self.metrics,
+                clock=self.clock,
+                rng=self.rng,
+            )
+            self.pools.append(pool)
+        publish_notices(_notices(configs), self.metrics)
         for pool in self.pools:
-            await pool.reconciler.start()
-            await pool.scrapers.start()
-            await pool.gauges.start()
-            await pool.routing.start()
+            await pool.start()
         if o.leader_election:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
@@ -227,7 +196,7 @@ class Runtime(Service):
         )
         endpoint = o.metrics_endpoint
         auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth else None
-        api = self._api_services(pipelines, holder, auth)
+        api = self._api_services(pipelines, auth)
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
             pipelines,
@@ -248,7 +217,7 @@ class Runtime(Service):
             )
         self._metrics_server = MetricsServer(
             self.metrics,
-            before_scrape=[self._refresh_gauges],
+            before_scrape=[functools.partial(refresh_gauges, self.pools, self.metrics)],
             auth=auth,
             pprof=endpoint.pprof,
             cert_dir=endpoint.cert_dir,
@@ -257,12 +226,7 @@ class Runtime(Service):
         self.ports.metrics = await self._metrics_server.start(o.bind_address, o.metrics_endpoint.port)
         if o.config_file:
             self._watcher = ConfigWatcher(
-                o.config_file,
-                holder,
-                lambda t: self._reloaded(t, keys),
-                clock=self.clock,
-                metrics=self.metrics,
-                on_swap=self._apply_reload,
+                o.config_file, self._reload, self.config_status, clock=self.clock, metrics=self.metrics
             )
             await self._watcher.start(text)
         self._readiness = start_guarded(self._follow_readiness(), name="epp-readiness")
@@ -277,31 +241,28 @@ class Runtime(Service):
             },
         )
 
-    def _reloaded(self, text: str, keys: Sequence[PoolKey]) -> Configs:
-        """A changed config file, loaded; refused when it changes flow control, which is read once at startup."""
-        configs = self._load_configs(text, keys)
+    async def _reload(self, text: str) -> None:
+        """A changed config file (the watcher's ``apply``): loaded off the loop; refused whole (raises) when a
+        pool refuses it; else in force in every pool in one loop step, then its notices published."""
+        configs = await self._load(text)
         for pool in self.pools:
-            refusal = pool.routing.refusal(configs[pool.key])
+            refusal = pool.refusal(configs[pool.key])
             if refusal is not None:
                 raise refusal
-        return configs
+        for pool in self.pools:
+            pool.apply(configs[pool.key])
+        publish_notices(_notices(configs), self.metrics)
 
-    def _api_services(
-        self, pipelines: PoolPipelines, holder: ConfigHolder[Configs], auth: MetricsAuth | None
-    ) -> ExtraServices | None:
+    def _api_services(self, pipelines: PoolPipelines, auth: MetricsAuth | None) -> ExtraServices | None:
         """The epp.v1 API, guarded by the /metrics authorizer; None when it is off."""
-        o = self.options
-        if not o.epp_api:
+        if not self.options.epp_api:
             return None
-        source = f"--config-file {o.config_file}" if o.config_file else "--config-text" if o.config_text else "default"
         sources = ApiSources(
             pools=self.pools,
             pipelines=pipelines,
-            generation=lambda: holder.generation,
-            last_reload=lambda: (self._watcher is not None, self._watcher.last_error if self._watcher else ""),
-            config_source=source,
+            config=self.config_status,
             clock=self.clock,
-            staleness_threshold=o.metrics_staleness_threshold,
+            staleness=self.staleness,
         )
         interceptors = (ApiAuthInterceptor(auth, "/epp.v1."),) if auth is not None else ()
         return ExtraServices(lambda server: add_api(server, sources), interceptors)
@@ -318,95 +279,6 @@ class Runtime(Service):
         self._cert_reloader = CertReloader(o.cert_path, pair)
         await self._cert_reloader.start()
         return self._cert_reloader
-
-    def _build_pool(self, key: PoolKey, holder: ConfigHolder[Configs]) -> PoolRuntime:
-        o = self.options
-        assert self._api is not None
-        health = HealthRecorder(self.metrics, key[1])
-        datastore = Datastore(
-            metrics_port=o.model_server_metrics.port or 0, health=HealthPolicy(on_transition=health.transition)
-        )
-        reconciler: PoolReconcilers | StandaloneReconciler
-        if o.standalone:
-            reconciler = StandaloneReconciler(
-                self._api,
-                datastore,
-                selector=o.selector,
-                target_ports=o.endpoint_target_ports,
-                namespace=key[0],
-                pool_name=key[1],
-            )
-        else:
-            reconciler = PoolReconcilers(
-                self._api,
-                datastore,
-                pool_name=key[1],
-                namespace=key[0],
-                pool_group=o.pool_group,
-                metrics=self.metrics,
-            )
-        scrapers = make_scrapers(
-            datastore,
-            self.clock,
-            self.metrics,
-            interval=o.refresh_metrics_interval,
-            spec=holder.current[key].scrape,
-            worker_process=o.metrics_scrape_process,
-            logging_options=o.logging,
-        )
-        gauges = PoolGauges(
-            datastore,
-            self.metrics,
-            self.clock,
-            interval=o.refresh_prometheus_metrics_interval,
-            staleness_threshold=o.metrics_staleness_threshold,
-        )
-        routing = PoolRouting(
-            key,
-            datastore,
-            holder.current[key],
-            metrics=self.metrics,
-            clock=self.clock,
-            rng=self.rng,
-            options=RoutingOptions(
-                staleness_threshold=o.metrics_staleness_threshold,
-                emit_endpoint_scores=o.emit_endpoint_scores,
-                conformance_hooks=o.conformance_test_hooks,
-            ),
-        )
-        pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, routing)
-        pool.unsubscribe = datastore.subscribe(health.on_endpoints)
-        return pool
-
-    def _apply_reload(self, old: Configs, new: Configs) -> None:
-        """A reloaded configuration, in the same loop step as the swap: each pool's scrapers take its data
-        layer and its routing the new pipeline (``PoolRouting.apply``)."""
-        for pool in self.pools:
-            pool.scrapers.apply(new[pool.key].scrape)
-            pool.routing.apply(new[pool.key])
-
-    def _refresh_gauges(self) -> None:
-        for pool in self.pools:
-            pool.gauges.refresh()
-        if self.configs is not None:
-            sizes: dict[tuple[str, str], int] = {}
-            precise: list[PrecisePrefixCacheProducer] = []
-            for config in (pool.routing.config for pool in self.pools):  # one plugin name may live in several pools
-                for plugin in config.plugins.values():
-                    parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
-                    for p in parts:
-                        if isinstance(p, PrefixCacheScorer | PrecisePrefixCacheProducer):
-                            key = (p.typed_name.name, p.typed_name.type)
-                            sizes[key] = sizes.get(key, 0) + p.index_size
-                        if isinstance(p, PrecisePrefixCacheProducer):
-                            precise.append(p)
-            self.metrics.set_prefix_indexer_sizes(sizes)
-            self.metrics.set_kv_events(
-                [s for p in precise for s in p.event_sources()],
-                [p.index for p in precise],
-                active=sum(p.active_subscribers for p in precise),
-                unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
-            )
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""
@@ -475,10 +347,7 @@ class Runtime(Service):
         for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer clients)
             await pool.routing.aclose()
         for pool in reversed(self.pools):
-            pool.unsubscribe()
-            await pool.reconciler.stop()
-            await pool.scrapers.stop()
-            await pool.gauges.stop()
+            await pool.stop()
         self.pools.clear()
         if self._metrics_server is not None:
             await self._metrics_server.stop()
@@ -486,3 +355,14 @@ class Runtime(Service):
         if self._api is not None:
             await close_api(self._api)
             self._api = None
+
+
+def _config_source(options: ServeOptions) -> str:
+    """Where the configuration comes from, as the epp.v1 Config API names it."""
+    if options.config_file:
+        return f"--config-file {options.config_file}"
+    return "--config-text" if options.config_text else "default"
+
+
+def _notices(configs: Configs) -> Iterable[ConfigNotice]:
+    return (notice for config in configs.values() for notice in config.notices)

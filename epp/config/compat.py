@@ -5,8 +5,9 @@ and renamed some keys; both spellings must load, and mean the same. This module 
 config to the llm-d spelling (:func:`normalized`), resolves ``featureGates`` (:func:`feature_gates`:
 ``name``, ``name=true`` or ``name=false``, each gate with its upstream default) and lists the
 settings a config may carry that this picker does not implement (:func:`ignored_settings`). None
-of those changes routing silently: each is a :class:`ConfigNotice` the runtime logs once per load,
-and the loader sets ``epp_config_ignored_settings{setting}`` to 1 while a loaded config has it.
+of those changes routing silently: each is a :class:`ConfigNotice` that :func:`publish_notices`
+logs once per configuration put in force, setting ``epp_config_ignored_settings{setting}`` to 1
+while the configuration in force has it (never for a configuration that was refused).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from epp.config.picker_config import (
     FlowControlConfig,
     RequestHandlerConfig,
 )
+from epp.telemetry.metrics import EppMetrics
 
 __all__ = [
     "FEATURE_GATES",
@@ -32,8 +34,8 @@ __all__ = [
     "ConfigNotice",
     "feature_gates",
     "ignored_settings",
-    "log_notices",
     "normalized",
+    "publish_notices",
 ]
 
 log = logging.getLogger(__name__)
@@ -198,8 +200,13 @@ def _enables_index_metrics(parameters: Any) -> bool:
     return isinstance(block_index, Mapping) and block_index.get("enableMetrics") is True
 
 
-def log_notices(notices: Iterable[ConfigNotice]) -> None:
-    """Log each distinct notice once (several pools load the same file)."""
-    for notice in dict.fromkeys(notices):
+def publish_notices(notices: Iterable[ConfigNotice], metrics: EppMetrics) -> None:
+    """The notices of the configuration now in force: each distinct one logged once (several pools load
+    the same file) and ``epp_config_ignored_settings`` set to what it runs without."""
+    distinct = tuple(dict.fromkeys(notices))
+    ignored = {n.setting for n in distinct if not n.deprecated}
+    for setting in IGNORABLE_SETTINGS:
+        metrics.config_ignored_settings.labels(setting).set(1 if setting in ignored else 0)
+    for notice in distinct:
         message = "deprecated configuration setting" if notice.deprecated else "configuration setting has no effect"
         log.warning(message, extra={"setting": notice.setting, "detail": notice.detail})

@@ -31,7 +31,7 @@ from typing import Any
 import zmq.asyncio
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind, TypedName
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
@@ -225,6 +225,9 @@ class PrecisePrefixCacheProducer(NamedPlugin):
     @property
     def index_size(self) -> int:
         return len(self.index)
+
+    def prefix_index_sizes(self) -> Mapping[TypedName, int]:
+        return {self.typed_name: len(self.index)}
 
 
 def _report(task: asyncio.Task[None]) -> None:

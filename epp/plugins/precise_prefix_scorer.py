@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind, TypedName
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
@@ -47,8 +47,12 @@ class PrecisePrefixCacheScorer(NamedPlugin):
 
     @property
     def parts(self) -> tuple[PrecisePrefixCacheProducer, PrefixCacheScorer]:
-        """The producer and the scorer this plugin is made of (for the index gauges)."""
+        """The producer and the scorer this plugin is made of."""
         return self.producer, self.scorer
+
+    def prefix_index_sizes(self) -> Mapping[TypedName, int]:
+        """Both parts' indexes, each under this plugin's name and the part's type."""
+        return {**self.producer.prefix_index_sizes(), **self.scorer.prefix_index_sizes()}
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
         return self.scorer.score(cycle, request, candidates)

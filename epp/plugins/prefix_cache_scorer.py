@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
+from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind, TypedName
 from epp.framework.producers import PrefixMatchInfo, PrefixMatchInfoProducer
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
@@ -153,6 +153,9 @@ class PrefixCacheScorer(NamedPlugin):
     @property
     def index_size(self) -> int:
         return len(self.index)
+
+    def prefix_index_sizes(self) -> Mapping[TypedName, int]:
+        return {self.typed_name: len(self.index)}
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrefixCacheScorer:

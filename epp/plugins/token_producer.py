@@ -50,7 +50,12 @@ class TokenizationError(Exception):
 
 
 class LocalTokenizer:
-    """A ``tokenizer.json`` (and, beside it, ``tokenizer_config.json``'s chat template), loaded once."""
+    """A ``tokenizer.json`` (and, beside it, ``tokenizer_config.json``'s chat template), loaded once.
+
+    Made while a configuration loads, on the runtime's worker thread: the files are read by Python
+    (which lets go of the GIL while it waits on them), then parsed (``Tokenizer.from_file`` would
+    hold the GIL through the read, and with it the event loop).
+    """
 
     def __init__(self, path: str) -> None:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -59,8 +64,9 @@ class LocalTokenizer:
         directory = path if os.path.isdir(path) else os.path.dirname(path)
         file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
         try:
-            self._tokenizer = Tokenizer.from_file(file)
-        except Exception as e:  # tokenizers raises plain Exception for a missing or bad file
+            with open(file, encoding="utf-8") as f:
+                self._tokenizer = Tokenizer.from_str(f.read())
+        except Exception as e:  # OSError, or tokenizers' plain Exception for a bad file
             raise PluginConfigError(f"{TYPE}.parameters.local.tokenizerPath: cannot load {file!r}: {e}") from e
         self._template: Any = None
         self._special: dict[str, str] = {}

@@ -14,6 +14,8 @@ pool it simulates: the same object, so a benchmark measures the picker that serv
   configuration's background resources are closed.
 
 Health feedback is the pipeline's ``finished``; the endpoints' health state itself lives on them.
+The sizes of the prefix indexes of the configuration in force are read here
+(:meth:`PoolRouting.prefix_index_sizes`), for ``/metrics`` and the epp.v1 API alike.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from epp.config.loader import ConfigError, LoadedConfig
 from epp.datastore.store import Datastore
 from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import StatefulPlugin
+from epp.framework.indexes import prefix_index_sizes
+from epp.framework.plugin import StatefulPlugin, TypedName
 from epp.framework.producers import AsyncClosable
+from epp.framework.staleness import FLAG_DEFAULT, Staleness
 from epp.requestcontrol.conformance import RoundRobin
 from epp.requestcontrol.pipeline import Pipeline, PoolParts
 from epp.requestcontrol.recorder import ServingRecorder
@@ -49,7 +53,8 @@ PoolKey = tuple[str, str]  # (namespace, name)
 class RoutingOptions:
     """The routing switches that come from flags, not from the configuration."""
 
-    staleness_threshold: float = 2.0
+    staleness: Staleness = FLAG_DEFAULT
+    """``--metrics-staleness-threshold`` (the health tiers' freshness; admission has the detector's own)."""
     emit_endpoint_scores: bool = False
     conformance_hooks: bool = False
 
@@ -93,7 +98,7 @@ class PoolRouting:
             rng=rng,
             rewriter=ModelRewriter(rng),
             recorder=ServingRecorder(metrics, key[1]),
-            staleness=options.staleness_threshold,
+            staleness=options.staleness,
             emit_scores=options.emit_endpoint_scores,
             turns=RoundRobin() if options.conformance_hooks else None,
             flow_control=self.flow_control,
@@ -157,6 +162,10 @@ class PoolRouting:
             task = start_guarded(close_all(old.closables), name=f"epp-close-replaced-plugins-{self.key[1]}")
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+
+    def prefix_index_sizes(self) -> dict[TypedName, int]:
+        """Entries of every prefix index of the configuration in force, by the plugin (name, type) owning it."""
+        return prefix_index_sizes(self.config.prefix_indexes)
 
     def _endpoints_changed(self, added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
         config = self.config

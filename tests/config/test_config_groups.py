@@ -8,7 +8,7 @@ import pytest
 from scheduling_builders import NOW
 
 from epp.clock import ManualClock
-from epp.config.compat import ConfigNotice, log_notices
+from epp.config.compat import ConfigNotice, publish_notices
 from epp.config.loader import ConfigError, LoadedConfig, load_config
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.plugins import register_in_tree
@@ -144,24 +144,25 @@ def test_settings_we_run_without_are_reported_and_counted(registry: PluginRegist
         "  defaultNegativePriorityBand: {priority: -1, maxRequests: 10}\n"
         "dataLayer: {injectDefaults: false}\n"
     )
-    loaded = load_config(text, registry, context, metrics=metrics)
+    loaded = load_config(text, registry, context)
+
+    def ignored(setting: str) -> float | None:
+        return metrics.registry.get_sample_value("epp_config_ignored_settings", {"setting": setting})
+
+    assert ignored("flowControl") is None  # loading publishes nothing: the runtime does, once it is in force
+    publish_notices(loaded.notices, metrics)
     assert [n.setting for n in loaded.notices] == [
         "flowControl",
         "featureGates.haPopulateNonLeaderDatastore",
         "dataLayer",
     ]
     assert loaded.feature_gates == set() and loaded.flow_control is None
-
-    def ignored(setting: str) -> float | None:
-        return metrics.registry.get_sample_value("epp_config_ignored_settings", {"setting": setting})
-
     assert ignored("flowControl") == 1 and ignored("dataLayer") == 1
-    gated = load_config(
-        LLM_D + "featureGates: [flowControl]\n" + text.split("\n", 3)[3], registry, context, metrics=metrics
-    )
+    gated = load_config(LLM_D + "featureGates: [flowControl]\n" + text.split("\n", 3)[3], registry, context)
+    publish_notices(gated.notices, metrics)
     assert gated.flow_control is not None and gated.flow_control.max_requests == 1000
     assert ignored("flowControl") == 0  # with the gate the section takes effect
-    load_config(LLM_D + "flowControl: {saturationDetector: {}}\n", registry, context, metrics=metrics)
+    publish_notices(load_config(LLM_D + "flowControl: {saturationDetector: {}}\n", registry, context).notices, metrics)
     assert ignored("flowControl") == 0  # a saturation detector only
 
     gie_no_scraping = load_config(GIE + "dataLayer: {sources: []}\n", registry, context)  # GIE's way to say it
@@ -173,7 +174,7 @@ def test_settings_we_run_without_are_reported_and_counted(registry: PluginRegist
 def test_each_notice_is_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> None:
     ignored = ConfigNotice("flowControl", "not here")
     with caplog.at_level(logging.WARNING, logger="epp.config.compat"):
-        log_notices([DEPRECATED_GROUP, ignored, DEPRECATED_GROUP, ignored])  # two pools, one file
+        publish_notices([DEPRECATED_GROUP, ignored, DEPRECATED_GROUP, ignored], EppMetrics())  # two pools, one file
     assert [(r.getMessage(), r.setting) for r in caplog.records] == [  # type: ignore[attr-defined]
         ("deprecated configuration setting", "apiVersion"),
         ("configuration setting has no effect", "flowControl"),

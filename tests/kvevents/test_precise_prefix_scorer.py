@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from precise_cluster import cluster, sample_prompt
 
-from epp.api.views import prefix_index_sizes
+from epp.api.views import by_plugin_name
 from epp.config.loader import load_config
-from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistry
+from epp.framework.indexes import prefix_index_sizes
+from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistry, TypedName
 from epp.framework.scheduling import CycleState
 from epp.plugins import prefix_cache_scorer, register_in_tree
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer, create
@@ -103,9 +104,17 @@ def test_the_loader_reports_it_deprecated_naming_the_chain(tokenizer_dir: Path) 
     )
     settings = {n.setting for n in load_config(text, registry, PluginContext()).notices}
     assert "indexerConfig.kvBlockIndexConfig.enableMetrics" in settings
-    # The API's index sizes list its approximate index under its name, as a prefix-cache-scorer's.
-    assert prefix_index_sizes(loaded) == {"precise-prefix-cache-scorer": 0}
-    assert prefix_index_sizes(chain) == {"prefix-cache-scorer": 0}
+    # Its two indexes carry its name, with each part's type (as llm_d_epp_prefix_indexer_size shows them); the
+    # API counts both under the name. The chain's producer and scorer each report their own.
+    assert prefix_index_sizes(loaded.prefix_indexes) == {
+        TypedName("precise-prefix-cache-producer", "precise-prefix-cache-scorer"): 0,
+        TypedName("prefix-cache-scorer", "precise-prefix-cache-scorer"): 0,
+    }
+    assert by_plugin_name(prefix_index_sizes(loaded.prefix_indexes)) == {"precise-prefix-cache-scorer": 0}
+    assert set(by_plugin_name(prefix_index_sizes(chain.prefix_indexes))) == {
+        "prefix-cache-scorer",
+        "precise-prefix-cache-producer",
+    }
 
 
 async def test_it_routes_and_scores_as_the_chain_does(tokenizer_dir: Path) -> None:

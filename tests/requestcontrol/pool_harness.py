@@ -40,9 +40,9 @@ class Harness:
         context = PluginContext(clock=self.clock, seed=7)
         config: LoadedConfig
         if config_text is None:
-            config = load_default_config(registry, context, metrics=self.metrics)
+            config = load_default_config(registry, context)
         else:
-            config = load_config(config_text, registry, context, metrics=self.metrics)
+            config = load_config(config_text, registry, context)
         self.routing = PoolRouting(
             ("default", "pool"),
             store,

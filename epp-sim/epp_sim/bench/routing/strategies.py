@@ -182,25 +182,26 @@ class RealTokens:
     events_port: int
 
 
-def _config(strategy: str, seed: int, metrics: EppMetrics, tokens: RealTokens | None) -> LoadedConfig:
+def _config(strategy: str, seed: int, tokens: RealTokens | None) -> LoadedConfig:
     registry = PluginRegistry()
     register_in_tree(registry)
     context = PluginContext(clock=SystemClock(), pool_name="sim", seed=seed)
     text = STRATEGIES[strategy]
     if text is None:
-        return load_default_config(registry, context, metrics=metrics)
+        return load_default_config(registry, context)
     if strategy in NEEDS_REAL_TOKENS:
         if tokens is None:
             raise ValueError(f"strategy {strategy!r} needs a workload with real tokens")
         text = Template(text).substitute(tokenizer=tokens.tokenizer, events_port=tokens.events_port)
-    return load_config(text, registry, context, metrics=metrics)
+    return load_config(text, registry, context)
 
 
 def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None) -> PoolRouting:
     """One picker replica: its own configuration (plugins, indexes, subscribers) and routing, as ``epp serve``'s."""
-    metrics = EppMetrics()
-    config = _config(strategy, seed, metrics, tokens)
-    return PoolRouting(("sim", "sim"), store, config, metrics=metrics, clock=SystemClock(), rng=random.Random(seed))
+    config = _config(strategy, seed, tokens)
+    return PoolRouting(
+        ("sim", "sim"), store, config, metrics=EppMetrics(), clock=SystemClock(), rng=random.Random(seed)
+    )
 
 
 @asynccontextmanager

@@ -1,0 +1,197 @@
+"""One served pool, whole: its datastore, reconcilers, scrapers, gauges and routing, and its configuration.
+
+``epp serve`` runs a :class:`PoolRuntime` per ``--pool-name`` (or for the standalone pool), each
+with its own plugin instances, so per-endpoint plugin state never crosses pools. The pool owns
+its configuration:
+
+- :class:`PoolConfigLoader` makes one from the configuration text. Loading is pure (it reads the
+  files the configuration names, tokenizers and certificates, and makes plugins that start
+  nothing), so the runtime runs it on a worker thread and may drop the result;
+- :meth:`PoolRuntime.refusal` says why a loaded configuration may not replace the one in force
+  (it changes flow control, which is read once at startup), without any effect;
+- :meth:`PoolRuntime.apply` puts it in force in one loop step: the scrapers take its data layer
+  (``Scrapers.apply``) and the routing its pipeline (``PoolRouting.apply``: stateful
+  plugins hand over their state, the new plugins' metric series and background work start).
+
+What the configurations in force report of themselves goes to ``/metrics`` in one place,
+:func:`refresh_gauges`, just before each scrape: the pools' gauges and the prefix indexes' sizes,
+read through ``PoolRouting.prefix_index_sizes`` as the epp.v1 Endpoints API reads them.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from epp.clock import Clock
+from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
+from epp.config.options import ServeOptions
+from epp.datalayer.pool_gauges import PoolGauges
+from epp.datalayer.scrape_process import make_scrapers
+from epp.datalayer.scrape_spec import build_scrape_spec
+from epp.datalayer.scraper import Scrapers
+from epp.datastore.store import Datastore
+from epp.framework.health import HealthPolicy
+from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.staleness import Staleness
+from epp.kube.client import Api
+from epp.kube.manager import PoolReconcilers, StandaloneReconciler
+from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
+from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
+from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
+from epp.telemetry.endpoint_health import HealthRecorder
+from epp.telemetry.metrics import EppMetrics
+
+__all__ = ["PoolConfigLoader", "PoolRuntime", "refresh_gauges"]
+
+Configs = dict[PoolKey, LoadedConfig]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfigLoader:
+    """Makes each pool's configuration from one text; pure and thread-safe (the runtime calls it on a worker thread)."""
+
+    registry: PluginRegistry
+    clock: Clock
+    options: ServeOptions
+
+    def load(self, text: str, keys: Sequence[PoolKey]) -> Configs:
+        """One set of plugin instances per pool, all from ``text`` (blank: the default profile); raises ConfigError."""
+        o = self.options
+        build_scrape = functools.partial(build_scrape_spec, flags=o.model_server_metrics)
+        configs: Configs = {}
+        for key in keys:
+            context = PluginContext(clock=self.clock, pool_name=key[1])
+            if text.strip():
+                configs[key] = load_config(
+                    text,
+                    self.registry,
+                    context,
+                    allow_experimental_plugins=o.allow_experimental_plugins,
+                    build_scrape=build_scrape,
+                )
+            else:
+                configs[key] = load_default_config(self.registry, context, build_scrape=build_scrape)
+        return configs
+
+
+@dataclass
+class PoolRuntime:
+    """Everything that belongs to one pool; :meth:`build` makes it around its first configuration."""
+
+    key: PoolKey
+    datastore: Datastore
+    reconciler: PoolReconcilers | StandaloneReconciler
+    scrapers: Scrapers
+    gauges: PoolGauges
+    routing: PoolRouting
+    unsubscribe: Callable[[], None] = field(default=lambda: None)
+
+    @classmethod
+    def build(
+        cls,
+        key: PoolKey,
+        config: LoadedConfig,
+        *,
+        api: Api,
+        options: ServeOptions,
+        staleness: Staleness,
+        metrics: EppMetrics,
+        clock: Clock,
+        rng: random.Random,
+    ) -> PoolRuntime:
+        """The pool's parts, ``config`` in force; nothing runs before :meth:`start`."""
+        o = options
+        health = HealthRecorder(metrics, key[1])
+        datastore = Datastore(
+            metrics_port=o.model_server_metrics.port or 0, health=HealthPolicy(on_transition=health.transition)
+        )
+        reconciler: PoolReconcilers | StandaloneReconciler
+        if o.standalone:
+            reconciler = StandaloneReconciler(
+                api,
+                datastore,
+                selector=o.selector,
+                target_ports=o.endpoint_target_ports,
+                namespace=key[0],
+                pool_name=key[1],
+            )
+        else:
+            reconciler = PoolReconcilers(
+                api, datastore, pool_name=key[1], namespace=key[0], pool_group=o.pool_group, metrics=metrics
+            )
+        scrapers = make_scrapers(
+            datastore,
+            clock,
+            metrics,
+            interval=o.refresh_metrics_interval,
+            spec=config.scrape,
+            worker_process=o.metrics_scrape_process,
+            logging_options=o.logging,
+        )
+        gauges = PoolGauges(
+            datastore, metrics, clock, interval=o.refresh_prometheus_metrics_interval, staleness=staleness
+        )
+        routing_options = RoutingOptions(
+            staleness=staleness, emit_endpoint_scores=o.emit_endpoint_scores, conformance_hooks=o.conformance_test_hooks
+        )
+        routing = PoolRouting(key, datastore, config, metrics=metrics, clock=clock, rng=rng, options=routing_options)
+        pool = cls(key, datastore, reconciler, scrapers, gauges, routing)
+        pool.unsubscribe = datastore.subscribe(health.on_endpoints)
+        return pool
+
+    @property
+    def synced(self) -> bool:
+        return self.reconciler.synced.is_set()
+
+    @property
+    def config(self) -> LoadedConfig:
+        """The configuration in force."""
+        return self.routing.config
+
+    def refusal(self, config: LoadedConfig) -> ConfigError | None:
+        """Why ``config`` may not replace the configuration in force, or None; no effect either way."""
+        return self.routing.refusal(config)
+
+    def apply(self, config: LoadedConfig) -> None:
+        """Put ``config`` in force, in this loop step: the scrapers' data layer, then the routing's pipeline."""
+        self.scrapers.apply(config.scrape)
+        self.routing.apply(config)
+
+    async def start(self) -> None:
+        await self.reconciler.start()
+        await self.scrapers.start()
+        await self.gauges.start()
+        await self.routing.start()
+
+    async def stop(self) -> None:
+        """Stop following the cluster and the endpoints (the routing is stopped and closed by the runtime first)."""
+        self.unsubscribe()
+        await self.reconciler.stop()
+        await self.scrapers.stop()
+        await self.gauges.stop()
+
+
+def refresh_gauges(pools: Sequence[PoolRuntime], metrics: EppMetrics) -> None:
+    """Before each ``/metrics`` scrape: every pool's gauges, the prefix indexes' sizes, the KV-event counts.
+
+    One plugin name may live in several pools: its series is the sum over them.
+    """
+    sizes: dict[tuple[str, str], int] = {}
+    precise: list[PrecisePrefixCacheProducer] = []
+    for pool in pools:
+        pool.gauges.refresh()
+        for owner, size in pool.routing.prefix_index_sizes().items():
+            sizes[owner.name, owner.type] = sizes.get((owner.name, owner.type), 0) + size
+        for plugin in pool.config.plugins.values():
+            parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
+            precise += [p for p in parts if isinstance(p, PrecisePrefixCacheProducer)]
+    metrics.set_prefix_indexer_sizes(sizes)
+    metrics.set_kv_events(
+        [s for p in precise for s in p.event_sources()],
+        [p.index for p in precise],
+        active=sum(p.active_subscribers for p in precise),
+        unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
+    )
