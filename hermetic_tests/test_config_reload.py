@@ -5,10 +5,10 @@ which is read once at startup) also brings a plugin the running configuration do
 settings the picker runs without: loading it builds the plugin and finds the notices, but
 ``/metrics`` afterwards differs from before only by the reload's own failure series, and the log
 has only the rejection. The pool's scrapers are stopped first (and the staleness threshold is
-long), so nothing else changes ``/metrics`` meanwhile. A good reload then publishes its notices
-and the new plugin's series once it is in force. A reload whose tokenizer file is a FIFO blocks
-its load until the test writes the file: requests keep being routed meanwhile, which they could
-not be were the load on the event loop.
+long), so nothing else changes ``/metrics`` meanwhile but the endpoints' metrics age, a clock.
+A good reload then publishes its notices and the new plugin's series once it is in force. A
+reload whose tokenizer file is a FIFO blocks its load until the test writes the file: requests
+keep being routed meanwhile, which they could not be were the load on the event loop.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ EXTRAS = (  # a plugin the running config lacks, and two settings this picker ru
 REFUSED = HEAD + "featureGates: [flowControl, haPopulateNonLeaderDatastore=false]\n" + EXTRAS
 GOOD = HEAD + "featureGates: [haPopulateNonLeaderDatastore=false]\n" + EXTRAS
 RELOAD_SERIES = ("epp_config_reloads", "epp_config_last_reload_successful")
+CLOCK_SERIES = ("epp_endpoint_metrics_age_seconds{",)  # seconds since the last scrape: moves with time alone
 KV_SCORER_SERIES = 'plugin_name="kv-cache-utilization-scorer"'
 
 
@@ -48,8 +49,13 @@ async def metrics_text(env: HermeticPool) -> str:
 
 
 def lines(text: str) -> set[str]:
-    """Every line of a /metrics page (samples with their values, HELP and TYPE) but the reload's own series."""
-    return {line for line in text.splitlines() if not any(name in line for name in RELOAD_SERIES)}
+    """Every line of a /metrics page (samples with their values, HELP and TYPE) but the reload's own series
+    and the samples that read a clock."""
+    return {
+        line
+        for line in text.splitlines()
+        if not any(name in line for name in RELOAD_SERIES) and not line.startswith(CLOCK_SERIES)
+    }
 
 
 async def start(epp_pool: PoolFactory, config: Path) -> HermeticPool:
