@@ -58,6 +58,15 @@ FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
 _PRECISE_PREFIX_PRODUCER = "precise-prefix-cache-producer"
 _PRECISE_PREFIX_SCORER = "precise-prefix-cache-scorer"  # llm-d's deprecated all-in-one form of the producer chain
 _METRICS_DATA_SOURCE = "metrics-data-source"
+_DEPRECATED_TYPES: Mapping[str, str] = MappingProxyType(
+    {
+        _PRECISE_PREFIX_SCORER: f"configure {_PRECISE_PREFIX_PRODUCER} + prefix-cache-scorer with "
+        f"prefixMatchInfoProducerName: {_PRECISE_PREFIX_PRODUCER}",
+        "by-label-selector": "upstream removes it in v0.11; use 'label-selector-filter'",
+        "by-label": "upstream removes it in v0.11; use 'label-selector-filter'",
+    }
+)
+"""Plugin types upstream deprecates (still loaded), and what replaces each."""
 
 IGNORABLE_SETTINGS = (
     "flowControl",
@@ -111,13 +120,12 @@ def normalized(config: EndpointPickerConfig) -> tuple[EndpointPickerConfig, list
             ConfigNotice("apiVersion", f"{LEGACY_API_VERSION} is deprecated, use {API_VERSION}", deprecated=True)
         )
     for i, plugin in enumerate(config.plugins):
-        if plugin.type == _PRECISE_PREFIX_SCORER:
+        advice = _DEPRECATED_TYPES.get(plugin.type)
+        if advice is not None:
             notices.append(
                 ConfigNotice(
                     f"plugins[{i}].type",
-                    f"plugin {plugin.name or plugin.type!r}: {_PRECISE_PREFIX_SCORER} is deprecated, configure "
-                    f"{_PRECISE_PREFIX_PRODUCER} + prefix-cache-scorer with prefixMatchInfoProducerName: "
-                    f"{_PRECISE_PREFIX_PRODUCER}",
+                    f"plugin {plugin.name or plugin.type!r}: {plugin.type} is deprecated, {advice}",
                     deprecated=True,
                 )
             )

@@ -179,3 +179,29 @@ def test_each_notice_is_logged_once_per_load(caplog: pytest.LogCaptureFixture) -
         ("deprecated configuration setting", "apiVersion"),
         ("configuration setting has no effect", "flowControl"),
     ]
+
+
+def test_deprecated_plugin_types_are_notices_and_loading_logs_nothing(
+    registry: PluginRegistry, context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = LLM_D + (
+        "plugins:\n"
+        "- {type: by-label, parameters: {label: role, validValues: [decode]}}\n"
+        "- {type: by-label-selector, parameters: {matchLabels: {role: decode}}}\n"
+        "- type: queue-scorer\n"
+    )
+    with caplog.at_level(logging.DEBUG, logger="epp"):
+        loaded = load_config(text, registry, context)
+    assert caplog.records == []  # a load may be refused and dropped: it logs nothing (the runtime publishes)
+    deprecated = [(n.setting, n.detail) for n in loaded.notices if n.deprecated]
+    assert deprecated == [
+        (
+            "plugins[0].type",
+            "plugin 'by-label': by-label is deprecated, upstream removes it in v0.11; use 'label-selector-filter'",
+        ),
+        (
+            "plugins[1].type",
+            "plugin 'by-label-selector': by-label-selector is deprecated, upstream removes it in v0.11; "
+            "use 'label-selector-filter'",
+        ),
+    ]
