@@ -2,9 +2,10 @@
 
 The picker runs over two simulated pods. A refused reload (it turns the ``flowControl`` gate on,
 which is read once at startup) also brings a plugin the running configuration does not have and
-settings the picker runs without: loading it builds the plugin and finds the notices, but
-``/metrics`` afterwards differs from before only by the reload's own failure series, and the log
-has only the rejection. The pool's scrapers are stopped first (and the staleness threshold is
+settings the picker runs without: loading it builds the plugins (one of them, a precise prefix
+producer, subscribes to every endpoint's KV events once in force) and finds the notices, but no
+subscriber starts, ``/metrics`` afterwards differs from before only by the reload's own failure
+series, and the log has only the rejection. The pool's scrapers are stopped first (and the staleness threshold is
 long), so nothing else changes ``/metrics`` meanwhile but the endpoints' metrics age, a clock.
 A good reload then publishes its notices and the new plugin's series once it is in force. A
 reload whose tokenizer file is a FIFO blocks its load until the test writes the file: requests
@@ -29,8 +30,10 @@ from epp_sim.waits import wait_until
 HEAD = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
 QUEUE_PROFILE = "schedulingProfiles:\n- {name: default, plugins: [{pluginRef: queue-scorer}]}\n"
 RUNNING = HEAD + "plugins:\n- type: queue-scorer\n" + QUEUE_PROFILE
-EXTRAS = (  # a plugin the running config lacks, and two settings this picker runs without
+EXTRAS = (  # plugins the running config lacks (one dials each endpoint's KV events), two settings we run without
     "plugins:\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\n"
+    "- type: precise-prefix-cache-producer\n"
+    "  parameters: {kvEventsConfig: {podDiscoveryConfig: {podLabelSelector: ''}}}\n"
     "schedulingProfiles:\n- name: default\n"
     "  plugins: [{pluginRef: queue-scorer}, {pluginRef: kv-cache-utilization-scorer}]\n"
     "dataLayer: {injectDefaults: false}\n"
@@ -40,6 +43,11 @@ GOOD = HEAD + "featureGates: [haPopulateNonLeaderDatastore=false]\n" + EXTRAS
 RELOAD_SERIES = ("epp_config_reloads", "epp_config_last_reload_successful")
 CLOCK_SERIES = ("epp_endpoint_metrics_age_seconds{",)  # seconds since the last scrape: moves with time alone
 KV_SCORER_SERIES = 'plugin_name="kv-cache-utilization-scorer"'
+
+
+def kv_event_tasks() -> list[str]:
+    """The running KV-event subscribers (a precise producer starts one per endpoint once in force)."""
+    return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("kv-events")]
 
 
 async def metrics_text(env: HermeticPool) -> str:
@@ -83,6 +91,7 @@ async def test_a_refused_reload_changes_nothing_but_its_failure_series_and_log_l
         await wait_until(lambda: env.sample("epp_config_reloads_total", result="rejected") == 1, message="refused")
         after = await metrics_text(env)
     assert lines(after) == lines(before)
+    assert kv_event_tasks() == []  # the refused configuration's producer was made, never started
     assert env.sample("epp_config_last_reload_successful") == 0
     picker_lines = [(r.levelname, r.getMessage()) for r in caplog.records if not r.name.startswith("epp.kube")]
     assert picker_lines == [("ERROR", "configuration rejected, keeping the last good one")]  # (watches log as they go)
@@ -94,6 +103,7 @@ async def test_a_refused_reload_changes_nothing_but_its_failure_series_and_log_l
         config.write_text(GOOD)
         await wait_until(lambda: env.runtime.config_status.generation == 2, message="reloaded")
     assert "kv-cache-utilization-scorer" in pool.config.plugins
+    assert len(kv_event_tasks()) == 2  # in force, the producer subscribes to both pods
     messages = [r.getMessage() for r in caplog.records]
     assert messages.count("configuration setting has no effect") == 2  # each notice once, after the swap
     assert env.sample("epp_config_ignored_settings", setting="featureGates.haPopulateNonLeaderDatastore") == 1
