@@ -10,6 +10,7 @@ services; they raise :class:`PluginConfigError` naming the bad parameter. A fact
 configuration loads, on a worker thread, and that configuration may be refused and dropped: it
 may read files, but it starts nothing (no task, socket, client, metric series or log line). What
 a plugin runs starts once its configuration is in force (its endpoint hooks, its first use).
+``tests/config/test_pure_load.py`` loads every in-tree type on a worker thread to check it.
 """
 
 from __future__ import annotations
