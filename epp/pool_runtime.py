@@ -4,9 +4,10 @@
 with its own plugin instances, so per-endpoint plugin state never crosses pools. The pool owns
 its configuration:
 
-- :class:`PoolConfigLoader` makes one from the configuration text. Loading is pure (it reads the
-  files the configuration names, tokenizers and certificates, and makes plugins that start
-  nothing), so the runtime runs it on a worker thread and may drop the result;
+- :class:`PoolConfigLoader` makes one from the configuration text. Loading is pure (it imports
+  the installed plugin types the text names, reads the files it names, tokenizers and
+  certificates, and makes plugins that start nothing), so the runtime runs it on a worker
+  thread and may drop the result;
 - :meth:`PoolRuntime.refusal` says why a loaded configuration may not replace the one in force
   (it changes flow control, which is read once at startup), without any effect;
 - :meth:`PoolRuntime.apply` puts it in force in one loop step: the scrapers take its data layer

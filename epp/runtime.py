@@ -45,6 +45,7 @@ from epp.api.service import ApiSources, add_api
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
 from epp.config.compat import ConfigNotice, publish_notices
+from epp.config.installed_plugins import discover
 from epp.config.options import ServeOptions
 from epp.config.reload import ConfigStatus, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
@@ -151,6 +152,8 @@ class Runtime(Service):
     async def start(self) -> None:
         o = self.options
         keys = self._keys
+        # Installed distributions' plugin types: their metadata only, off the loop (a clash fails here).
+        await asyncio.to_thread(discover, self.registry)
         text = await asyncio.to_thread(self._config_text)
         configs = await self._load(text)  # a bad config fails before binding
         if o.tracing:  # a bad OTEL_* variable fails here too; imports and exporter set-up off the loop

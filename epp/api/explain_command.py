@@ -127,6 +127,10 @@ def render(answer: Any, out: TextIO) -> None:
             out.write(f"  error: {profile.error}\n")
         elif profile.targets:
             out.write(f"  picker {profile.picker}: {', '.join(profile.targets)}\n")
+    for failure in answer.plugin_failures:
+        out.write(f"\nplugin {failure.plugin} ({failure.extension_point}) failed, {failure.reason}: {failure.detail}")
+    if answer.plugin_failures:
+        out.write("\n")
     if answer.HasField("failure"):
         out.write(f"\nfails with {answer.failure.http_status}: {answer.failure.message}\n")
     else:

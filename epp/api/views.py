@@ -104,6 +104,10 @@ def explanation_message(pool: str, explanation: Explanation) -> pb.ExplainRespon
         primary_profile=explanation.scheduling.primary_profile,
         picked=[t.endpoint.hostport for t in explanation.picked],
         profiles=[_profile_message(p) for p in explanation.scheduling.profiles],
+        plugin_failures=[
+            pb.PluginFailure(plugin=str(f.plugin), extension_point=f.extension_point, reason=f.reason, detail=f.detail)
+            for f in explanation.scheduling.failures
+        ],
     )
     if explanation.admission is not None:
         message.admission.verdict = _ADMISSION[explanation.admission]

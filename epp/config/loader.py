@@ -11,8 +11,9 @@ Stages (upstream ``pkg/epp/config/loader``):
 1. decode (``picker_config.decode_config``): strict YAML, unknown fields are errors; then the
    llm-d spelling (``compat.normalized``: deprecated keys copied to their new places);
 2. static checks: feature gates known (``compat.feature_gates``), then ``validation.py``: plugin
-   names unique (a name defaults to its type), types registered, profile names unique, profile
-   references defined; no experimental (upstream Alpha) type unless ``--allow-experimental-plugins``;
+   names unique (a name defaults to its type), types registered (an installed distribution's type
+   is imported here, ``installed_plugins``), profile names unique, profile references defined; no
+   experimental (upstream Alpha) type unless ``--allow-experimental-plugins``;
 3. instantiate every plugin through the registry (factories validate their parameters);
 4. system defaults (upstream ``applySystemDefaults``): a "default" profile holding every
    filter, scorer and picker when no profile is given; ``single-profile-handler`` when there is

@@ -1,7 +1,8 @@
 """The checks an EndpointPickerConfig must pass before any plugin is made (upstream ``loader/validation.go``).
 
 Static, on the decoded file alone: plugin names unique (a name defaults to its type), types
-registered, profile names unique, every profile reference defined and none twice in a profile;
+registered (an installed distribution's type is imported here, the first time a configuration
+names it: ``installed_plugins``), profile names unique, every profile reference defined and none twice in a profile;
 and (upstream ``ValidatePluginStability``) no experimental (Alpha) type unless the picker runs with
 ``--allow-experimental-plugins``. The graph checks that need the plugins (kinds, one picker per
 profile, the saturation detector) are the loader's, after instantiation.
@@ -10,7 +11,7 @@ profile, the saturation detector) are the loader's, after instantiation.
 from __future__ import annotations
 
 from epp.config.picker_config import ConfigError, EndpointPickerConfig
-from epp.framework.plugin import PluginRegistry
+from epp.framework.plugin import PluginConfigError, PluginRegistry
 
 __all__ = ["check_stability", "check_static"]
 
@@ -27,6 +28,10 @@ def check_static(config: EndpointPickerConfig, registry: PluginRegistry) -> None
         names[spec.name] = i
         if spec.type not in known_types:
             raise ConfigError(f"plugins[{i}].type: unknown plugin type {spec.type!r} (known: {sorted(known_types)})")
+        try:  # an installed distribution's type is imported now, when a configuration first names it
+            registry.load(spec.type)
+        except PluginConfigError as exc:
+            raise ConfigError(f"plugins[{i}] ({spec.name!r}, type {spec.type!r}): {exc}") from exc
     profiles: dict[str, int] = {}
     for i, profile in enumerate(config.scheduling_profiles):
         if profile.name in profiles:

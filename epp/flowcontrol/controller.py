@@ -15,7 +15,9 @@ as upstream's ticker; the loop sleeps on an event when the queue is empty). Each
    Both budgets start for every item at the same moment or at its enqueue, so the oldest item
    always expires first, and only the front of the arrival list is looked at;
 2. reads the saturation of the *whole* pool from the current config's saturation detector
-   (an empty pool reads 1.0, so nothing dispatches: the waiting room for scale-from-zero);
+   (an empty pool reads 1.0, so nothing dispatches: the waiting room for scale-from-zero). A
+   detector that fails is counted per plugin and read as 0 (1.0 while the pool is empty), and
+   the policies are contained by ``Queues`` (``epp.scheduling.plugin_errors``);
 3. releases at most one item (``Queues.next_item``: strict priority, head-of-line blocking at a
    band's ceiling, the band's fairness and ordering policies).
 
@@ -42,6 +44,7 @@ from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import SaturationDetector
+from epp.scheduling.plugin_errors import plugin_errors, read_saturation
 from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 
@@ -75,7 +78,8 @@ class FlowController:
         self._clock = clock
         self._metrics = metrics
         self._tick = tick
-        self._queues = Queues(settings)
+        self._errors = plugin_errors(metrics)
+        self._queues = Queues(settings, self._errors.failed)
         self._arrivals: OrderedDict[int, Item] = OrderedDict()
         """Live items in enqueue order (the TTL sweep reads the front)."""
         self._seq = itertools.count()
@@ -170,7 +174,8 @@ class FlowController:
             self._regime_since = now
         self._expire(now)
         if self._queues.count:
-            saturation = self._detector().saturation(endpoints, now)
+            failed, fallback = self._errors.failed, 1.0 if empty else 0.0
+            saturation = read_saturation(self._detector(), endpoints, now, failed, fallback=fallback)
             self._saturation.set(saturation)
             item = self._queues.next_item(saturation)
             if item is not None:
@@ -231,7 +236,7 @@ class FlowController:
             await clock.sleep(self._tick)
             try:
                 self.cycle()
-            except Exception:  # a detector or policy bug must not stop dispatching for good
+            except Exception:  # a bug must not stop dispatching for good (plugins are contained before this)
                 if not self._failing:  # once per streak, not a thousand lines a second
                     log.exception("flow-control dispatch cycle failed")
                 self._failing = True

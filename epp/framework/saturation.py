@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import TypedName
 
 __all__ = ["Aggregation", "SaturationDetector", "SelfAdmitting", "Thresholds"]
 
@@ -55,6 +56,9 @@ class Thresholds:
 @runtime_checkable
 class SaturationDetector(Protocol):
     """Decides whether a pool can take more sheddable work."""
+
+    @property
+    def typed_name(self) -> TypedName: ...
 
     def saturation(self, candidates: Sequence[EndpointState], now: float) -> float:
         """The pool's saturation over ``candidates``; 1.0 when there are none."""

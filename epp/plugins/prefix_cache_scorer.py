@@ -25,11 +25,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind, TypedName
 from epp.framework.producers import PrefixMatchInfo, PrefixMatchInfoProducer
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins._params import Params
 from epp.plugins.prefix_index import PrefixIndex, chain_hashes
 
 __all__ = ["PrefixCacheScorer"]

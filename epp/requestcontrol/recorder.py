@@ -16,7 +16,6 @@ So Explain runs the code a request runs, and the hot path pays for no dry-run br
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -28,13 +27,13 @@ from epp.requestcontrol.admission import AdmissionStage
 from epp.requestcontrol.conformance import RoundRobin
 from epp.requestcontrol.explain import Explanation
 from epp.requestcontrol.in_flight import count_in
+from epp.scheduling.plugin_errors import EXCEPTION
 from epp.scheduling.recorder import CycleMetrics, CycleRecorder, Observe
 from epp.scheduling.trace import SchedulingTrace
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["ExplainRecorder", "Recorder", "ServingRecorder", "TimedPreRequest"]
 
-log = logging.getLogger(__name__)
 
 TimedPreRequest = tuple[PreRequest, Observe]
 """A PreRequest plugin and its duration histogram child."""
@@ -82,12 +81,14 @@ class Recorder(Protocol):
 class ServingRecorder:
     """The effects of a served request; one per pool."""
 
-    __slots__ = ("_cycle", "_fail_open", "_metrics")
+    __slots__ = ("_cycle", "_fail_open", "_metrics", "errors")
 
     def __init__(self, metrics: EppMetrics, pool_name: str) -> None:
         self._metrics = metrics
         self._cycle = CycleMetrics(metrics)
         self._fail_open = metrics.endpoint_health_fail_open.labels(pool_name)
+        self.errors = self._cycle.errors
+        """Where plugin failures outside the scheduling cycle are counted (PostResponse)."""
 
     @property
     def cycle(self) -> CycleRecorder:
@@ -105,7 +106,7 @@ class ServingRecorder:
     async def admit(
         self, stage: AdmissionStage, request: InferenceRequest, candidates: Callable[[], Sequence[EndpointState]]
     ) -> Sequence[EndpointState]:
-        return await stage.admit(request, candidates)
+        return await stage.admit(request, candidates, self._cycle.plugin_failed)
 
     def timed(self, observe: Observe, seconds: float) -> None:
         observe(seconds)
@@ -113,13 +114,16 @@ class ServingRecorder:
     def pre_request(
         self, plugins: Sequence[TimedPreRequest], cycle: CycleState, request: InferenceRequest, result: SchedulingResult
     ) -> None:
+        errors = self.errors
         for plugin, observe in plugins:
             start = time.perf_counter()
             try:
                 plugin.pre_request(cycle, request, result)
-            except Exception:  # a plugin bug must not fail a request that already has a target
-                log.exception("PreRequest plugin failed", extra={"plugin": str(plugin.typed_name)})
-            observe(time.perf_counter() - start)
+            except Exception as exc:  # a plugin bug must not fail a request that already has a target
+                errors.failed("PreRequest", plugin.typed_name, EXCEPTION, f"{type(exc).__name__}: {exc}", exc)
+            elapsed = time.perf_counter() - start
+            observe(elapsed)
+            errors.timed("PreRequest", plugin.typed_name, elapsed)
 
     def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
         count_in(request, decision.targets[0], estimator)
@@ -151,7 +155,7 @@ class ExplainRecorder:
     ) -> Sequence[EndpointState]:
         endpoints = candidates()
         explanation = self.explanation
-        explanation.admission, refusal = stage.verdict(request, endpoints)
+        explanation.admission, refusal = stage.verdict(request, endpoints, explanation.scheduling.plugin_failed)
         if refusal is not None:
             explanation.admission_reason = refusal.msg
             raise refusal
