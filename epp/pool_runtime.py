@@ -9,7 +9,8 @@ its configuration:
   certificates, and makes plugins that start nothing), so the runtime runs it on a worker
   thread and may drop the result;
 - :meth:`PoolRuntime.refusal` says why a loaded configuration may not replace the one in force
-  (it changes flow control, which is read once at startup), without any effect;
+  (it changes flow control or the endpoint discovery, both read once at startup), without any
+  effect;
 - :meth:`PoolRuntime.apply` puts it in force in one loop step: the scrapers take its data layer
   (``Scrapers.apply``) and the routing its pipeline (``PoolRouting.apply``: stateful
   plugins hand over their state, the new plugins' metric series and background work start).
@@ -27,12 +28,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from epp.clock import Clock
+from epp.config.discovery_mode import discovery_refusal
 from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
 from epp.config.options import ServeOptions
 from epp.datalayer.pool_gauges import PoolGauges
 from epp.datalayer.scrape_process import make_scrapers
 from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.datalayer.scraper import Scrapers
+from epp.datastore.discovery_reconciler import DiscoveryReconciler
 from epp.datastore.store import Datastore
 from epp.framework.health import HealthPolicy
 from epp.framework.plugin import PluginContext, PluginRegistry
@@ -84,7 +87,7 @@ class PoolRuntime:
 
     key: PoolKey
     datastore: Datastore
-    reconciler: PoolReconcilers | StandaloneReconciler
+    reconciler: PoolReconcilers | StandaloneReconciler | DiscoveryReconciler
     scrapers: Scrapers
     gauges: PoolGauges
     routing: PoolRouting
@@ -96,7 +99,7 @@ class PoolRuntime:
         key: PoolKey,
         config: LoadedConfig,
         *,
-        api: Api,
+        api: Api | None,
         options: ServeOptions,
         staleness: Staleness,
         metrics: EppMetrics,
@@ -109,8 +112,12 @@ class PoolRuntime:
         datastore = Datastore(
             metrics_port=o.model_server_metrics.port or 0, health=HealthPolicy(on_transition=health.transition)
         )
-        reconciler: PoolReconcilers | StandaloneReconciler
-        if o.standalone:
+        reconciler: PoolReconcilers | StandaloneReconciler | DiscoveryReconciler
+        if config.discovery is not None:
+            reconciler = DiscoveryReconciler(config.discovery, datastore, pool_name=key[1], namespace=key[0])
+        elif api is None:
+            raise RuntimeError("the Kubernetes API client is not made")
+        elif o.standalone:
             reconciler = StandaloneReconciler(
                 api,
                 datastore,
@@ -153,8 +160,9 @@ class PoolRuntime:
         return self.routing.config
 
     def refusal(self, config: LoadedConfig) -> ConfigError | None:
-        """Why ``config`` may not replace the configuration in force, or None; no effect either way."""
-        return self.routing.refusal(config)
+        """Why ``config`` may not replace the configuration in force (it changes flow control or the endpoint
+        discovery, both read once at startup), or None; no effect either way."""
+        return self.routing.refusal(config) or discovery_refusal(self.config, config)
 
     def apply(self, config: LoadedConfig) -> None:
         """Put ``config`` in force, in this loop step: the scrapers' data layer, then the routing's pipeline."""

@@ -45,10 +45,13 @@ from epp.api.service import ApiSources, add_api
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
 from epp.config.compat import ConfigNotice, publish_notices
+from epp.config.data_scope_series import DataScopeViolations
+from epp.config.discovery_mode import check_discovery_options, discovery_configured
 from epp.config.installed_plugins import discover
-from epp.config.options import ServeOptions
+from epp.config.options import OptionsError, ServeOptions
 from epp.config.reload import ConfigStatus, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
+from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME
 from epp.extproc.cert_reload import CertReloader
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
 from epp.extproc.stream import StreamOptions
@@ -99,6 +102,7 @@ class Runtime(Service):
         self.options = options
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
+        self.scope_violations = DataScopeViolations(self.metrics, options.metrics_naming)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
         register_in_tree(self.registry)
@@ -108,7 +112,8 @@ class Runtime(Service):
         self.pools: list[PoolRuntime] = []
         self.config_status = ConfigStatus(_config_source(options))
         self._loader = PoolConfigLoader(self.registry, self.clock, options)
-        self._keys = self._pool_keys()
+        self._keys: list[PoolKey] = []
+        """The pools served, known once the configuration text is read (its ``dataLayer.discovery`` decides)."""
         self._readiness_interval = readiness_interval
         self._api: Api | None = None
         self._server: ExtProcServer | None = None
@@ -132,10 +137,18 @@ class Runtime(Service):
         synced = bool(self.pools) and all(p.synced for p in self.pools)
         return synced and (self.elector is None or self.elector.is_leader)
 
-    def _pool_keys(self) -> list[PoolKey]:
+    def _pool_keys(self, text: str) -> list[PoolKey]:
         o = self.options
+        if discovery_configured(text):
+            check_discovery_options(o)
+            return [(o.pool_namespace, o.pool_names[0] if o.pool_names else DEFAULT_POOL_NAME)]
         if o.standalone:
             return [(o.pool_namespace, standalone_pool_name(os.environ.get("POD_NAME")))]
+        if not o.pool_names:
+            raise OptionsError(
+                "exactly one of --pool-name or --endpoint-selector must be set (or a configuration whose "
+                "dataLayer.discovery lists the endpoints)"
+            )
         return [(o.pool_namespace, name) for name in o.pool_names]
 
     def _config_text(self) -> str:
@@ -151,14 +164,15 @@ class Runtime(Service):
 
     async def start(self) -> None:
         o = self.options
-        keys = self._keys
         # Installed distributions' plugin types: their metadata only, off the loop (a clash fails here).
         await asyncio.to_thread(discover, self.registry)
         text = await asyncio.to_thread(self._config_text)
+        self._keys = keys = await asyncio.to_thread(self._pool_keys, text)  # decodes the text
         configs = await self._load(text)  # a bad config fails before binding
         if o.tracing:  # a bad OTEL_* variable fails here too; imports and exporter set-up off the loop
             self.tracing = await asyncio.to_thread(Tracing.from_environment)
-        self._api = await make_api(o.kubeconfig or None)
+        if configs[keys[0]].discovery is None:  # with dataLayer.discovery: no Kubernetes at all
+            self._api = await make_api(o.kubeconfig or None)
         for key in keys:
             pool = PoolRuntime.build(
                 key,
@@ -171,10 +185,10 @@ class Runtime(Service):
                 rng=self.rng,
             )
             self.pools.append(pool)
-        publish_notices(_notices(configs), self.metrics)
+        self._in_force(configs)
         for pool in self.pools:
             await pool.start()
-        if o.leader_election:
+        if o.leader_election and self._api is not None:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
             self.elector = LeaderElector(
@@ -198,7 +212,7 @@ class Runtime(Service):
             stream_metrics=o.enable_grpc_stream_metrics,
         )
         endpoint = o.metrics_endpoint
-        auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth else None
+        auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth and self._api is not None else None
         api = self._api_services(pipelines, auth)
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
@@ -254,7 +268,13 @@ class Runtime(Service):
                 raise refusal
         for pool in self.pools:
             pool.apply(configs[pool.key])
+        self._in_force(configs)
+
+    def _in_force(self, configs: Configs) -> None:
+        """Once ``configs`` are in force: their notices published, their plugins' data accesses counted."""
         publish_notices(_notices(configs), self.metrics)
+        for config in configs.values():
+            self.scope_violations.watch(config.data_scopes)
 
     def _api_services(self, pipelines: PoolPipelines, auth: MetricsAuth | None) -> ExtraServices | None:
         """The epp.v1 API, guarded by the /metrics authorizer; None when it is off."""

@@ -1,9 +1,10 @@
 """The prefix indexes' sizes: the Endpoints API and ``/metrics`` report the same numbers, every index included.
 
-The configuration holds the three kinds of holder: an approximate ``prefix-cache-scorer``, the
-precise chain's ``precise-prefix-cache-producer`` (whose standalone index the API once left out)
-with the ``prefix-cache-scorer`` reading it, and llm-d's all-in-one ``precise-prefix-cache-scorer``
-(two indexes under one name). After routed requests taught the approximate indexes, each plugin
+The configuration holds the three kinds of holder: the ``approx-prefix-cache-producer`` the loader
+adds for a ``prefix-cache-scorer`` that names no producer, the precise chain's
+``precise-prefix-cache-producer`` (whose index the API once left out) with the
+``prefix-cache-scorer`` reading it, and llm-d's all-in-one ``precise-prefix-cache-scorer`` (its
+producer's index, under its own name). After routed requests taught the approximate indexes, each plugin
 name's size in ``ListEndpoints`` equals the sum of its ``llm_d_epp_prefix_indexer_size`` series,
 and GIE's ``inference_extension_prefix_indexer_size`` is their total.
 """
@@ -42,8 +43,8 @@ async def test_the_api_and_metrics_report_the_same_index_sizes(epp_pool: PoolFac
         listing = await pb.EndpointsStub(channel).ListEndpoints(pb.ListEndpointsRequest(), timeout=10)
     (pool,) = listing.pools
     api = dict(pool.prefix_index_sizes)
-    assert set(api) == {"approximate", "kv-index", "precise", "all-in-one"}
-    assert api["approximate"] > 0 and api["kv-index"] == 0  # no pod publishes KV events here
+    assert set(api) == {"approx-prefix-cache-producer", "kv-index", "all-in-one"}
+    assert api["approx-prefix-cache-producer"] > 0 and api["kv-index"] == 0  # no pod publishes KV events here
 
     async with aiohttp.ClientSession() as http, http.get(env.picker.metrics_url) as resp:
         assert resp.status == 200  # a scrape sets the index gauges from the configuration in force
@@ -54,6 +55,6 @@ async def test_the_api_and_metrics_report_the_same_index_sizes(epp_pool: PoolFac
             if sample.name == "llm_d_epp_prefix_indexer_size":
                 name = sample.labels["plugin_name"]
                 registry_sizes[name] = registry_sizes.get(name, 0) + sample.value
-    assert {"approximate", "kv-index", "precise", "all-in-one"} <= set(registry_sizes)
+    assert set(api) <= set(registry_sizes)
     assert {name: registry_sizes[name] for name in api} == api
     assert registry.get_sample_value("inference_extension_prefix_indexer_size") == sum(api.values())

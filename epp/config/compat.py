@@ -56,6 +56,7 @@ FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
 """Known ``featureGates`` and whether each is on when the config does not name it."""
 
 _PRECISE_PREFIX_PRODUCER = "precise-prefix-cache-producer"
+_RENAMED_TYPES = {"tokenizer": "token-producer"}  # upstream's deprecated type names still loaded, and their successors
 _PRECISE_PREFIX_SCORER = "precise-prefix-cache-scorer"  # llm-d's deprecated all-in-one form of the producer chain
 _METRICS_DATA_SOURCE = "metrics-data-source"
 _DEPRECATED_TYPES: Mapping[str, str] = MappingProxyType(
@@ -120,7 +121,8 @@ def normalized(config: EndpointPickerConfig) -> tuple[EndpointPickerConfig, list
             ConfigNotice("apiVersion", f"{LEGACY_API_VERSION} is deprecated, use {API_VERSION}", deprecated=True)
         )
     for i, plugin in enumerate(config.plugins):
-        advice = _DEPRECATED_TYPES.get(plugin.type)
+        renamed = _RENAMED_TYPES.get(plugin.type)
+        advice = f"use {renamed}" if renamed is not None else _DEPRECATED_TYPES.get(plugin.type)
         if advice is not None:
             notices.append(
                 ConfigNotice(

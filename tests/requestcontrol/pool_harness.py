@@ -29,6 +29,7 @@ class Harness:
         config_text: str | None = None,
         registry: PluginRegistry | None = None,
         options: RoutingOptions | None = None,
+        allow_experimental_plugins: bool = False,
     ) -> None:
         self.store = store
         self.clock = ManualClock(start=NOW)
@@ -42,7 +43,7 @@ class Harness:
         if config_text is None:
             config = load_default_config(registry, context)
         else:
-            config = load_config(config_text, registry, context)
+            config = load_config(config_text, registry, context, allow_experimental_plugins=allow_experimental_plugins)
         self.routing = PoolRouting(
             ("default", "pool"),
             store,

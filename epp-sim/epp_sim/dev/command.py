@@ -6,7 +6,9 @@ live per-pod table until Ctrl-C (or SIGTERM), which stops every child and remove
 directory. ``--load`` drives the mixed workload of :mod:`epp_sim.dev.load` for ``--duration``
 seconds; ``--exit-after-load`` then stops instead of waiting for Ctrl-C. ``--autoscale`` takes the
 pool's pods from a simulated Deployment that the saturation autoscaler scales
-(:mod:`epp_sim.dev.autoscale`); its decisions are printed as they change.
+(:mod:`epp_sim.dev.autoscale`); its decisions are printed as they change. ``--no-kubernetes``
+starts no API server: the picker reads the pods from an endpoints file it watches
+(``file-discovery``), the smallest deployment there is.
 """
 
 from __future__ import annotations
@@ -73,6 +75,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--exit-after-load", action="store_true", help="stop once --load is done")
     p.add_argument("--no-dashboard", action="store_true", help="do not draw the live per-pod table")
     p.add_argument("--manifests", type=Path, default=DEFAULT_MANIFESTS, help="folder with crds/ and samples/")
+    p.add_argument(
+        "--no-kubernetes",
+        action="store_true",
+        help="no API server at all: the picker reads the pods from an endpoints file it watches (file-discovery)",
+    )
     p.add_argument(
         "--autoscale",
         action="store_true",
@@ -174,19 +181,27 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
             f"HPA {autoscaler.variant} (V2 analyzer)"
         )
         kinds = "pods,deployments,hpa"
+    kubernetes = stack.config.kubernetes
+    where = (
+        [
+            f"  kubeconfig:     {stack.kubeconfig}",
+            f"                  {_kubectl()} --kubeconfig {stack.kubeconfig} get {kinds}",
+        ]
+        if kubernetes
+        else [f"  endpoints file: {stack.endpoints_path} (no Kubernetes: edit it, the picker follows)"]
+    )
     lines = [
         first,
         f"  Envoy:          {stack.envoy_url}",
         f"  picker metrics: {stack.picker.metrics_url}",
         f"  picker API:     {stack.picker.health_target} (epp.v1, plaintext; grpcurl or epp explain)",
-        f"  kubeconfig:     {stack.kubeconfig}",
-        f"                  {_kubectl()} --kubeconfig {stack.kubeconfig} get {kinds}",
+        *where,
         f"  logs:           {stack.work_dir} (removed on exit)",
         "",
         "Try:",
         f"  {curl_command(stack.envoy_url, samples.model)}",
     ]
-    if samples.rewritten_models:
+    if samples.rewritten_models and kubernetes:  # rewrites are InferenceModelRewrite objects
         headers = {OBJECTIVE: samples.objective_names[-1]} if samples.objective_names else None
         lines.append(f"  {curl_command(stack.envoy_url, samples.rewritten_models[0], headers=headers)}")
         lines.append(
@@ -207,6 +222,9 @@ async def _dev(args: argparse.Namespace, out: TextIO) -> int:
     if args.scale_to_zero and not args.autoscale:
         out.write("epp dev: --scale-to-zero needs --autoscale\n")
         return 2
+    if args.no_kubernetes and args.autoscale:
+        out.write("epp dev: --autoscale scales a Deployment in the API server, which --no-kubernetes does not run\n")
+        return 2
     if args.autoscale:
         autoscaler = DevAutoscaler(
             AutoscaleConfig(
@@ -225,6 +243,7 @@ async def _dev(args: argparse.Namespace, out: TextIO) -> int:
         time_scale=args.time_scale,
         manifests=args.manifests,
         picker_args=autoscaler.config.picker_args if autoscaler else (),
+        kubernetes=not args.no_kubernetes,
     )
     main = asyncio.current_task()
     assert main is not None
@@ -282,10 +301,11 @@ async def _run(
             say("replicas Ready; the picker routes to them")
         if args.load:
             samples = stack.samples
+            kubernetes = stack.config.kubernetes  # without it there are no rewrites and no objectives to name
             load = LoadConfig(
                 model=samples.model,
-                lora_models=samples.rewritten_models,
-                objectives=samples.objective_names,
+                lora_models=samples.rewritten_models if kubernetes else (),
+                objectives=samples.objective_names if kubernetes else (),
                 duration=args.duration or (60.0 if autoscaler else 20.0),
                 concurrency=args.concurrency,
                 seed=args.seed,
