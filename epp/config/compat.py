@@ -74,6 +74,7 @@ IGNORABLE_SETTINGS = (
     "featureGates.haPopulateNonLeaderDatastore",
     "dataLayer",
     "indexerConfig.kvBlockIndexConfig.enableMetrics",
+    "kvEventsConfig.concurrency",
 )
 """Settings :func:`ignored_settings` may report (the gauge has a series for each)."""
 
@@ -197,8 +198,16 @@ def ignored_settings(
                 ConfigNotice(
                     "indexerConfig.kvBlockIndexConfig.enableMetrics",
                     f"plugin {plugin.name or plugin.type!r}: the llm_d_epp_kv_cache_index_* lookup, admission "
-                    "and eviction series are not emitted here; the index size is in "
-                    "llm_d_epp_prefix_indexer_size and epp_kv_events_index_blocks",
+                    "and eviction series are not emitted (nor logged every metricsLoggingInterval) here; the "
+                    "index size is in llm_d_epp_prefix_indexer_size and epp_kv_events_index_blocks",
+                )
+            )
+        if precise and _sets_event_concurrency(plugin.parameters):
+            notices.append(
+                ConfigNotice(
+                    "kvEventsConfig.concurrency",
+                    f"plugin {plugin.name or plugin.type!r}: there is no worker pool to size here; each "
+                    "endpoint's events are applied in order by its own subscriber task on the event loop",
                 )
             )
     return notices
@@ -208,6 +217,11 @@ def _enables_index_metrics(parameters: Any) -> bool:
     indexer = parameters.get("indexerConfig") if isinstance(parameters, Mapping) else None
     block_index = indexer.get("kvBlockIndexConfig") if isinstance(indexer, Mapping) else None
     return isinstance(block_index, Mapping) and block_index.get("enableMetrics") is True
+
+
+def _sets_event_concurrency(parameters: Any) -> bool:
+    events = parameters.get("kvEventsConfig") if isinstance(parameters, Mapping) else None
+    return isinstance(events, Mapping) and "concurrency" in events
 
 
 def publish_notices(notices: Iterable[ConfigNotice], metrics: EppMetrics) -> None:

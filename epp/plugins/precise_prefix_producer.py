@@ -310,9 +310,10 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
             for other in ("redisConfig", "costAwareMemoryConfig"):
                 if block_index.present(other):
                     raise _refuse(f"indexerConfig.kvBlockIndexConfig.{other}", "an index other than in-memory")
-            block_index.boolean("enableMetrics", False)  # checked here; reported as without effect at load (compat.py)
-            if block_index.present("metricsLoggingInterval"):
-                raise _refuse("indexerConfig.kvBlockIndexConfig.metricsLoggingInterval", "logging index metrics")
+            # Both checked here and reported as without effect at load (compat.py). Upstream logs the
+            # index metrics every metricsLoggingInterval (a Go duration: nanoseconds) only with enableMetrics.
+            block_index.boolean("enableMetrics", False)
+            block_index.integer("metricsLoggingInterval", 0, minimum=0)
             memory = block_index.nested("inMemoryConfig")
             if memory is not None:
                 max_entries = memory.integer("size", max_entries, minimum=1)
@@ -340,8 +341,7 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
         topic_filter = events.text("topicFilter")
         topic = topic if topic_filter is None else topic_filter
         events.choice("engineType", "vllm", ("vllm", "sglang"))  # one decoder reads both (SGLang's is positional)
-        if events.present("concurrency"):
-            raise _refuse("kvEventsConfig.concurrency", "a worker pool (each endpoint has its own subscriber task)")
+        events.integer("concurrency", 4, minimum=1)  # checked here; reported as without effect at load (compat.py)
         discovery = events.nested("podDiscoveryConfig")
         if discovery is not None:
             text = discovery.text("podLabelSelector")

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from epp.config.compat import publish_notices
 from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
 from epp.config.options import ModelServerMetricsOptions
 from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.framework.datalayer import ScrapeSpec, Transport
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.plugins import register_in_tree
+from epp.telemetry.metrics import EppMetrics
 from epp_sim.precise_prefix import llm_d_precise_sample
 
 LLM_D = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -134,6 +136,32 @@ def test_upstream_precise_prefix_sample_loads_with_its_endpoint_notification_sou
     producer = loaded.plugins["precise-prefix-cache-producer"]
     assert producer in loaded.endpoints_added and producer in loaded.endpoint_observers
     assert producer.block_size_tokens == 64  # type: ignore[attr-defined]
+
+
+def test_upstream_index_logging_and_event_worker_settings_load_and_say_they_have_no_effect(
+    registry: PluginRegistry,
+) -> None:
+    """llm-d's samples set metricsLoggingInterval (nanoseconds, a Go duration) and kvEventsConfig.concurrency."""
+    text = (
+        llm_d_precise_sample()
+        .replace("enableMetrics: true", "enableMetrics: true\n          metricsLoggingInterval: 60000000000")
+        .replace("tokenProcessorConfig:", "kvEventsConfig:\n        concurrency: 32\n      tokenProcessorConfig:")
+    )
+    loaded = load(LLM_D + text, registry)
+    notices = {n.setting: n.detail for n in loaded.notices}
+    assert set(notices) == {"indexerConfig.kvBlockIndexConfig.enableMetrics", "kvEventsConfig.concurrency"}
+    assert "metricsLoggingInterval" in notices["indexerConfig.kvBlockIndexConfig.enableMetrics"]
+    assert "no worker pool" in notices["kvEventsConfig.concurrency"]
+    metrics = EppMetrics()
+    publish_notices(loaded.notices, metrics)  # as the runtime does once the configuration is in force
+    setting = {"setting": "kvEventsConfig.concurrency"}
+    assert metrics.registry.get_sample_value("epp_config_ignored_settings", setting) == 1
+    for bad, where in (
+        (text.replace("concurrency: 32", "concurrency: 0"), "kvEventsConfig.concurrency"),
+        (text.replace("60000000000", "'1m'"), "metricsLoggingInterval"),
+    ):
+        with pytest.raises(ConfigError, match=where):
+            load(LLM_D + bad, registry)
 
 
 def test_an_endpoint_notification_source_left_out_of_the_wiring_is_reported(registry: PluginRegistry) -> None:
