@@ -82,6 +82,7 @@ async def test_a_refused_reload_changes_nothing_but_its_failure_series_and_log_l
     env = await start(epp_pool, config)
     (pool,) = env.runtime.pools
     await pool.scrapers.stop()  # scrapes are the one other thing that moves /metrics on its own
+    await wait_until(lambda: env.sample("epp_ready") == 1, message="ready")  # so is readiness, until it is
     before = await metrics_text(env)
     assert KV_SCORER_SERIES not in before
 
