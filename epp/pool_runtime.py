@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from epp.clock import Clock
 from epp.config.discovery_mode import discovery_refusal
@@ -44,7 +45,10 @@ from epp.kube.client import Api
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
+from epp.plugins.predicted_latency_producer import PredictedLatencyProducer
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
+from epp.slo.predictor import PredictorStats
+from epp.slo.series import SloSeries
 from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
 
@@ -60,6 +64,8 @@ class PoolConfigLoader:
     registry: PluginRegistry
     clock: Clock
     options: ServeOptions
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """Shared services the plugins are handed (``PluginContext.extras``: the SLO latency recorder)."""
 
     def load(self, text: str, keys: Sequence[PoolKey]) -> Configs:
         """One set of plugin instances per pool, all from ``text`` (blank: the default profile); raises ConfigError."""
@@ -67,7 +73,7 @@ class PoolConfigLoader:
         build_scrape = functools.partial(build_scrape_spec, flags=o.model_server_metrics)
         configs: Configs = {}
         for key in keys:
-            context = PluginContext(clock=self.clock, pool_name=key[1])
+            context = PluginContext(clock=self.clock, pool_name=key[1], extras=self.extras)
             if text.strip():
                 configs[key] = load_config(
                     text,
@@ -183,13 +189,15 @@ class PoolRuntime:
         await self.gauges.stop()
 
 
-def refresh_gauges(pools: Sequence[PoolRuntime], metrics: EppMetrics) -> None:
-    """Before each ``/metrics`` scrape: every pool's gauges, the prefix indexes' sizes, the KV-event counts.
+def refresh_gauges(pools: Sequence[PoolRuntime], metrics: EppMetrics, slo: SloSeries) -> None:
+    """Before each ``/metrics`` scrape: every pool's gauges, the prefix indexes' sizes, the KV-event counts,
+    the latency predictors' state.
 
     One plugin name may live in several pools: its series is the sum over them.
     """
     sizes: dict[tuple[str, str], int] = {}
     precise: list[PrecisePrefixCacheProducer] = []
+    predictors: list[tuple[str, PredictorStats]] = []
     for pool in pools:
         pool.gauges.refresh()
         for owner, size in pool.routing.prefix_index_sizes().items():
@@ -197,6 +205,8 @@ def refresh_gauges(pools: Sequence[PoolRuntime], metrics: EppMetrics) -> None:
         for plugin in pool.config.plugins.values():
             parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
             precise += [p for p in parts if isinstance(p, PrecisePrefixCacheProducer)]
+            if isinstance(plugin, PredictedLatencyProducer) and plugin.predictor is not None:
+                predictors.append((plugin.typed_name.name, plugin.predictor.stats))
     metrics.set_prefix_indexer_sizes(sizes)
     metrics.set_kv_events(
         [s for p in precise for s in p.event_sources()],
@@ -204,3 +214,4 @@ def refresh_gauges(pools: Sequence[PoolRuntime], metrics: EppMetrics) -> None:
         active=sum(p.active_subscribers for p in precise),
         unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
     )
+    slo.mirror(predictors)

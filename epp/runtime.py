@@ -65,6 +65,7 @@ from epp.plugins import register_in_tree
 from epp.pool_runtime import Configs, PoolConfigLoader, PoolRuntime, refresh_gauges
 from epp.requestcontrol.pool_routing import PoolKey
 from epp.requestcontrol.pools import PoolPipelines
+from epp.slo.series import SloSeries
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
@@ -102,6 +103,7 @@ class Runtime(Service):
         self.options = options
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
+        self.slo_series = SloSeries(self.metrics)
         self.scope_violations = DataScopeViolations(self.metrics, options.metrics_naming)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
@@ -111,7 +113,7 @@ class Runtime(Service):
         self.ports = RuntimePorts()
         self.pools: list[PoolRuntime] = []
         self.config_status = ConfigStatus(_config_source(options))
-        self._loader = PoolConfigLoader(self.registry, self.clock, options)
+        self._loader = PoolConfigLoader(self.registry, self.clock, options, {"latency_recorder": self.slo_series})
         self._keys: list[PoolKey] = []
         """The pools served, known once the configuration text is read (its ``dataLayer.discovery`` decides)."""
         self._readiness_interval = readiness_interval
@@ -234,7 +236,7 @@ class Runtime(Service):
             )
         self._metrics_server = MetricsServer(
             self.metrics,
-            before_scrape=[functools.partial(refresh_gauges, self.pools, self.metrics)],
+            before_scrape=[functools.partial(refresh_gauges, self.pools, self.metrics, self.slo_series)],
             auth=auth,
             pprof=endpoint.pprof,
             cert_dir=endpoint.cert_dir,

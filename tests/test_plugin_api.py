@@ -65,6 +65,8 @@ INTERNAL = {
     "epp.framework.headers": "the picker's wire header names",
     "epp.kvevents": "the KV-event subscribers and index",
     "epp.labels": "label selectors (the precise producer's pod discovery)",
+    "epp.framework.latency": "SLO-aware routing's predictions (the SLO plugins, prefix-cache-affinity-filter)",
+    "epp.slo": "the latency predictor behind predicted-latency-producer",
 }
 
 

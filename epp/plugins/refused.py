@@ -16,7 +16,6 @@ from types import MappingProxyType
 __all__ = ["REFUSED"]
 
 _PD = "prefill/decode disaggregation is not in this build (the P/D plugin types, issue 25)"
-_SLO = "latency prediction and SLO routing are not in this build (the SLO plugin types, issue 26)"
 _MULTICLUSTER = (
     "multi-cluster routing (the router's Alpha multicluster-* plugins over peer clusters) is not built: "
     "this picker routes to the endpoints of its own pools"
@@ -101,10 +100,9 @@ REFUSED: Mapping[str, str] = MappingProxyType(
         "always-disagg-pd-decider": _PD,
         "prefix-based-pd-decider": _PD,
         "always-disagg-multimodal-decider": _PD,
-        "predicted-latency-producer": _SLO,
-        "latency-slo-admitter": _SLO,
-        "slo-headroom-tier-filter": _SLO,
-        "latency-scorer": _SLO,
-        "slo-deadline-ordering-policy": _SLO,
+        "slo-deadline-ordering-policy": (
+            "ordering the flow-control queue by SLO deadline is not built (SLO-aware scheduling is: "
+            "predicted-latency-producer, slo-headroom-tier-filter, latency-scorer, latency-slo-admitter)"
+        ),
     }
 )

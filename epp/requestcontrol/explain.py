@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from epp.errors import EppError
 from epp.framework.endpoint import EndpointState
+from epp.framework.latency import LatencyPredictions
 from epp.framework.request import InferenceRequest
 from epp.requestcontrol.admission import Admission
 from epp.scheduling.trace import SchedulingTrace
@@ -34,3 +35,7 @@ class Explanation:
     picked: Sequence[EndpointState] = ()
     error: EppError | None = None
     """Set when the decision failed: the error a client would get."""
+    latency: list[LatencyPredictions] = field(default_factory=list)
+    """What the latency producers predicted for the candidates."""
+    candidates: Sequence[EndpointState] = ()
+    """The endpoints the data producers saw (the predictions' endpoints)."""

@@ -48,9 +48,18 @@ CASES = [(t, PARAMETERS.get(t, "{}")) for t in sorted(REGISTRY.types()) if REGIS
 ]
 
 
+COMPANIONS = {  # the producer a type reads, declared beside it
+    "latency-scorer": "predicted-latency-producer",
+    "latency-slo-admitter": "predicted-latency-producer",
+    "slo-headroom-tier-filter": "predicted-latency-producer",
+    "no-hit-lru-scorer": "approx-prefix-cache-producer",
+    "prefix-cache-affinity-filter": "approx-prefix-cache-producer",
+}
+
+
 def config_text(plugin_type: str, parameters: str) -> str:
-    producer = "approx-prefix-cache-producer"
-    prefix = f"- type: {producer}\n" if producer in parameters else ""  # the producer it names
+    companion = COMPANIONS.get(plugin_type)
+    prefix = f"- type: {companion}\n" if companion else ""
     return (
         "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
         f"plugins:\n{prefix}- type: {plugin_type}\n  parameters: {parameters}\n"
@@ -67,7 +76,7 @@ def threads() -> set[threading.Thread]:
 
 
 def test_every_type_needing_parameters_is_registered() -> None:
-    assert set(PARAMETERS) <= set(REGISTRY.types())
+    assert set(PARAMETERS) | set(COMPANIONS) <= set(REGISTRY.types())
 
 
 @pytest.mark.parametrize(("plugin_type", "parameters"), CASES, ids=[f"{t}{p}" for t, p in CASES])

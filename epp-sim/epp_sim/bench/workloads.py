@@ -35,7 +35,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from epp.framework.headers import FAIRNESS_ID, OBJECTIVE
+from epp.framework.headers import FAIRNESS_ID, OBJECTIVE, TPOT_SLO, TTFT_SLO
 from epp_sim.tiny_tokenizer import sentence
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "chat_mix",
     "overload",
     "shared_prefix",
+    "slo_mix",
 ]
 
 BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -129,6 +130,11 @@ class Arrival:
         if objective == CRITICAL_OBJECTIVE:
             return "critical"
         return "sheddable" if objective == SHEDDABLE_OBJECTIVE else "standard"
+
+    @property
+    def slo_ms(self) -> tuple[float, float]:
+        """The request's TTFT and TPOT objectives in simulated ms (0: none)."""
+        return float(self.headers.get(TTFT_SLO, 0)), float(self.headers.get(TPOT_SLO, 0))
 
     @property
     def tenant(self) -> str:
@@ -381,6 +387,41 @@ def bursty(
     return arrivals
 
 
+def slo_mix(
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    interactive_share: float = 0.5,
+    slo_ms: tuple[float, float] = (250.0, 50.0),
+    interactive: tuple[tuple[int, int], tuple[int, int]] = ((100, 400), (16, 64)),
+    batch: tuple[tuple[int, int], tuple[int, int]] = ((1000, 2500), (32, 128)),
+) -> list[Arrival]:
+    """Two classes on one pool: interactive chat with TTFT / TPOT objectives, batch jobs without.
+
+    Interactive requests (``interactive_share`` of them; objective ``interactive``) are short
+    prompts with ``x-llm-d-slo-ttft-ms`` and ``x-llm-d-slo-tpot-ms`` (``slo_ms``, simulated ms);
+    batch requests (objective ``batch``, sheddable) are long documents with longer answers and no
+    objective. A batch prompt's prefill stalls every sequence decoding on its server for a step of
+    a few hundred ms, so where each interactive request lands decides whether it meets its SLO.
+    Every prompt is unique: only load decides.
+    """
+    rng = random.Random(seed)
+    arrivals: list[Arrival] = []
+    for at in _poisson(rng, rate, duration):
+        index = len(arrivals)
+        if rng.random() < interactive_share:
+            (low, high), out = interactive
+            headers = {OBJECTIVE: CRITICAL_OBJECTIVE, TTFT_SLO: f"{slo_ms[0]:g}", TPOT_SLO: f"{slo_ms[1]:g}"}
+        else:
+            (low, high), out = batch
+            headers = {OBJECTIVE: SHEDDABLE_OBJECTIVE}
+        text = f"[request {index}] " + _text(rng, rng.randint(low, high))
+        messages = [{"role": "user", "content": text}]
+        arrivals.append(_arrival(at, BASE_MODEL, messages, rng.randint(*out), f"request-{index}", headers=headers))
+    return arrivals
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """A named generator: ``generate(rate, duration, seed)`` → arrivals.
@@ -433,6 +474,13 @@ WORKLOADS: dict[str, Workload] = {
             strategies=("approximate", "precise"),
             replicas=(1, 2),
             num_gpu_blocks=1024,
+        ),
+        Workload(
+            "slo",
+            "50% interactive (100–400-token prompts, 16–64 output tokens, SLO TTFT 250 ms / TPOT 50 ms), "
+            "50% batch (1,000–2,500-token prompts, 32–128 output tokens, no SLO); unique prompts",
+            slo_mix,
+            strategies=("default", "queue-kv", "slo"),
         ),
     )
 }

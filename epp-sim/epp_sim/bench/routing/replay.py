@@ -5,14 +5,17 @@ real traffic), each routed by the strategy's :data:`~epp_sim.bench.routing.strat
 data producers awaited first, as ``epp serve`` does) and sent straight to the chosen simulator
 as a streaming chat completion, so the client sees the time to the first content token (from the
 arrival: time waiting in the picker's flow-control queue included), the end-to-end latency and
-the usage, by service class and by tenant. Arrivals in the warm-up
-window are sent but not recorded.
+the usage, by service class and by tenant, and whether each met its objectives (the SLO headers, in
+simulated ms; a request without any meets them by completing). When a response completes, the
+strategy is told its usage and its timing (when it was routed, its first body byte, its end), as
+the ext_proc stream tells the pipeline. Arrivals in the warm-up window are sent but not recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +23,7 @@ from typing import Any
 import aiohttp
 
 from epp.errors import EppError
+from epp.framework.response import ResponseTiming, Usage
 from epp_sim.bench.routing.options import RoutingOptions
 from epp_sim.bench.routing.strategies import Route
 from epp_sim.bench.workloads import Arrival
@@ -72,7 +76,11 @@ class Counts:
     offered: int = 0
     served: int = 0
     dropped: int = 0
+    met: int = 0
+    """Served within the request's objectives (every served request without objectives)."""
     ttft: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    """Time per output token after the first, of served requests with more than one."""
 
 
 async def _send(
@@ -81,6 +89,7 @@ async def _send(
     index: int,
     arrival: Arrival,
     outcome: Outcome | None,
+    scale: float,
 ) -> None:
     """Route and send one arrival; record it in ``outcome`` (None: a warm-up request, not recorded)."""
     loop = asyncio.get_running_loop()
@@ -102,9 +111,12 @@ async def _send(
         return
     outcome.route_seconds += loop.time() - started
     outcome.routed += 1
+    routed_at = time.perf_counter()
+    first_byte: float | None = None
     first: float | None = None
     tail = b""
     status = 0
+    answer: tuple[Usage, ResponseTiming] | None = None
     try:
         async with session.post(
             f"http://{destination}/v1/chat/completions",
@@ -117,25 +129,41 @@ async def _send(
                 await resp.read()
                 return
             async for chunk in resp.content.iter_any():
+                if first_byte is None:
+                    first_byte = time.perf_counter()
                 if first is None and b'"delta":{"content":' in chunk:
                     first = loop.time()
                 tail = (tail + chunk)[-1024:]
+            match = _COMPLETION_TOKENS.search(tail)
+            if match is not None:
+                answer = (
+                    Usage(completion_tokens=int(match.group(1))),
+                    ResponseTiming(routed_at, first_byte, time.perf_counter()),
+                )
     except aiohttp.ClientError as e:
         outcome.error(type(e).__name__)
         return
     finally:
-        finished(status)
+        finished(status, *(answer if answer is not None else (None, None)))
     end = loop.time()
-    match = _COMPLETION_TOKENS.search(tail)
-    if first is None or match is None:
+    if first is None or answer is None:
         outcome.error("incomplete_stream")
         return
+    tokens = answer[0].completion_tokens
+    tpot = (end - first) / (tokens - 1) if tokens > 1 else None
+    ttft_slo, tpot_slo = arrival.slo_ms
+    met = (not ttft_slo or (first - started) * scale * 1000 <= ttft_slo) and (
+        not tpot_slo or tpot is None or tpot * scale * 1000 <= tpot_slo
+    )
     outcome.ttft.append(first - started)
     for tally in tallies:
         tally.ttft.append(first - started)
         tally.served += 1
+        tally.met += met
+        if tpot is not None:
+            tally.tpot.append(tpot)
     outcome.e2e.append(end - started)
-    outcome.output_tokens += int(match.group(1))
+    outcome.output_tokens += tokens
     outcome.last_finish = max(outcome.last_finish, end)
 
 
@@ -168,7 +196,8 @@ async def replay(
                 outcome.first_arrival = loop.time()
                 outcome.arrivals = len(arrivals) - index
             task = loop.create_task(
-                _send(session, route, index, arrival, outcome if recorded else None), name=f"bench-request-{index}"
+                _send(session, route, index, arrival, outcome if recorded else None, options.time_scale),
+                name=f"bench-request-{index}",
             )
             tasks.add(task)
             task.add_done_callback(tasks.discard)

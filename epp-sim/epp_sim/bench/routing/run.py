@@ -20,6 +20,7 @@ import aiohttp
 
 from epp.clock import SystemClock
 from epp.datalayer.scraper import ScraperManager
+from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.children import bench_work_dir
 from epp_sim.bench.procstat import cpu_seconds
@@ -34,7 +35,7 @@ from epp_sim.bench.routing.cluster import (
 from epp_sim.bench.routing.options import RoutingOptions
 from epp_sim.bench.routing.replay import replay
 from epp_sim.bench.routing.scoring import routing_targets, run_record
-from epp_sim.bench.routing.strategies import STRATEGIES, RealTokens, router
+from epp_sim.bench.routing.strategies import LEARNING, STRATEGIES, RealTokens, router
 from epp_sim.bench.workloads import WORKLOADS, Arrival, capacity
 from epp_sim.ports import free_port
 from epp_sim.stack.envoy import envoy_binary
@@ -44,6 +45,8 @@ from epp_sim.waits import wait_until
 __all__ = ["run_routing"]
 
 _SCRAPE_INTERVAL = 0.05
+_STATE = "slo-predictor.npz"
+"""The SLO strategies' predictor state, shared by their runs (a warm replica's models and samples)."""
 _TOKENIZER_VOCAB = 1000
 """Large enough that every word of :mod:`epp_sim.tiny_tokenizer` is one token."""
 
@@ -81,7 +84,15 @@ async def _one_run(
             interval=0.02,
             message="the scraper never read every simulator's /metrics",
         )
-        async with router(strategy, store, options.seed, replicas=replicas, tokens=tokens) as route:
+        async with router(
+            strategy,
+            store,
+            options.seed,
+            replicas=replicas,
+            tokens=tokens,
+            time_scale=options.time_scale,
+            state=work / _STATE,
+        ) as route:
             cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
             outcome, before = await replay(
                 arrivals, route, session, options, lambda: server_counters(session, options.servers, port)
@@ -93,7 +104,7 @@ async def _one_run(
         await session.close()
         await scrapers.stop()
         await cluster.stop()
-    return run_record(
+    record = run_record(
         workload=workload,
         strategy=strategy,
         replicas=replicas,
@@ -106,6 +117,26 @@ async def _one_run(
         wall=wall,
         cpu={"simulators": cpu_sim, "picker_and_client": cpu_self},
     )
+    if strategy in LEARNING:
+        record["predictor"] = await predictor_quality(work / _STATE)
+    return record
+
+
+async def predictor_quality(state: Path) -> dict[str, Any]:
+    """The SLO predictor as a run left it: its samples, and a model trained on them judged on the held-out ones."""
+    predictor = EmbeddedPredictor(EmbeddedSettings(retrain_interval=3600, state_file=str(state)))
+    try:
+        await predictor.load()
+        await predictor.train_now(force=True)
+        stats = predictor.stats
+        return {
+            "samples": dict(stats.samples),
+            "held_out": dict(stats.test_samples),
+            "p90_error": {t: q.error for t, q in stats.quality.items()},
+            "coverage": {t: q.coverage for t, q in stats.quality.items()},
+        }
+    finally:
+        await predictor.aclose(save=False)
 
 
 async def run_routing(options: RoutingOptions) -> dict[str, Any]:
@@ -140,13 +171,23 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
                 arrivals = workload.generate(rate, options.sim_seconds, options.seed)
                 for replicas in replica_counts:
                     for strategy in strategies:
+                        if strategy in LEARNING and not (work / _STATE).exists():
+                            # A picker that has been serving: one unrecorded run trains the predictor first.
+                            print(f"  {name:<14} load {load:4.2f} {strategy}: warm-up run (not recorded)", flush=True)
+                            await _one_run(options, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
                         run = await _one_run(options, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
                         runs.append(run)
                         label = strategy if replicas == 1 else f"{strategy} ×{replicas}"
+                        classes = run["classes"]
+                        slo = "".join(
+                            f"  {cls} SLO {classes[cls]['slo_attainment'] * 100:5.1f}%"
+                            for cls in ("critical", "sheddable")
+                            if name == "slo" and cls in classes
+                        )
                         print(
                             f"  {name:<14} load {load:4.2f} ({rate:5.1f}/s) {label:<15} "
                             f"ttft p90 {run['ttft_s']['p90']:7.3f}s  hit {run['prefix_hit_rate'] * 100:5.1f}%  "
-                            f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}",
+                            f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}{slo}",
                             flush=True,
                         )
     return {

@@ -77,7 +77,10 @@ def _counts(counts: Mapping[str, Counts], scale: float) -> dict[str, dict[str, A
             "served": c.served,
             "dropped": c.dropped,
             "dropped_rate": (c.offered - c.served) / c.offered if c.offered else 0.0,
+            "met": c.met,
+            "slo_attainment": c.met / c.offered if c.offered else 0.0,
             "ttft_s": _quantiles(c.ttft, scale),
+            "tpot_s": _quantiles(c.tpot, scale),
         }
         for name, c in sorted(counts.items())
     }
@@ -140,6 +143,7 @@ def run_record(
         "time_stretch": _stretch(outcome.e2e, time_scale, counters),
         "route_us_mean": outcome.route_seconds / outcome.routed * 1e6 if outcome.routed else 0.0,
         "goodput_rps": completed / span if span else 0.0,
+        "slo_goodput_rps": sum(c.met for c in outcome.classes.values()) / span if span else 0.0,
         "classes": _counts(outcome.classes, time_scale),
         "tenants": _counts(outcome.tenants, time_scale),
         "class_tenants": {cls: _counts(by, time_scale) for cls, by in sorted(outcome.class_tenants.items())},
@@ -254,6 +258,7 @@ def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         },
         "in_flight_vs_queue_only_bursty_no_worse_and_20pct_better_at_1.0": _in_flight_target(runs),
         **_precise_targets(runs),
+        **_slo_target(runs),
     }
 
 
@@ -296,6 +301,32 @@ def _overload_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "met": goodput_ok,
         },
     }
+
+
+def _slo_target(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """SLO routing: interactive attainment ≥ default's + 20 points where the default first misses 10% of them,
+    with no more than 5% less SLO goodput (requests meeting their objectives per second)."""
+    loads = sorted({r["load"] for r in runs if r["workload"] == "slo" and r["strategy"] == "default"})
+    for load in loads:
+        default, slo = _find(runs, "slo", "default", load), _find(runs, "slo", "slo", load)
+        if default is None or slo is None:
+            continue
+        base = default["classes"].get("critical", {}).get("slo_attainment", 1.0)
+        if base >= 0.9:
+            continue
+        ours = slo["classes"].get("critical", {}).get("slo_attainment", 0.0)
+        goodput = slo["slo_goodput_rps"] / default["slo_goodput_rps"] if default["slo_goodput_rps"] else 0.0
+        return {
+            "slo_interactive_attainment_20_points_over_default": {
+                "detail": f"@{load}: {ours * 100:.1f}% vs default {base * 100:.1f}%",
+                "met": ours - base >= 0.2,
+            },
+            "slo_goodput_within_5_percent_of_default": {
+                "detail": f"@{load}: {goodput:.3f}× the default's SLO goodput",
+                "met": goodput >= 0.95,
+            },
+        }
+    return {}
 
 
 def _p90(runs: Sequence[Mapping[str, Any]], workload: str, strategy: str, load: float) -> float | None:

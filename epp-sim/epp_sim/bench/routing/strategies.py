@@ -16,6 +16,15 @@ simulators' KV events; ``precise`` needs a workload whose cluster has the bench 
 (:class:`RealTokens`). With ``replicas`` > 1, that many pickers each load the config (each its
 own index and subscribers, fed by the same events) and arrivals alternate between them, as
 Envoy spreads streams over ``epp serve`` replicas.
+
+``queue-kv`` is ``queue-scorer`` and ``kv-cache-utilization-scorer`` alone, weight 1 each; ``slo`` is
+the llm-d router's SLO-aware profile (``predicted-latency-producer`` in streaming mode with the
+embedded predictor, ``slo-headroom-tier-filter``, ``latency-scorer``, ``weighted-random-picker``,
+``latency-slo-admitter``; ``slo-most`` the same with ``headroomSelectionStrategy: most``). The picker
+runs in wall time while the simulators and the workload's
+objectives are in simulated time, so each request's SLO headers are divided by the time scale on
+their way to the picker; the predictor's models and samples are kept in a state file of the bench's
+work directory, so each ``slo`` run starts from what the previous ones learnt (a warm replica).
 """
 
 from __future__ import annotations
@@ -31,8 +40,10 @@ from string import Template
 from epp.clock import SystemClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.datastore.store import Datastore
+from epp.framework.headers import TPOT_SLO, TTFT_SLO
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.framework.request import InferenceRequest
+from epp.framework.response import ResponseTiming, Usage
 from epp.plugins import register_in_tree
 from epp.requestcontrol.pool_routing import PoolRouting
 from epp.telemetry.metrics import EppMetrics
@@ -44,10 +55,14 @@ __all__ = [
     "DEFAULT_STRATEGIES",
     "FLOW_CONTROL",
     "IN_FLIGHT",
+    "LEARNING",
     "LEAST_QUEUE",
     "NEEDS_REAL_TOKENS",
     "PRECISE",
+    "QUEUE_KV",
     "ROUND_ROBIN",
+    "SLO",
+    "SLO_MOST",
     "STRATEGIES",
     "RealTokens",
     "Route",
@@ -64,6 +79,9 @@ LEAST_QUEUE = "least-queue"
 IN_FLIGHT = "in-flight"
 APPROXIMATE = "approximate"
 PRECISE = "precise"
+QUEUE_KV = "queue-kv"
+SLO = "slo"
+SLO_MOST = "slo-most"
 _LLM_D_WEIGHTS = """schedulingProfiles:
 - name: default
   plugins:
@@ -155,6 +173,35 @@ schedulingProfiles:
     + _LLM_D_WEIGHTS,
 }
 """Strategy name → EndpointPickerConfig (None: round robin's baseline, or the default profile)."""
+STRATEGIES[QUEUE_KV] = (
+    _HEADER
+    + """plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+"""
+)
+_SLO_PROFILE = """plugins:
+- type: predicted-latency-producer
+  parameters:
+    streamingMode: true
+    predictor: {embedded: {retrainInterval: 1s, minSamplesForRetrain: 50, stateFile: "$state"}}
+- type: slo-headroom-tier-filter
+- type: latency-scorer
+  parameters: {headroomSelectionStrategy: STRATEGY}
+- type: latency-slo-admitter
+- type: weighted-random-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: slo-headroom-tier-filter
+  - pluginRef: latency-scorer
+  - pluginRef: weighted-random-picker
+"""
+STRATEGIES[SLO] = _HEADER + _SLO_PROFILE.replace("STRATEGY", "least")
+STRATEGIES[SLO_MOST] = _HEADER + _SLO_PROFILE.replace("STRATEGY", "most")
+LEARNING = frozenset({SLO, SLO_MOST})
+"""Strategies whose predictor learns from the responses (their runs share its state file)."""
 
 DEFAULT_STRATEGIES = (ROUND_ROBIN, "random", "least-queue", "legacy-v0.3", DEFAULT, "prefix-aware")
 """What a workload without its own strategies runs unless told (``overload``, ``bursty`` and
@@ -163,8 +210,9 @@ DEFAULT_STRATEGIES = (ROUND_ROBIN, "random", "least-queue", "legacy-v0.3", DEFAU
 NEEDS_REAL_TOKENS = frozenset({PRECISE})
 """Strategies that only run on a workload whose cluster has the bench tokenizer and KV events."""
 
-Finished = Callable[[int], None]
-"""Called once when an arrival's response has finished, with its HTTP status (0: none came)."""
+Finished = Callable[[int, Usage | None, ResponseTiming | None], None]
+"""Called once when an arrival's response has finished, with its HTTP status (0: none came), its usage and
+its timing (``time.perf_counter()``: routed, first byte, end) when it completed."""
 
 Route = Callable[[int, Arrival], Awaitable[tuple[str, Finished]]]
 """(arrival index, arrival) → (``host:port`` to send it to, :data:`Finished`); awaited, because a
@@ -182,7 +230,7 @@ class RealTokens:
     events_port: int
 
 
-def _config(strategy: str, seed: int, tokens: RealTokens | None) -> LoadedConfig:
+def _config(strategy: str, seed: int, tokens: RealTokens | None, state: Path | None) -> LoadedConfig:
     registry = PluginRegistry()
     register_in_tree(registry)
     context = PluginContext(clock=SystemClock(), pool_name="sim", seed=seed)
@@ -193,12 +241,16 @@ def _config(strategy: str, seed: int, tokens: RealTokens | None) -> LoadedConfig
         if tokens is None:
             raise ValueError(f"strategy {strategy!r} needs a workload with real tokens")
         text = Template(text).substitute(tokenizer=tokens.tokenizer, events_port=tokens.events_port)
+    if strategy in LEARNING:
+        if state is None:
+            raise ValueError(f"strategy {strategy!r} needs a state file")
+        text = Template(text).substitute(state=state)
     return load_config(text, registry, context)
 
 
-def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None) -> PoolRouting:
+def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None, state: Path | None) -> PoolRouting:
     """One picker replica: its own configuration (plugins, indexes, subscribers) and routing, as ``epp serve``'s."""
-    config = _config(strategy, seed, tokens)
+    config = _config(strategy, seed, tokens, state)
     return PoolRouting(
         ("sim", "sim"), store, config, metrics=EppMetrics(), clock=SystemClock(), rng=random.Random(seed)
     )
@@ -206,7 +258,14 @@ def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | Non
 
 @asynccontextmanager
 async def router(
-    strategy: str, store: Datastore, seed: int, *, replicas: int = 1, tokens: RealTokens | None = None
+    strategy: str,
+    store: Datastore,
+    seed: int,
+    *,
+    replicas: int = 1,
+    tokens: RealTokens | None = None,
+    time_scale: float = 1.0,
+    state: Path | None = None,
 ) -> AsyncIterator[Route]:
     """The :data:`Route` of ``strategy`` over the endpoints in ``store``, split over ``replicas`` pickers.
 
@@ -223,17 +282,23 @@ async def router(
 
         yield round_robin
         return
-    pickers = [_picker(strategy, store, seed + i, tokens) for i in range(replicas)]
+    pickers = [_picker(strategy, store, seed + i, tokens, state) for i in range(replicas)]
     for picker in pickers:
         await picker.start()
 
     async def route(index: int, arrival: Arrival) -> tuple[str, Finished]:
         pipeline = pickers[index % len(pickers)].pipeline
-        request = InferenceRequest(request_id=str(index), headers={**arrival.headers, **_PATH})
+        headers = {**arrival.headers, **_PATH}
+        for name in (TTFT_SLO, TPOT_SLO):
+            if name in headers:  # simulated ms → the picker's wall ms
+                headers[name] = f"{float(headers[name]) / time_scale:g}"
+        request = InferenceRequest(request_id=str(index), headers=headers)
         ctx = pipeline.parse(request, arrival.data, None)
         decision = await pipeline.route(ctx)
 
-        def finished(status: int) -> None:
+        def finished(status: int, usage: Usage | None, timing: ResponseTiming | None) -> None:
+            if timing is not None:
+                pipeline.response_complete(ctx, usage, status, timing)
             pipeline.finished(ctx, completed=status != 0, status=status)
 
         return decision.targets[0].endpoint.hostport, finished
@@ -246,5 +311,5 @@ async def router(
             await picker.aclose()
 
 
-def _nothing(status: int) -> None:
+def _nothing(status: int, usage: Usage | None, timing: ResponseTiming | None) -> None:
     return None
