@@ -1,4 +1,4 @@
-"""One served pool, whole: its datastore, reconcilers, scrapers, gauges and routing, and its configuration.
+"""One served pool, whole: its datastore, reconcilers, scrapers, gauges, state sync, routing and configuration.
 
 ``epp serve`` runs a :class:`PoolRuntime` per ``--pool-name`` (or for the standalone pool), each
 with its own plugin instances, so per-endpoint plugin state never crosses pools. The pool owns
@@ -12,8 +12,9 @@ its configuration:
   (it changes flow control or the endpoint discovery, both read once at startup), without any
   effect;
 - :meth:`PoolRuntime.apply` puts it in force in one loop step: the scrapers take its data layer
-  (``Scrapers.apply``) and the routing its pipeline (``PoolRouting.apply``: stateful
-  plugins hand over their state, the new plugins' metric series and background work start).
+  (``Scrapers.apply``), the routing its pipeline (``PoolRouting.apply``: stateful plugins hand
+  over their state, the new plugins' metric series and background work start) and the state
+  sync its plugins (``ReplicaSync.bind``).
 
 What the configurations in force report of themselves goes to ``/metrics`` in one place,
 :func:`refresh_gauges`, just before each scrape: the pools' gauges and the prefix indexes' sizes,
@@ -49,6 +50,8 @@ from epp.plugins.predicted_latency_producer import PredictedLatencyProducer
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.slo.predictor import PredictorStats
 from epp.slo.series import SloSeries
+from epp.statesync.metrics import SyncMetrics
+from epp.statesync.replicas import ReplicaSync
 from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
 
@@ -97,6 +100,8 @@ class PoolRuntime:
     scrapers: Scrapers
     gauges: PoolGauges
     routing: PoolRouting
+    state_sync: ReplicaSync | None = None
+    """Its state shared with the other replicas through Valkey (``--state-sync-address``); None without."""
     unsubscribe: Callable[[], None] = field(default=lambda: None)
 
     @classmethod
@@ -111,6 +116,7 @@ class PoolRuntime:
         metrics: EppMetrics,
         clock: Clock,
         rng: random.Random,
+        sync_metrics: SyncMetrics | None = None,
     ) -> PoolRuntime:
         """The pool's parts, ``config`` in force; nothing runs before :meth:`start`."""
         o = options
@@ -153,6 +159,12 @@ class PoolRuntime:
         )
         routing = PoolRouting(key, datastore, config, metrics=metrics, clock=clock, rng=rng, options=routing_options)
         pool = cls(key, datastore, reconciler, scrapers, gauges, routing)
+        if o.state_sync is not None:
+            if sync_metrics is None:
+                raise ValueError("state sync needs its metrics (SyncMetrics)")
+            pool.state_sync = ReplicaSync(
+                key, datastore, o.state_sync, config.plugins, clock=clock, metrics=sync_metrics
+            )
         pool.unsubscribe = datastore.subscribe(health.on_endpoints)
         return pool
 
@@ -174,12 +186,16 @@ class PoolRuntime:
         """Put ``config`` in force, in this loop step: the scrapers' data layer, then the routing's pipeline."""
         self.scrapers.apply(config.scrape)
         self.routing.apply(config)
+        if self.state_sync is not None:
+            self.state_sync.bind(config.plugins)
 
     async def start(self) -> None:
         await self.reconciler.start()
         await self.scrapers.start()
         await self.gauges.start()
         await self.routing.start()
+        if self.state_sync is not None:
+            await self.state_sync.start()
 
     async def stop(self) -> None:
         """Stop following the cluster and the endpoints (the routing is stopped and closed by the runtime first)."""
@@ -200,6 +216,8 @@ def refresh_gauges(pools: Sequence[PoolRuntime], metrics: EppMetrics, slo: SloSe
     predictors: list[tuple[str, PredictorStats]] = []
     for pool in pools:
         pool.gauges.refresh()
+        if pool.state_sync is not None:
+            pool.state_sync.refresh()
         for owner, size in pool.routing.prefix_index_sizes().items():
             sizes[owner.name, owner.type] = sizes.get((owner.name, owner.type), 0) + size
         for plugin in pool.config.plugins.values():

@@ -1,8 +1,9 @@
 """Composition root of ``epp serve``: builds every part, starts them in order, stops them in reverse.
 
 Per pool, a :class:`~epp.pool_runtime.PoolRuntime`: a datastore, its reconcilers, scrapers, pool
-gauges and routing, and the configuration in force. Shared: the metrics registry, the kr8s API,
-the ext_proc/health servers, the metrics server and the configuration watcher.
+gauges, state sync with the other replicas (``--state-sync-address``, ``statesync.replicas``) and
+routing, and the configuration in force. Shared: the metrics registry, the kr8s API, the
+ext_proc/health servers, the metrics server and the configuration watcher.
 
 A configuration (at start, and each reload of ``--config-file``) is loaded on a worker thread:
 decoding, validation, plugin instances, the files it names (tokenizers, certificates), with no
@@ -16,9 +17,9 @@ configuration's notices logged and ``epp_config_ignored_settings`` set
 epp.v1 API.
 
 Start order: logging → metrics → API client → config → datastores, routings and reconcilers →
-scrapers → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
+scrapers → state sync → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
-(bounded) → config watcher → elector → plugins' background resources (KV-event subscribers) →
+(bounded) → config watcher → elector → state sync → plugins' background resources (KV-event subscribers) →
 reconcilers → scrapers → gauges → metrics server → API client.
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
 ``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer; with
@@ -66,6 +67,7 @@ from epp.pool_runtime import Configs, PoolConfigLoader, PoolRuntime, refresh_gau
 from epp.requestcontrol.pool_routing import PoolKey
 from epp.requestcontrol.pools import PoolPipelines
 from epp.slo.series import SloSeries
+from epp.statesync.metrics import SyncMetrics
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
@@ -125,6 +127,8 @@ class Runtime(Service):
         self._readiness: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self._cert_reloader: CertReloader | None = None
+        self._sync_metrics = SyncMetrics(self.metrics.registry) if options.state_sync is not None else None
+        """The state sync's series, one set for every pool's sync (``--state-sync-address``)."""
         self.tracing: Tracing | None = None  # None unless --tracing and an exporter is configured
 
     @property
@@ -185,6 +189,7 @@ class Runtime(Service):
                 metrics=self.metrics,
                 clock=self.clock,
                 rng=self.rng,
+                sync_metrics=self._sync_metrics,
             )
             self.pools.append(pool)
         self._in_force(configs)
@@ -225,6 +230,9 @@ class Runtime(Service):
             ext_proc=ext_proc,
             health_port_services=None if api_on_tls else api,
         )
+        for pool in self.pools:
+            if pool.state_sync is not None:
+                pool.state_sync.report_health(self._server.health.set_detail)
         tls = await self._server_tls() if o.tls.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls
@@ -369,6 +377,9 @@ class Runtime(Service):
         if self.elector is not None:
             await self.elector.stop()
             self.elector = None
+        for pool in self.pools:
+            if pool.state_sync is not None:
+                await pool.state_sync.stop()
         for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer clients)
             await pool.routing.aclose()
         for pool in reversed(self.pools):

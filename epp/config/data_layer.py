@@ -171,7 +171,7 @@ def _check_missing_kinds(section: DataLayerConfig | None, ref: Callable[[str, st
         (
             "dataLayer.crossReplicaSyncerPluginRef",
             section.cross_replica_syncer_plugin_ref,
-            "a cross-replica syncer: this picker shares no state between replicas",
+            "a cross-replica syncer: replicas share state through --state-sync-address (a Valkey/Redis server)",
         ),
     )
     for where, name, kind in missing_kinds:

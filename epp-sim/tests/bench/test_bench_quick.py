@@ -111,6 +111,7 @@ async def test_routing_quick(tmp_path: Path) -> None:
         "precise_ttft_p90_le_half_approximate_cache_pressure",
         "precise_two_replicas_hit_rate_within_2_points",
         "approximate_two_replicas_hit_rate_drops_5_points",
+        "approximate_valkey_replicas_hit_rate_within_2_points",
     }
 
 

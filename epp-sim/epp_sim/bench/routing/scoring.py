@@ -18,6 +18,7 @@ from epp_sim.bench.loadgen import percentile
 from epp_sim.bench.routing.replay import Counts, Outcome
 from epp_sim.bench.routing.strategies import (
     APPROXIMATE,
+    APPROXIMATE_VALKEY,
     DEFAULT,
     FLOW_CONTROL,
     IN_FLIGHT,
@@ -170,6 +171,12 @@ def _find(runs: Sequence[Mapping[str, Any]], workload: str, strategy: str, load:
     return None
 
 
+def _hit_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[float, str]:
+    """The change of prefix hit rate from one run to another, and how the targets print it."""
+    a, b = before["prefix_hit_rate"], after["prefix_hit_rate"]
+    return b - a, f"{a * 100:.1f}% → {b * 100:.1f}% ({(b - a) * 100:+.1f} points)"
+
+
 def _precise_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """On cache-pressure: precise's TTFT p90 ≤ 0.5× approximate's (one picker); two pickers' hit rates."""
     loads = sorted({r["load"] for r in runs if r["workload"] == _CACHE_PRESSURE})
@@ -193,11 +200,8 @@ def _precise_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             one, two = _find(runs, _CACHE_PRESSURE, strategy, load), _find(runs, _CACHE_PRESSURE, strategy, load, 2)
             if one is None or two is None:
                 continue
-            delta = two["prefix_hit_rate"] - one["prefix_hit_rate"]
-            out.append(
-                f"@{load}: {one['prefix_hit_rate'] * 100:.1f}% → {two['prefix_hit_rate'] * 100:.1f}% "
-                f"({delta * 100:+.1f} points)"
-            )
+            delta, text = _hit_delta(one, two)
+            out.append(f"@{load}: {text}")
             if strategy == PRECISE:
                 holds_ok = (holds_ok is not False) and abs(delta) <= _HIT_RATE_HOLDS
             else:
@@ -216,6 +220,23 @@ def _precise_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "met": drops_ok,
         },
     }
+
+
+def _shared_state_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """On cache-pressure: approximate replicas sharing state through Valkey, within 2 points of one picker."""
+    details: list[str] = []
+    ok: bool | None = None
+    for load in sorted({r["load"] for r in runs if r["workload"] == _CACHE_PRESSURE}):
+        one = _find(runs, _CACHE_PRESSURE, APPROXIMATE, load)
+        for replicas in (2, 3):
+            shared = _find(runs, _CACHE_PRESSURE, APPROXIMATE_VALKEY, load, replicas)
+            if one is None or shared is None:
+                continue
+            delta, text = _hit_delta(one, shared)
+            details.append(f"×{replicas}@{load}: {text}")
+            ok = (ok is not False) and delta >= -_HIT_RATE_HOLDS
+    detail = ", ".join(details) or "not measured"
+    return {"approximate_valkey_replicas_hit_rate_within_2_points": {"detail": detail, "met": ok}}
 
 
 def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -259,6 +280,7 @@ def routing_targets(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "in_flight_vs_queue_only_bursty_no_worse_and_20pct_better_at_1.0": _in_flight_target(runs),
         **_precise_targets(runs),
         **_slo_target(runs),
+        **_shared_state_targets(runs),
     }
 
 

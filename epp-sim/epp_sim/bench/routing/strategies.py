@@ -15,7 +15,10 @@ approximate index or with ``token-producer`` → ``precise-prefix-cache-producer
 simulators' KV events; ``precise`` needs a workload whose cluster has the bench tokenizer
 (:class:`RealTokens`). With ``replicas`` > 1, that many pickers each load the config (each its
 own index and subscribers, fed by the same events) and arrivals alternate between them, as
-Envoy spreads streams over ``epp serve`` replicas.
+Envoy spreads streams over ``epp serve`` replicas. ``approximate-valkey`` is ``approximate`` whose
+replicas share state as ``epp serve --state-sync-address`` does: a real Valkey/Redis server
+(:class:`~epp_sim.stack.valkey.ValkeyServer`) and each replica's
+:class:`~epp.statesync.replicas.ReplicaSync` (prefix insertions and in-flight counts).
 
 ``queue-kv`` is ``queue-scorer`` and ``kv-cache-utilization-scorer`` alone, weight 1 each; ``slo`` is
 the llm-d router's SLO-aware profile (``predicted-latency-producer`` in streaming mode with the
@@ -31,26 +34,35 @@ from __future__ import annotations
 
 import itertools
 import random
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from prometheus_client import CollectorRegistry
+
 from epp.clock import SystemClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.datastore.store import Datastore
 from epp.framework.headers import TPOT_SLO, TTFT_SLO
 from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.replication import SyncSettings
 from epp.framework.request import InferenceRequest
 from epp.framework.response import ResponseTiming, Usage
 from epp.plugins import register_in_tree
 from epp.requestcontrol.pool_routing import PoolRouting
+from epp.statesync.metrics import SyncMetrics
+from epp.statesync.replicas import ReplicaSync
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.workloads import Arrival
+from epp_sim.stack.valkey import ValkeyServer
+from epp_sim.waits import wait_until
 
 __all__ = [
     "APPROXIMATE",
+    "APPROXIMATE_VALKEY",
     "DEFAULT",
     "DEFAULT_STRATEGIES",
     "FLOW_CONTROL",
@@ -78,6 +90,7 @@ FLOW_CONTROL_TTL_WALL_S = 1.0
 LEAST_QUEUE = "least-queue"
 IN_FLIGHT = "in-flight"
 APPROXIMATE = "approximate"
+APPROXIMATE_VALKEY = "approximate-valkey"
 PRECISE = "precise"
 QUEUE_KV = "queue-kv"
 SLO = "slo"
@@ -172,6 +185,7 @@ schedulingProfiles:
 """
     + _LLM_D_WEIGHTS,
 }
+STRATEGIES[APPROXIMATE_VALKEY] = STRATEGIES[APPROXIMATE]
 """Strategy name → EndpointPickerConfig (None: round robin's baseline, or the default profile)."""
 STRATEGIES[QUEUE_KV] = (
     _HEADER
@@ -203,6 +217,9 @@ STRATEGIES[SLO_MOST] = _HEADER + _SLO_PROFILE.replace("STRATEGY", "most")
 LEARNING = frozenset({SLO, SLO_MOST})
 """Strategies whose predictor learns from the responses (their runs share its state file)."""
 
+SHARED_STATE = frozenset({APPROXIMATE_VALKEY})
+"""Strategies whose replicas share state through a Valkey/Redis server the bench starts."""
+
 DEFAULT_STRATEGIES = (ROUND_ROBIN, "random", "least-queue", "legacy-v0.3", DEFAULT, "prefix-aware")
 """What a workload without its own strategies runs unless told (``overload``, ``bursty`` and
 ``cache-pressure`` name theirs: flow control, in-flight, approximate and precise)."""
@@ -228,6 +245,42 @@ class RealTokens:
 
     tokenizer: Path
     events_port: int
+
+
+@asynccontextmanager
+async def _shared_state(strategy: str, pickers: list[PoolRouting]) -> AsyncIterator[None]:
+    """For a :data:`SHARED_STATE` strategy, a Valkey server and every replica's sync, connected.
+
+    The bench's replicas route over one datastore, so they already see each other's in-flight
+    counts; each sync is given an empty datastore of its own so only prefix insertions travel
+    (sharing the counts again would count them twice).
+    """
+    if strategy not in SHARED_STATE or len(pickers) < 2:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="epp-bench-valkey-") as work:
+        async with ValkeyServer(Path(work)) as server:
+            settings = SyncSettings(server.url)
+            syncs = [
+                ReplicaSync(
+                    p.key,
+                    Datastore(),
+                    settings,
+                    p.config.plugins,
+                    clock=SystemClock(),
+                    metrics=SyncMetrics(CollectorRegistry()),
+                    source=f"replica-{i}",
+                )
+                for i, p in enumerate(pickers)
+            ]
+            for sync in syncs:
+                await sync.start()
+            try:
+                await wait_until(lambda: all(s.link.connected for s in syncs), timeout=20, message="replicas synced")
+                yield
+            finally:
+                for sync in syncs:
+                    await sync.stop()
 
 
 def _config(strategy: str, seed: int, tokens: RealTokens | None, state: Path | None) -> LoadedConfig:
@@ -304,7 +357,8 @@ async def router(
         return decision.targets[0].endpoint.hostport, finished
 
     try:
-        yield route
+        async with _shared_state(strategy, pickers):
+            yield route
     finally:
         for picker in pickers:
             await picker.stop()
