@@ -17,8 +17,8 @@ its configuration:
   sync its plugins (``ReplicaSync.bind``).
 
 What the configurations in force report of themselves goes to ``/metrics`` in one place,
-:func:`refresh_gauges`, just before each scrape: the pools' gauges and the prefix indexes' sizes,
-read through ``PoolRouting.prefix_index_sizes`` as the epp.v1 Endpoints API reads them.
+:func:`refresh_gauges`, just before each scrape: the pools' gauges and what their plugins measure,
+read through ``PoolRouting.measure`` as the epp.v1 Endpoints API reads the prefix index sizes.
 """
 
 from __future__ import annotations
@@ -38,21 +38,20 @@ from epp.datalayer.scrape_process import make_scrapers
 from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.datalayer.scraper import Scrapers
 from epp.datastore.discovery_reconciler import DiscoveryReconciler
+from epp.datastore.health_recorder import HealthRecorder
 from epp.datastore.store import Datastore
 from epp.framework.health import HealthPolicy
+from epp.framework.http import HttpClient
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.framework.staleness import Staleness
 from epp.kube.client import Api
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
-from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
-from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
 from epp.plugins.predicted_latency_producer import PredictedLatencyProducer
+from epp.requestcontrol.plugin_series import PluginSeries, Readings
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
-from epp.slo.predictor import PredictorStats
 from epp.slo.series import SloSeries
 from epp.statesync.metrics import SyncMetrics
 from epp.statesync.replicas import ReplicaSync
-from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["PoolConfigLoader", "PoolRuntime", "refresh_gauges"]
@@ -67,6 +66,8 @@ class PoolConfigLoader:
     registry: PluginRegistry
     clock: Clock
     options: ServeOptions
+    http: HttpClient | None = None
+    """The runtime's shared client, handed to every plugin (``PluginContext.http``)."""
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Shared services the plugins are handed (``PluginContext.extras``: the SLO latency recorder)."""
 
@@ -76,7 +77,7 @@ class PoolConfigLoader:
         build_scrape = functools.partial(build_scrape_spec, flags=o.model_server_metrics)
         configs: Configs = {}
         for key in keys:
-            context = PluginContext(clock=self.clock, pool_name=key[1], extras=self.extras)
+            context = PluginContext(clock=self.clock, pool_name=key[1], http=self.http, extras=self.extras)
             if text.strip():
                 configs[key] = load_config(
                     text,
@@ -206,30 +207,19 @@ class PoolRuntime:
 
 
 def refresh_gauges(pools: Sequence[PoolRuntime], metrics: EppMetrics, slo: SloSeries) -> None:
-    """Before each ``/metrics`` scrape: every pool's gauges, the prefix indexes' sizes, the KV-event counts,
-    the latency predictors' state.
-
-    One plugin name may live in several pools: its series is the sum over them.
-    """
-    sizes: dict[tuple[str, str], int] = {}
-    precise: list[PrecisePrefixCacheProducer] = []
-    predictors: list[tuple[str, PredictorStats]] = []
+    """Before each ``/metrics`` scrape: every pool's gauges and state sync, and what the plugins in force
+    measure (prefix indexes, KV events), every pool's into one reading, summed where labels meet; the
+    latency predictors' state."""
+    readings = Readings()
     for pool in pools:
         pool.gauges.refresh()
         if pool.state_sync is not None:
             pool.state_sync.refresh()
-        for owner, size in pool.routing.prefix_index_sizes().items():
-            sizes[owner.name, owner.type] = sizes.get((owner.name, owner.type), 0) + size
-        for plugin in pool.config.plugins.values():
-            parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
-            precise += [p for p in parts if isinstance(p, PrecisePrefixCacheProducer)]
-            if isinstance(plugin, PredictedLatencyProducer) and plugin.predictor is not None:
-                predictors.append((plugin.typed_name.name, plugin.predictor.stats))
-    metrics.set_prefix_indexer_sizes(sizes)
-    metrics.set_kv_events(
-        [s for p in precise for s in p.event_sources()],
-        [p.index for p in precise],
-        active=sum(p.active_subscribers for p in precise),
-        unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
+        pool.routing.measure(readings)
+    metrics.series(PluginSeries).publish(readings)
+    slo.mirror(
+        (p.typed_name.name, p.predictor.stats)
+        for pool in pools
+        for p in pool.config.plugins.values()
+        if isinstance(p, PredictedLatencyProducer) and p.predictor is not None
     )
-    slo.mirror(predictors)

@@ -2,8 +2,10 @@
 
 Per pool, a :class:`~epp.pool_runtime.PoolRuntime`: a datastore, its reconcilers, scrapers, pool
 gauges, state sync with the other replicas (``--state-sync-address``, ``statesync.replicas``) and
-routing, and the configuration in force. Shared: the metrics registry, the kr8s API, the
-ext_proc/health servers, the metrics server and the configuration watcher.
+routing, and the configuration in force. Shared: the metrics (every area's series set declared at
+once, ``epp.picker_series``), the kr8s API, the HTTP client plugins are handed
+(``PluginContext.http``; its session opens on first use), the ext_proc/health servers, the metrics
+server and the configuration watcher.
 
 A configuration (at start, and each reload of ``--config-file``) is loaded on a worker thread:
 decoding, validation, plugin instances, the files it names (tokenizers, certificates), with no
@@ -20,7 +22,7 @@ Start order: logging → metrics → API client → config → datastores, routi
 scrapers → state sync → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
 (bounded) → config watcher → elector → state sync → plugins' background resources (KV-event subscribers) →
-reconcilers → scrapers → gauges → metrics server → API client.
+the plugins' HTTP client → reconcilers → scrapers → gauges → metrics server → API client.
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
 ``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer; with
 ``--metrics-cert-dir`` it has its own port (``--epp-api-port``) behind the metrics TLS instead,
@@ -45,13 +47,15 @@ from epp.api.auth import ApiAuthInterceptor
 from epp.api.service import ApiSources, add_api
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
-from epp.config.compat import ConfigNotice, publish_notices
+from epp.config.compat import ConfigNotice
+from epp.config.config_series import publish_notices
 from epp.config.data_scope_series import DataScopeViolations
 from epp.config.discovery_mode import check_discovery_options, discovery_configured
 from epp.config.installed_plugins import discover
 from epp.config.options import OptionsError, ServeOptions
 from epp.config.reload import ConfigStatus, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
+from epp.datalayer.http_client import SessionClient
 from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME
 from epp.extproc.cert_reload import CertReloader
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
@@ -61,7 +65,9 @@ from epp.framework.plugin import PluginRegistry
 from epp.framework.staleness import Staleness
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
+from epp.kube.reviews import KubeReviewer
 from epp.kube.standalone import standalone_pool_name
+from epp.picker_series import declare_picker_series
 from epp.plugins import register_in_tree
 from epp.pool_runtime import Configs, PoolConfigLoader, PoolRuntime, refresh_gauges
 from epp.requestcontrol.pool_routing import PoolKey
@@ -105,8 +111,9 @@ class Runtime(Service):
         self.options = options
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
-        self.slo_series = SloSeries(self.metrics)
-        self.scope_violations = DataScopeViolations(self.metrics, options.metrics_naming)
+        declare_picker_series(self.metrics)
+        self.slo_series = self.metrics.series(SloSeries)
+        self.scope_violations = self.metrics.series(DataScopeViolations)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
         register_in_tree(self.registry)
@@ -115,7 +122,11 @@ class Runtime(Service):
         self.ports = RuntimePorts()
         self.pools: list[PoolRuntime] = []
         self.config_status = ConfigStatus(_config_source(options))
-        self._loader = PoolConfigLoader(self.registry, self.clock, options, {"latency_recorder": self.slo_series})
+        self._http = SessionClient()
+        """The HTTP client plugins are given (``PluginContext.http``); closed once, at stop."""
+        self._loader = PoolConfigLoader(
+            self.registry, self.clock, options, self._http, extras={"latency_recorder": self.slo_series}
+        )
         self._keys: list[PoolKey] = []
         """The pools served, known once the configuration text is read (its ``dataLayer.discovery`` decides)."""
         self._readiness_interval = readiness_interval
@@ -219,7 +230,9 @@ class Runtime(Service):
             stream_metrics=o.enable_grpc_stream_metrics,
         )
         endpoint = o.metrics_endpoint
-        auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth and self._api is not None else None
+        auth = None
+        if endpoint.auth and self._api is not None:
+            auth = MetricsAuth(KubeReviewer(self._api), clock=self.clock)
         api = self._api_services(pipelines, auth)
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
@@ -256,7 +269,7 @@ class Runtime(Service):
                 o.config_file, self._reload, self.config_status, clock=self.clock, metrics=self.metrics
             )
             await self._watcher.start(text)
-        self._readiness = start_guarded(self._follow_readiness(), name="epp-readiness")
+        self._readiness = start_guarded(self._follow_readiness(), "epp-readiness", forever=True)
         log.info(
             "epp serving",
             extra={
@@ -326,7 +339,6 @@ class Runtime(Service):
             ready = self.ready
             if ready != current:
                 self.server.set_ready(ready)
-                self.metrics.ready.set(1 if ready else 0)
                 log.info("readiness changed", extra={"ready": ready})
                 current = ready
             await self.clock.sleep(self._readiness_interval)
@@ -346,7 +358,6 @@ class Runtime(Service):
         self._readiness = None
         if self._server is not None:
             self._server.drain()
-        self.metrics.ready.set(0)
         log.info("draining: NOT_SERVING, ext_proc still serving")
         if self.elector is not None:
             await self.elector.stop()  # releases the Lease
@@ -380,8 +391,9 @@ class Runtime(Service):
         for pool in self.pools:
             if pool.state_sync is not None:
                 await pool.state_sync.stop()
-        for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer clients)
+        for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer threads)
             await pool.routing.aclose()
+        await self._http.aclose()
         for pool in reversed(self.pools):
             await pool.stop()
         self.pools.clear()

@@ -10,7 +10,7 @@ the pool gauges.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 import yaml
@@ -18,7 +18,6 @@ import yaml
 from epp.api import pb
 from epp.config.loader import LoadedConfig
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import TypedName
 from epp.framework.staleness import Staleness
 from epp.requestcontrol.admission import Admission
 from epp.requestcontrol.explain import Explanation
@@ -69,12 +68,12 @@ def endpoint_message(state: EndpointState, now: float, staleness: Staleness) -> 
     return message
 
 
-def by_plugin_name(sizes: dict[TypedName, int]) -> dict[str, int]:
+def by_plugin_name(sizes: Mapping[tuple[str, str], int]) -> dict[str, int]:
     """A pool's prefix index sizes (``PoolRouting.prefix_index_sizes``) by plugin name: a plugin holding two
     indexes (llm-d's all-in-one ``precise-prefix-cache-scorer``) counts both."""
     named: dict[str, int] = {}
-    for owner, size in sizes.items():
-        named[owner.name] = named.get(owner.name, 0) + size
+    for (name, _), size in sizes.items():
+        named[name] = named.get(name, 0) + size
     return named
 
 

@@ -5,15 +5,16 @@ and renamed some keys; both spellings must load, and mean the same. This module 
 config to the llm-d spelling (:func:`normalized`), resolves ``featureGates`` (:func:`feature_gates`:
 ``name``, ``name=true`` or ``name=false``, each gate with its upstream default) and lists the
 settings a config may carry that this picker does not implement (:func:`ignored_settings`). None
-of those changes routing silently: each is a :class:`ConfigNotice` that :func:`publish_notices`
-logs once per configuration put in force, setting ``epp_config_ignored_settings{setting}`` to 1
-while the configuration in force has it (never for a configuration that was refused).
+of those changes routing silently: each is a :class:`ConfigNotice` that
+``config_series.publish_notices`` logs once per configuration put in force, setting
+``epp_config_ignored_settings{setting}`` to 1 while the configuration in force has it (never for
+a configuration that was refused).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -26,7 +27,6 @@ from epp.config.picker_config import (
     FlowControlConfig,
     RequestHandlerConfig,
 )
-from epp.telemetry.metrics import EppMetrics
 
 __all__ = [
     "FEATURE_GATES",
@@ -35,7 +35,6 @@ __all__ = [
     "feature_gates",
     "ignored_settings",
     "normalized",
-    "publish_notices",
 ]
 
 log = logging.getLogger(__name__)
@@ -222,15 +221,3 @@ def _enables_index_metrics(parameters: Any) -> bool:
 def _sets_event_concurrency(parameters: Any) -> bool:
     events = parameters.get("kvEventsConfig") if isinstance(parameters, Mapping) else None
     return isinstance(events, Mapping) and "concurrency" in events
-
-
-def publish_notices(notices: Iterable[ConfigNotice], metrics: EppMetrics) -> None:
-    """The notices of the configuration now in force: each distinct one logged once (several pools load
-    the same file) and ``epp_config_ignored_settings`` set to what it runs without."""
-    distinct = tuple(dict.fromkeys(notices))
-    ignored = {n.setting for n in distinct if not n.deprecated}
-    for setting in IGNORABLE_SETTINGS:
-        metrics.config_ignored_settings.labels(setting).set(1 if setting in ignored else 0)
-    for notice in distinct:
-        message = "deprecated configuration setting" if notice.deprecated else "configuration setting has no effect"
-        log.warning(message, extra={"setting": notice.setting, "detail": notice.detail})

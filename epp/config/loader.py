@@ -72,7 +72,7 @@ from epp.config.validation import check_stability, check_static
 from epp.framework.data import DataScope
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.discovery import EndpointDiscovery
-from epp.framework.indexes import PrefixIndexHolder
+from epp.framework.measures import Measured
 from epp.framework.parsing import Parser, ParserTable
 from epp.framework.plugin import Plugin, PluginContext, PluginKind, PluginRegistry, RefusedTypeError
 from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
@@ -124,8 +124,8 @@ class LoadedConfig:
     """Awaited, in config order, before each request's scheduling cycle (``token-producer``)."""
     closables: tuple[AsyncClosable, ...] = ()
     """Plugins holding background resources, closed when this config is replaced or the picker stops."""
-    prefix_indexes: tuple[PrefixIndexHolder, ...] = ()
-    """Plugins holding prefix indexes, whose sizes /metrics and the epp.v1 API report."""
+    measured: tuple[Measured, ...] = ()
+    """Plugins that report what they measure (prefix index sizes, KV events), for /metrics and the epp.v1 API."""
     admission: bool = True
     """Whether the pipeline sheds sheddable work on ``saturation_detector`` before scheduling:
     False when every profile runs a filter that sheds by itself (the v0.3 tree) and the config
@@ -395,7 +395,7 @@ class _Builder:
                 p for p in plugins.values() if plays(p, PluginKind.DATA_PRODUCER) and isinstance(p, DataProducer)
             ),
             closables=tuple(p for p in plugins.values() if isinstance(p, AsyncClosable)),
-            prefix_indexes=tuple(p for p in plugins.values() if isinstance(p, PrefixIndexHolder)),
+            measured=tuple(p for p in plugins.values() if isinstance(p, Measured)),
             admission=self._detector_named or not self_admitting,
             discovery=discovery,
             notices=tuple(data_layer_notices),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epp.clock import Clock
+from epp.config.config_series import ConfigSeries
 from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 
@@ -58,7 +59,7 @@ class ConfigWatcher:
         self._apply = apply
         self.status = status
         self._clock = clock
-        self._metrics = metrics
+        self._metrics = metrics.series(ConfigSeries)
         self.interval = interval
         self._digest = ""
         self._task: asyncio.Task[None] | None = None
@@ -67,8 +68,8 @@ class ConfigWatcher:
         """Remember the text the configuration in force was loaded from and start polling."""
         self._digest = hashlib.sha256(initial_text.encode()).hexdigest()
         self.status.watched = True
-        self._metrics.config_last_reload_success.set(1)
-        self._task = start_guarded(self._run(), name=f"config-watch:{self.path.name}")
+        self._metrics.last_reload_success.set(1)
+        self._task = start_guarded(self._run(), f"config-watch:{self.path.name}", forever=True)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
@@ -91,8 +92,8 @@ class ConfigWatcher:
         self._digest = digest
         status.generation += 1
         status.last_error = ""
-        self._metrics.config_reloads.labels(result="success").inc()
-        self._metrics.config_last_reload_success.set(1)
+        self._metrics.reloads.labels(result="success").inc()
+        self._metrics.last_reload_success.set(1)
         log.info("configuration reloaded", extra={"path": str(self.path), "generation": status.generation})
         return True
 
@@ -101,8 +102,8 @@ class ConfigWatcher:
             return None  # the same unreadable file: already reported
         self._digest = digest
         self.status.last_error = reason
-        self._metrics.config_reloads.labels(result="rejected").inc()
-        self._metrics.config_last_reload_success.set(0)
+        self._metrics.reloads.labels(result="rejected").inc()
+        self._metrics.last_reload_success.set(0)
         log.error(
             "configuration rejected, keeping the last good one",
             extra={"path": str(self.path), "reason": reason},

@@ -25,7 +25,8 @@ from typing import Any
 
 from epp.framework.data import DataKey, DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind, TypedName
+from epp.framework.measures import Measurements
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
@@ -48,14 +49,9 @@ class PrecisePrefixCacheScorer(NamedPlugin):
         self.producer = producer
         self.scorer = PrefixCacheScorer(name, match_info_producer=name)
 
-    @property
-    def parts(self) -> tuple[PrecisePrefixCacheProducer, PrefixCacheScorer]:
-        """The producer and the scorer this plugin is made of."""
-        return self.producer, self.scorer
-
-    def prefix_index_sizes(self) -> Mapping[TypedName, int]:
-        """Its producer's KV-block index, under this plugin's name and the producer's type."""
-        return self.producer.prefix_index_sizes()
+    def measure(self, into: Measurements) -> None:
+        """What the producer part measures: its subscribers and its precise index (the scorer part holds none)."""
+        self.producer.measure(into)
 
     def produces(self) -> Mapping[DataKey, type]:
         return self.producer.produces()

@@ -14,13 +14,13 @@ pool it simulates: the same object, so a benchmark measures the picker that serv
   configuration's background resources are closed.
 
 Health feedback is the pipeline's ``finished``; the endpoints' health state itself lives on them.
-The sizes of the prefix indexes of the configuration in force are read here
-(:meth:`PoolRouting.prefix_index_sizes`), for ``/metrics`` and the epp.v1 API alike.
+What the plugins of the configuration in force measure of themselves (their prefix indexes' sizes,
+their KV events) is read here, for ``/metrics`` (:meth:`PoolRouting.measure`) and the epp.v1
+Endpoints API (:meth:`PoolRouting.prefix_index_sizes`) alike, so the two always agree.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import Sequence
@@ -31,15 +31,16 @@ from epp.config.loader import ConfigError, LoadedConfig
 from epp.datastore.store import Datastore
 from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
-from epp.framework.indexes import prefix_index_sizes
-from epp.framework.plugin import StatefulPlugin, TypedName
+from epp.framework.measures import Measurements
+from epp.framework.plugin import StatefulPlugin
 from epp.framework.producers import AsyncClosable
 from epp.framework.staleness import FLAG_DEFAULT, Staleness
 from epp.requestcontrol.conformance import RoundRobin
 from epp.requestcontrol.pipeline import Pipeline, PoolParts
+from epp.requestcontrol.plugin_series import Readings
 from epp.requestcontrol.recorder import ServingRecorder
 from epp.requestcontrol.rewrites import ModelRewriter
-from epp.tasks import start_guarded
+from epp.tasks import TaskSet
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["PoolKey", "PoolRouting", "RoutingOptions"]
@@ -104,7 +105,8 @@ class PoolRouting:
             flow_control=self.flow_control,
         )
         self.pipeline = Pipeline(self._parts, config, metrics)
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing = TaskSet()
+        """The closing of replaced configurations' plugins (:meth:`apply`), awaited by :meth:`aclose`."""
         self._unsubscribe = datastore.subscribe(self._endpoints_changed)
         present = datastore.endpoints()
         if present:
@@ -128,7 +130,7 @@ class PoolRouting:
     async def aclose(self) -> None:
         """Stop following the endpoints and close every plugin's background resources (subscribers, clients)."""
         self._unsubscribe()
-        await asyncio.gather(*self._closing)
+        await self._closing.wait()
         await close_all(self.config.closables)
 
     def refusal(self, config: LoadedConfig) -> ConfigError | None:
@@ -159,13 +161,16 @@ class PoolRouting:
             for observer in config.endpoints_added:
                 observer.endpoints_added(present)
         if old.closables:
-            task = start_guarded(close_all(old.closables), name=f"epp-close-replaced-plugins-{self.key[1]}")
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._closing.start(close_all(old.closables), f"epp-close-replaced-plugins-{self.key[1]}")
 
-    def prefix_index_sizes(self) -> dict[TypedName, int]:
+    def measure(self, into: Measurements) -> None:
+        """What the plugins of the configuration in force measure (``/metrics`` asks every pool into one)."""
+        for plugin in self.config.measured:
+            plugin.measure(into)
+
+    def prefix_index_sizes(self) -> dict[tuple[str, str], int]:
         """Entries of every prefix index of the configuration in force, by the plugin (name, type) owning it."""
-        return prefix_index_sizes(self.config.prefix_indexes)
+        return Readings.of(self.config.measured).index_sizes
 
     def _endpoints_changed(self, added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
         config = self.config

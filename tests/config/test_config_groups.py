@@ -8,7 +8,8 @@ import pytest
 from scheduling_builders import NOW
 
 from epp.clock import ManualClock
-from epp.config.compat import ConfigNotice, publish_notices
+from epp.config.compat import ConfigNotice
+from epp.config.config_series import publish_notices
 from epp.config.loader import ConfigError, LoadedConfig, load_config
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.plugins import register_in_tree

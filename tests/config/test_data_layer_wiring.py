@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from epp.config.compat import publish_notices
+from epp.config.config_series import publish_notices
 from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
 from epp.config.options import ModelServerMetricsOptions
+from epp.datalayer.http_client import SessionClient
 from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.framework.datalayer import ScrapeSpec, Transport
 from epp.framework.plugin import PluginContext, PluginRegistry
@@ -30,7 +31,8 @@ def registry() -> PluginRegistry:
 
 
 def load(text: str, registry: PluginRegistry) -> LoadedConfig:
-    return load_config(text, registry, PluginContext(), build_scrape=BUILD)
+    """Loaded as ``epp serve`` does: with the shared HTTP client in the plugins' context (never used here)."""
+    return load_config(text, registry, PluginContext(http=SessionClient()), build_scrape=BUILD)
 
 
 def scrape(loaded: LoadedConfig) -> ScrapeSpec:
