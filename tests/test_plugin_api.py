@@ -70,6 +70,8 @@ INTERNAL = {
     "epp.labels": "label selectors (the precise producer's pod discovery)",
     "epp.framework.latency": "SLO-aware routing's predictions (the SLO plugins, prefix-cache-affinity-filter)",
     "epp.slo": "the latency predictor behind predicted-latency-producer",
+    "epp.framework.replication": "state shared between replicas (--state-sync-address, issue 23): in-tree only so far",
+    "epp.tokenize": "token-producer's local tokenizer threads and token cache",
 }
 
 
