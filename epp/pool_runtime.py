@@ -27,7 +27,7 @@ import functools
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epp.clock import Clock
 from epp.config.discovery_mode import discovery_refusal
@@ -51,8 +51,10 @@ from epp.requestcontrol.plugin_series import PluginSeries, Readings
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.slo.series import SloSeries
 from epp.statesync.metrics import SyncMetrics
-from epp.statesync.replicas import ReplicaSync
 from epp.telemetry.metrics import EppMetrics
+
+if TYPE_CHECKING:
+    from epp.statesync.replicas import ReplicaSync
 
 __all__ = ["PoolConfigLoader", "PoolRuntime", "refresh_gauges"]
 
@@ -161,6 +163,9 @@ class PoolRuntime:
         routing = PoolRouting(key, datastore, config, metrics=metrics, clock=clock, rng=rng, options=routing_options)
         pool = cls(key, datastore, reconciler, scrapers, gauges, routing)
         if o.state_sync is not None:
+            # Imported only when asked for: redis-py imports the OpenTelemetry SDK at import time.
+            from epp.statesync.replicas import ReplicaSync
+
             if sync_metrics is None:
                 raise ValueError("state sync needs its metrics (SyncMetrics)")
             pool.state_sync = ReplicaSync(

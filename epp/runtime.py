@@ -58,8 +58,8 @@ from epp.config.tls_policy import apply_cipher_suites
 from epp.datalayer.http_client import SessionClient
 from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME
 from epp.extproc.cert_reload import CertReloader
+from epp.extproc.processor import StreamOptions
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
-from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
 from epp.framework.plugin import PluginRegistry
 from epp.framework.staleness import Staleness

@@ -28,8 +28,9 @@ from epp import __version__
 from epp.extproc import pb
 from epp.extproc.grpc_stream_metrics import GrpcStreamMetrics
 from epp.extproc.health import HealthState
+from epp.extproc.processor import Pipelines, Processor, StreamOptions
 from epp.extproc.replies import Replies
-from epp.extproc.stream import Pipelines, Processor, Stream, StreamOptions
+from epp.extproc.stream import Stream
 from epp.extproc.tls import ServerTls
 from epp.framework.endpoint import join_host_port
 from epp.tasks import TaskSet
