@@ -56,6 +56,7 @@ INTERNAL = {
     "epp.framework.discovery": "endpoint discovery (file-discovery), a data-layer plugin: not an out-of-tree kind yet",
     "epp.framework.saturation.Aggregation": "utilization-detector's parameters",
     "epp.framework.saturation.Thresholds": "utilization-detector's parameters",
+    "epp.framework.staleness": "utilization-detector's metricsStalenessThreshold, one definition with the picker's",
     "epp.framework.plugin.PluginRegistry": "epp.plugins registers the in-tree types",
     "epp.framework.topology": "the topology extractor and the topology filter and scorer",
     "epp.framework.scheduling.PEER_ENDPOINT": "the topology chain's peer, set by P/D profile handlers",

@@ -2,14 +2,15 @@
 
 Pure translation, no I/O: each function reads what the picker holds at that moment (one
 datastore snapshot, one ``LoadedConfig``, one :class:`~epp.requestcontrol.explain.Explanation`)
-and builds the message. :func:`endpoint_health` is the one place that decides what the API calls
-an endpoint's health, so a richer health model replaces one function.
+and builds the message. An endpoint's health is its health state's name; whether its metrics are
+stale is ``--metrics-staleness-threshold``'s :class:`~epp.framework.staleness.Staleness`, as for
+the pool gauges.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 import yaml
@@ -17,12 +18,12 @@ import yaml
 from epp.api import pb
 from epp.config.loader import LoadedConfig
 from epp.framework.endpoint import EndpointState
-from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
+from epp.framework.staleness import Staleness
 from epp.requestcontrol.admission import Admission
 from epp.requestcontrol.explain import Explanation
 from epp.scheduling.trace import ProfileTrace
 
-__all__ = ["config_message", "endpoint_message", "explanation_message", "prefix_index_sizes"]
+__all__ = ["by_plugin_name", "config_message", "endpoint_message", "explanation_message"]
 
 _ADMISSION = {
     Admission.ADMITTED: pb.Admission.ADMITTED,
@@ -31,7 +32,7 @@ _ADMISSION = {
 }
 
 
-def endpoint_message(state: EndpointState, now: float, staleness_threshold: float) -> pb.Endpoint:
+def endpoint_message(state: EndpointState, now: float, staleness: Staleness) -> pb.Endpoint:
     """One endpoint as the scheduler sees it now: identity, last metrics, their age and the scrape
     interval achieved, health, in-flight load."""
     e, m = state.endpoint, state.metrics
@@ -59,7 +60,7 @@ def endpoint_message(state: EndpointState, now: float, staleness_threshold: floa
         in_flight_tokens=state.in_flight_tokens,
     )
     age = m.age(now)
-    message.metrics_stale = age > staleness_threshold
+    message.metrics_stale = staleness.is_stale(m, now)
     if age != float("inf"):
         message.metrics_age_seconds = max(age, 0.0)
     if m.scrape_interval:
@@ -67,9 +68,13 @@ def endpoint_message(state: EndpointState, now: float, staleness_threshold: floa
     return message
 
 
-def prefix_index_sizes(config: LoadedConfig) -> dict[str, int]:
-    """Entries of each approximate prefix index (``approx-prefix-cache-producer``), by plugin name."""
-    return {name: p.index_size for name, p in config.plugins.items() if isinstance(p, ApproxPrefixCacheProducer)}
+def by_plugin_name(sizes: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """A pool's prefix index sizes (``PoolRouting.prefix_index_sizes``) by plugin name: a plugin holding two
+    indexes (llm-d's all-in-one ``precise-prefix-cache-scorer``) counts both."""
+    named: dict[str, int] = {}
+    for (name, _), size in sizes.items():
+        named[name] = named.get(name, 0) + size
+    return named
 
 
 def config_message(namespace: str, name: str, config: LoadedConfig) -> pb.PoolConfig:

@@ -211,7 +211,9 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         scraping,
         "--metrics-staleness-threshold",
         default="2s",
-        help="metrics older than this are stale: the endpoint is saturated to admission and never preferred",
+        help="metrics older than this are stale: left out of inference_pool_ready_pods and the pool averages, "
+        "and routed to only when no healthy endpoint is fresh; admission uses the utilization-detector's own "
+        "metricsStalenessThreshold (200ms)",
     )
     _flag(
         scraping,

@@ -4,7 +4,8 @@ Upstream hands every Ready pod to the scheduler; a pod whose server died or froz
 (often best) metrics and attracts the pool's traffic until the kubelet notices, 10–30 s later.
 Here the candidates pass through three tiers, and the first non-empty one is scheduled:
 
-1. **in service**: health ``healthy`` and metrics no older than ``--metrics-staleness-threshold``;
+1. **in service**: health ``healthy`` and metrics fresh by ``--metrics-staleness-threshold``
+   (``framework/staleness.py``; admission's own threshold is the saturation detector's);
 2. **degraded**: routable but ``suspect`` or stale, or back from an ejection and not yet proven
    good: scored as if saturated, that is never preferred over an endpoint in service, so only
    when no endpoint is in service;
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 
 from epp.framework.endpoint import EndpointState
 from epp.framework.health import Health
+from epp.framework.staleness import Staleness
 
 __all__ = ["healthy_candidates"]
 
@@ -29,10 +31,10 @@ _HEALTHY = Health.HEALTHY
 
 
 def healthy_candidates(
-    candidates: Sequence[EndpointState], now: float, staleness: float
+    candidates: Sequence[EndpointState], now: float, staleness: Staleness
 ) -> tuple[Sequence[EndpointState], bool]:
     """The tier to schedule and whether it is the fail-open one (no candidate routable)."""
-    fresh_since = now - staleness
+    fresh_since = staleness.fresh_since(now)
     for s in candidates:  # the usual case, all in service, allocates nothing
         if s.health.state is not _HEALTHY or s.metrics.updated_at < fresh_since:
             break

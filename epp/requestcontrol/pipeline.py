@@ -67,6 +67,7 @@ from epp.framework.plugin import PluginKind
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.framework.response import CompletedResponse, ResponseComplete, ResponseTiming, Usage
 from epp.framework.scheduling import CycleState, PostResponse
+from epp.framework.staleness import Staleness
 from epp.requestcontrol.admission import AdmissionStage, NoAdmission, QueueAdmission, SaturationAdmission
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
 from epp.requestcontrol.context import RequestContext
@@ -98,8 +99,8 @@ class PoolParts:
     rng: random.Random
     rewriter: ModelRewriter
     recorder: ServingRecorder
-    staleness: float
-    """Metrics older than this make an endpoint degraded (``healthy.py``)."""
+    staleness: Staleness
+    """``--metrics-staleness-threshold``: stale metrics make an endpoint degraded (``healthy.py``)."""
     emit_scores: bool = False
     turns: RoundRobin | None = None
     """The conformance hooks' round robin; None without ``--enable-conformance-test-hooks``."""
@@ -117,12 +118,15 @@ class Pipeline:
         "_pre_request",
         "_producers",
         "_response_complete",
+        "_scheduler",
         "config",
     )
 
     def __init__(self, pool: PoolParts, config: LoadedConfig, metrics: EppMetrics | None) -> None:
+        """``config`` in force for ``pool``: the plugins' duration series are made here, not at load."""
         self.config = config
         self._pool = pool
+        self._scheduler = config.scheduler if metrics is None else config.scheduler.observed(metrics)
         admission: AdmissionStage = NoAdmission()
         if pool.flow_control is not None:
             admission = QueueAdmission(pool.flow_control)
@@ -324,7 +328,7 @@ class Pipeline:
             raise EppError(ErrorCode.SERVICE_UNAVAILABLE, NO_CANDIDATES)
         config = self.config
         cycle = CycleState()
-        result = config.scheduler.schedule(request, candidates, cycle, recorder.cycle)
+        result = self._scheduler.schedule(request, candidates, cycle, recorder.cycle)
         recorder.pre_request(self._pre_request, cycle, request, result)
         primary = result.primary
         decision = RoutingDecision(list(primary.targets))

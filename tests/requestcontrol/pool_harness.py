@@ -44,15 +44,9 @@ class Harness:
         context = PluginContext(clock=self.clock, seed=7, http=self.http)
         config: LoadedConfig
         if config_text is None:
-            config = load_default_config(registry, context, metrics=self.metrics)
+            config = load_default_config(registry, context)
         else:
-            config = load_config(
-                config_text,
-                registry,
-                context,
-                metrics=self.metrics,
-                allow_experimental_plugins=allow_experimental_plugins,
-            )
+            config = load_config(config_text, registry, context, allow_experimental_plugins=allow_experimental_plugins)
         self.routing = PoolRouting(
             ("default", "pool"),
             store,

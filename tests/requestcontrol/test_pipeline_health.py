@@ -10,6 +10,7 @@ from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import EndpointState, MetricsSnapshot
 from epp.framework.health import Health, HealthPolicy
 from epp.framework.request import InferenceRequest
+from epp.framework.staleness import Staleness
 from epp.labels import Selector
 from epp.requestcontrol.context import RequestContext
 from epp.requestcontrol.healthy import healthy_candidates
@@ -40,7 +41,7 @@ class Pool:
         for s in self.store.endpoints():
             s.metrics = BEST if s.endpoint.pod_name == "pod-0" else BUSY
         self.harness = Harness(
-            self.store, config_text=config_text, options=RoutingOptions(staleness_threshold=staleness)
+            self.store, config_text=config_text, options=RoutingOptions(staleness=Staleness(staleness))
         )
         self.clock = self.harness.clock
 
@@ -160,5 +161,5 @@ async def test_when_no_endpoint_is_routable_every_one_is_a_candidate_and_it_is_c
 def test_all_in_service_returns_the_candidates_untouched() -> None:
     pool = Pool()
     endpoints = pool.store.endpoints()
-    assert healthy_candidates(endpoints, NOW, 2.0) == (endpoints, False)
-    assert healthy_candidates((), NOW, 2.0) == ((), False)
+    assert healthy_candidates(endpoints, NOW, Staleness(2.0)) == (endpoints, False)
+    assert healthy_candidates((), NOW, Staleness(2.0)) == ((), False)

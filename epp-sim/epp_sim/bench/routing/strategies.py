@@ -283,15 +283,13 @@ async def _shared_state(strategy: str, pickers: list[PoolRouting]) -> AsyncItera
                     await sync.stop()
 
 
-def _config(
-    strategy: str, seed: int, metrics: EppMetrics, tokens: RealTokens | None, state: Path | None
-) -> LoadedConfig:
+def _config(strategy: str, seed: int, tokens: RealTokens | None, state: Path | None) -> LoadedConfig:
     registry = PluginRegistry()
     register_in_tree(registry)
     context = PluginContext(clock=SystemClock(), pool_name="sim", seed=seed)
     text = STRATEGIES[strategy]
     if text is None:
-        return load_default_config(registry, context, metrics=metrics)
+        return load_default_config(registry, context)
     if strategy in NEEDS_REAL_TOKENS:
         if tokens is None:
             raise ValueError(f"strategy {strategy!r} needs a workload with real tokens")
@@ -300,14 +298,15 @@ def _config(
         if state is None:
             raise ValueError(f"strategy {strategy!r} needs a state file")
         text = Template(text).substitute(state=state)
-    return load_config(text, registry, context, metrics=metrics)
+    return load_config(text, registry, context)
 
 
 def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None, state: Path | None) -> PoolRouting:
     """One picker replica: its own configuration (plugins, indexes, subscribers) and routing, as ``epp serve``'s."""
-    metrics = EppMetrics()
-    config = _config(strategy, seed, metrics, tokens, state)
-    return PoolRouting(("sim", "sim"), store, config, metrics=metrics, clock=SystemClock(), rng=random.Random(seed))
+    config = _config(strategy, seed, tokens, state)
+    return PoolRouting(
+        ("sim", "sim"), store, config, metrics=EppMetrics(), clock=SystemClock(), rng=random.Random(seed)
+    )
 
 
 @asynccontextmanager
