@@ -56,6 +56,19 @@ FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
 _PRECISE_PREFIX_PRODUCER = "precise-prefix-cache-producer"
 _PRECISE_PREFIX_SCORER = "precise-prefix-cache-scorer"  # llm-d's deprecated all-in-one form of the producer chain
 _METRICS_DATA_SOURCE = "metrics-data-source"
+_DEPRECATED_TYPES: Mapping[str, str] = MappingProxyType(
+    {
+        _PRECISE_PREFIX_SCORER: f"configure {_PRECISE_PREFIX_PRODUCER} + prefix-cache-scorer with "
+        f"prefixMatchInfoProducerName: {_PRECISE_PREFIX_PRODUCER}",
+        # Disaggregated serving (llm-d router v0.7, v0.9): the unified handler sets the headers itself.
+        "pd-profile-handler": "use disagg-profile-handler (with deciders.prefill)",
+        "disagg-headers-handler": "disagg-profile-handler sets the prefill and encode headers itself",
+        "prefill-header-handler": "disagg-profile-handler sets the prefill and encode headers itself",
+        "data-parallel-profile-handler": "use single-profile-handler with a pool listing every rank's port "
+        "(gateways route to each port: Istio 1.28.1 or later)",
+    }
+)
+"""Plugin types upstream still loads but deprecates, and what to use instead (a notice each)."""
 
 IGNORABLE_SETTINGS = (
     "flowControl",
@@ -109,13 +122,12 @@ def normalized(config: EndpointPickerConfig) -> tuple[EndpointPickerConfig, list
             ConfigNotice("apiVersion", f"{LEGACY_API_VERSION} is deprecated, use {API_VERSION}", deprecated=True)
         )
     for i, plugin in enumerate(config.plugins):
-        if plugin.type == _PRECISE_PREFIX_SCORER:
+        replacement = _DEPRECATED_TYPES.get(plugin.type)
+        if replacement is not None:
             notices.append(
                 ConfigNotice(
                     f"plugins[{i}].type",
-                    f"plugin {plugin.name or plugin.type!r}: {_PRECISE_PREFIX_SCORER} is deprecated, configure "
-                    f"{_PRECISE_PREFIX_PRODUCER} + prefix-cache-scorer with prefixMatchInfoProducerName: "
-                    f"{_PRECISE_PREFIX_PRODUCER}",
+                    f"plugin {plugin.name or plugin.type!r}: {plugin.type} is deprecated, {replacement}",
                     deprecated=True,
                 )
             )

@@ -15,7 +15,10 @@ as upstream's ticker; the loop sleeps on an event when the queue is empty). Each
    Both budgets start for every item at the same moment or at its enqueue, so the oldest item
    always expires first, and only the front of the arrival list is looked at;
 2. reads the saturation of the *whole* pool from the current config's saturation detector
-   (an empty pool reads 1.0, so nothing dispatches: the waiting room for scale-from-zero);
+   (an empty pool reads 1.0, so nothing dispatches: the waiting room for scale-from-zero); with
+   disaggregated serving, the busier of the prefill and decode stages
+   (:func:`~epp.framework.saturation.stage_saturation`, upstream's rule), each stage's value in
+   ``flow_control_pool_saturation{stage}`` (a stage no pod serves has no series);
 3. releases at most one item (``Queues.next_item``: strict priority, head-of-line blocking at a
    band's ceiling, the band's fairness and ordering policies).
 
@@ -41,8 +44,9 @@ from epp.flowcontrol.queues import Item, Queues
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
-from epp.framework.saturation import SaturationDetector
+from epp.framework.saturation import SaturationDetector, stage_saturation
 from epp.tasks import cancel_and_wait, start_guarded
+from epp.telemetry.families import GaugeChild
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["FlowController"]
@@ -87,6 +91,7 @@ class FlowController:
         self._fairness_labels: set[str] = set()
         self._failing = False
         self._saturation = metrics.fc_pool_saturation.labels(pool_name, "effective")
+        self._stages: dict[str, GaugeChild | None] = {"prefill": None, "decode": None}
         self._cycle_duration = metrics.fc_dispatch_cycle.labels()
 
     @property
@@ -170,12 +175,25 @@ class FlowController:
             self._regime_since = now
         self._expire(now)
         if self._queues.count:
-            saturation = self._detector().saturation(endpoints, now)
-            self._saturation.set(saturation)
-            item = self._queues.next_item(saturation)
+            saturation = stage_saturation(self._detector(), endpoints, now)
+            self._saturation.set(saturation.effective)
+            self._record_stage("prefill", saturation.prefill)
+            self._record_stage("decode", saturation.decode)
+            item = self._queues.next_item(saturation.effective)
             if item is not None:
                 self._finish(item, Outcome.DISPATCHED)
         self._cycle_duration.observe(perf_counter() - start)
+
+    def _record_stage(self, stage: str, value: float | None) -> None:
+        """One stage's gauge (llm-d's series only: GIE's has no stage); its series goes when no pod serves it."""
+        child = self._stages[stage]
+        if value is not None:
+            if child is None:
+                child = self._stages[stage] = self._metrics.fc_pool_saturation.exact(self._pool, stage)
+            child.set(value)
+        elif child is not None:
+            self._metrics.fc_pool_saturation.remove_exact(self._pool, stage)
+            self._stages[stage] = None
 
     def _expire(self, now: float) -> None:
         settings = self.settings

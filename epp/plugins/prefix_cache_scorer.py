@@ -13,6 +13,10 @@ Where ``match`` comes from:
   whose match info comes from the pods' KV events. A request the producer has no info for (its
   tokenization failed, or it carries a ``cache_salt``) is scored from the approximate index,
   which keeps learning from every decision for exactly that fallback.
+
+Whichever it used, it publishes each candidate's match in the cycle
+(:func:`~epp.framework.disaggregation.publish_match`): what ``prefix-based-pd-decider`` reads of
+the decode pod's cache.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from epp.framework.disaggregation import PrefixMatch, publish_match
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfoProducer
@@ -102,12 +107,15 @@ class PrefixCacheScorer(NamedPlugin):
         if producer is not None:
             info = producer.prefix_match(cycle, request, candidates)
             if info is not None:
+                _publish(cycle, candidates, info.match_blocks, info.total_blocks, info.block_size_tokens)
                 return self._scores(info.match_blocks, info.total_blocks, info.block_size_tokens)
         hashes = self.hashes(cycle, request, candidates)
         if not hashes:
             return [0.0] * len(candidates)
         match = self.index.match
-        return self._scores([match(c.endpoint.key, hashes) for c in candidates], len(hashes), self.block_size_tokens)
+        matches = [match(c.endpoint.key, hashes) for c in candidates]
+        _publish(cycle, candidates, matches, len(hashes), self._block_bytes(candidates) // _CHARS_PER_TOKEN)
+        return self._scores(matches, len(hashes), self.block_size_tokens)
 
     def _scores(self, matches: Sequence[int], total: int, block_size: int) -> list[float]:
         if total <= 0:
@@ -135,6 +143,14 @@ class PrefixCacheScorer(NamedPlugin):
     @property
     def index_size(self) -> int:
         return len(self.index)
+
+
+def _publish(
+    cycle: CycleState, candidates: Sequence[EndpointState], matches: Sequence[int], total: int, block_tokens: int
+) -> None:
+    """Tell the cycle what each candidate holds (the P/D decider reads the decode pick's)."""
+    for state, blocks in zip(candidates, matches, strict=True):
+        publish_match(cycle, state, PrefixMatch(blocks, total, block_tokens))
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrefixCacheScorer:

@@ -5,7 +5,10 @@ Which one a pipeline has is decided once, when it is built from its configuratio
 - :class:`SaturationAdmission` (no flow control): a sheddable request (priority < 0) is dropped
   with 429 "system saturated, sheddable request dropped" when the saturation detector puts the
   candidates' saturation at >= 1.0, as upstream's legacy admission does (no candidates count as
-  saturated; how endpoints are combined is the detector's ``aggregation``). Priority >= 0 is never
+  saturated; how endpoints are combined is the detector's ``aggregation``). With prefill and
+  decode pods, the busier stage's saturation counts, as in flow control
+  (:func:`~epp.framework.saturation.stage_saturation`; upstream's legacy admission reads the
+  candidates whole). Priority >= 0 is never
   shed here and its saturation is not even computed; that work either gets an endpoint or fails
   later with 503/429 from candidate selection or scheduling;
 - :class:`QueueAdmission` (the ``flowControl`` gate): every request is queued; one the queue holds
@@ -28,7 +31,7 @@ from epp.errors import EppError, ErrorCode
 from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
-from epp.framework.saturation import SaturationDetector
+from epp.framework.saturation import SaturationDetector, stage_saturation
 
 __all__ = [
     "SHED_MESSAGE",
@@ -94,7 +97,7 @@ class SaturationAdmission:
         return endpoints
 
     def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> Verdict:
-        if request.priority < 0 and self._detector.saturation(candidates, self._clock.now()) >= 1.0:
+        if request.priority < 0 and stage_saturation(self._detector, candidates, self._clock.now()).effective >= 1.0:
             return Admission.SHED, EppError(ErrorCode.RESOURCE_EXHAUSTED, SHED_MESSAGE)
         return Admission.ADMITTED, None
 

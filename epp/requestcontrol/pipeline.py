@@ -26,9 +26,12 @@ one of its API's). ``route`` then runs the stages in upstream's order (llm-d rou
 5. **data producers** (``token-producer``), awaited in configuration order; a producer that fails
    leaves the request without its data;
 6. **schedule**: no candidates → 503; the scheduling cycle (429 when nothing fits);
-7. **pre-request**: PreRequest plugins learn the decision; the response headers plugins contribute;
-   with ``--emit-endpoint-scores``, the primary profile's weighted score of every candidate; the
-   request counts in flight on its target until ``finished``.
+7. **pre-request**: PreRequest plugins learn the decision; the response headers plugins contribute,
+   and so do the plugins that tell the model server something on the forwarded request (a
+   disaggregation handler names the prefill pod; a client's copy of such a header is removed);
+   a disaggregation handler's decision goes to the recorder; with ``--emit-endpoint-scores``, the
+   primary profile's weighted score of every candidate; the request counts in flight on its
+   target until ``finished``.
 
 Every effect (counting, queueing, timing, PreRequest) goes through the context's
 :class:`~epp.requestcontrol.recorder.Recorder`, so ``Explain`` runs this same code with a recorder
@@ -56,7 +59,7 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.health import Health
 from epp.framework.parsing import request_path
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
-from epp.framework.scheduling import CycleState, PostResponse
+from epp.framework.scheduling import CycleState, PostResponse, UpstreamHeaderContributor
 from epp.requestcontrol.admission import AdmissionStage, NoAdmission, QueueAdmission, SaturationAdmission
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
 from epp.requestcontrol.context import RequestContext
@@ -99,7 +102,7 @@ class PoolParts:
 class Pipeline:
     """One pool's pipeline under one configuration; immutable once built."""
 
-    __slots__ = ("_admission", "_pool", "_post_response", "_pre_request", "_producers", "config")
+    __slots__ = ("_admission", "_pool", "_post_response", "_pre_request", "_producers", "_upstream_headers", "config")
 
     def __init__(self, pool: PoolParts, config: LoadedConfig, metrics: EppMetrics | None) -> None:
         self.config = config
@@ -119,6 +122,7 @@ class Pipeline:
         self._post_response: tuple[tuple[PostResponse, Observe], ...] = tuple(
             (p, plugin_observer(metrics, "PostResponse", p.typed_name)) for p in config.post_response
         )
+        self._upstream_headers = tuple(p for p in config.plugins.values() if isinstance(p, UpstreamHeaderContributor))
 
     # -- a request's context ---------------------------------------------------------------------
 
@@ -267,12 +271,21 @@ class Pipeline:
         cycle = CycleState()
         result = config.scheduler.schedule(request, candidates, cycle, recorder.cycle)
         recorder.pre_request(self._pre_request, cycle, request, result)
+        if result.disaggregation is not None:
+            recorder.disaggregated(request, result.disaggregation)
         primary = result.primary
-        decision = RoutingDecision(list(primary.targets))
+        decision = RoutingDecision(list(primary.targets), port=result.target_port)
         if self._pool.emit_scores and primary.scored:  # upstream: only when the primary profile scored any
             decision.endpoint_scores = {s.state.endpoint.hostport: s.score for s in primary.scored}
         for contributor in config.response_headers:
             decision.response_headers.update(contributor.response_headers(request, result))
+        if self._upstream_headers:
+            owned: set[str] = set()
+            for upstream in self._upstream_headers:
+                decision.upstream_headers.update(upstream.upstream_headers(request, result))
+                owned.update(upstream.owned_upstream_headers)
+            sent = request.headers
+            decision.cleared_headers = frozenset(h for h in owned if h in sent and h not in decision.upstream_headers)
         return decision
 
     # -- the end -----------------------------------------------------------------------------------

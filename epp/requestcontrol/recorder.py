@@ -3,8 +3,9 @@
 The pipeline decides; the recorder it is given acts. Every point where routing touches the world
 goes through it: a model-rewrite decision counted, a fail-open counted, the conformance hooks'
 round-robin turn taken, the request admitted (which may mean waiting in the flow-control queue), a
-data producer or PreRequest plugin timed, the request counted in flight on its target, and the
-scheduling cycle's steps (:class:`~epp.scheduling.recorder.CycleRecorder`).
+data producer or PreRequest plugin timed, a disaggregation handler's decision counted, the request
+counted in flight on its target, and the scheduling cycle's steps
+(:class:`~epp.scheduling.recorder.CycleRecorder`).
 
 - :class:`ServingRecorder`, one per pool, shared by its requests and holding no per-request state,
   applies the effects: what every ext_proc request gets;
@@ -21,11 +22,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from epp.framework.disaggregation import Decision
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.framework.scheduling import CycleState, InFlightEstimator, PreRequest, SchedulingResult
 from epp.requestcontrol.admission import AdmissionStage
 from epp.requestcontrol.conformance import RoundRobin
+from epp.requestcontrol.disagg_series import DisaggSeries
 from epp.requestcontrol.explain import Explanation
 from epp.requestcontrol.in_flight import count_in
 from epp.scheduling.recorder import CycleMetrics, CycleRecorder, Observe
@@ -74,6 +77,10 @@ class Recorder(Protocol):
         """The decision is made: PreRequest plugins learn it."""
         ...
 
+    def disaggregated(self, request: InferenceRequest, decision: Decision) -> None:
+        """A disaggregation handler decided which stages ``request`` goes through."""
+        ...
+
     def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
         """``request`` goes to ``decision``'s first target."""
         ...
@@ -82,12 +89,13 @@ class Recorder(Protocol):
 class ServingRecorder:
     """The effects of a served request; one per pool."""
 
-    __slots__ = ("_cycle", "_fail_open", "_metrics")
+    __slots__ = ("_cycle", "_disagg", "_fail_open", "_metrics")
 
     def __init__(self, metrics: EppMetrics, pool_name: str) -> None:
         self._metrics = metrics
         self._cycle = CycleMetrics(metrics)
         self._fail_open = metrics.endpoint_health_fail_open.labels(pool_name)
+        self._disagg = metrics.series(DisaggSeries)
 
     @property
     def cycle(self) -> CycleRecorder:
@@ -120,6 +128,9 @@ class ServingRecorder:
             except Exception:  # a plugin bug must not fail a request that already has a target
                 log.exception("PreRequest plugin failed", extra={"plugin": str(plugin.typed_name)})
             observe(time.perf_counter() - start)
+
+    def disaggregated(self, request: InferenceRequest, decision: Decision) -> None:
+        self._disagg.count(decision, request.target_model)
 
     def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
         count_in(request, decision.targets[0], estimator)
@@ -165,5 +176,11 @@ class ExplainRecorder:
     ) -> None:
         return None
 
+    def disaggregated(self, request: InferenceRequest, decision: Decision) -> None:
+        self.explanation.disaggregation = decision
+
     def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
-        self.explanation.picked = decision.targets
+        explanation = self.explanation
+        explanation.picked = decision.targets
+        explanation.destination = decision.destination
+        explanation.upstream_headers = dict(decision.upstream_headers)

@@ -107,6 +107,19 @@ class Family(Generic[ChildT]):
             child = self._cache[values] = self._child(children)
         return child
 
+    def exact(self, *values: str) -> ChildT:
+        """A child writing only the metrics that take every label: values a twin with fewer labels could
+        not tell apart (a per-stage gauge whose GIE twin has no stage). Not cached: keep it."""
+        every = tuple(range(len(values)))
+        return self._child(tuple(metric.labels(*values) for metric, picks in self._metrics if picks == every))
+
+    def remove_exact(self, *values: str) -> None:
+        """Drop the series :meth:`exact` writes (a twin with fewer labels keeps its own)."""
+        every = tuple(range(len(values)))
+        for metric, picks in self._metrics:
+            if picks == every:
+                metric.remove(*values)
+
     def remove(self, *values: str) -> None:
         """Drop the series of these label values from every labelled metric (absent ones are ignored).
 

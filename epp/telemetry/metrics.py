@@ -15,7 +15,8 @@ the llm-d router emits and what the upstream dashboards read: GIE's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar, cast
 
 from prometheus_client import CollectorRegistry
 
@@ -27,6 +28,8 @@ from epp.telemetry.families import Families, Names
 from epp.telemetry.series import Counter, Gauge, Histogram
 
 __all__ = ["EppMetrics"]
+
+SeriesT = TypeVar("SeriesT")
 
 _DURATION_BUCKETS = (
     0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60,
@@ -73,6 +76,9 @@ class EppMetrics:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
         f = Families(r, naming)
+        self.naming: MetricsNaming = naming
+        self.families = f
+        self._sets: dict[object, object] = {}
         # Requests: values in _REQUEST order (model, target model, fairness id, priority).
         self.request_total = f.counter(
             _request(
@@ -535,6 +541,14 @@ class EppMetrics:
         )
         self._prefix_plugins: set[tuple[str, str]] = set()
         self._kv_event_pods: set[str] = set()
+
+    def series(self, declare: Callable[[EppMetrics], SeriesT]) -> SeriesT:
+        """The series set ``declare`` (a class an area declares next to its code) makes: declared on
+        first use, the same object after, so every pool and reload writes the same series."""
+        found = self._sets.get(declare)
+        if found is None:
+            found = self._sets[declare] = declare(self)
+        return cast(SeriesT, found)
 
     def set_prefix_indexer_sizes(self, sizes: Mapping[tuple[str, str], int]) -> None:
         """Each prefix scorer's index size by (plugin name, plugin type); GIE's gauge gets their sum."""

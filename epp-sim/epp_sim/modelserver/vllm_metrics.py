@@ -108,6 +108,16 @@ class VllmMetrics:
         self._prompt_tokens = CounterFamily("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self._generation_tokens = CounterFamily("vllm:generation_tokens", "Number of generation tokens processed.")
         self._success = CounterFamily("vllm:request_success", "Count of successfully processed requests.")
+        # Disaggregated serving, the simulator's own series (after vLLM's): each role's requests and pulls.
+        self._remote_decodes = CounterFamily(
+            "sim_pd_remote_decode_requests", "Simulator: prefills served for a remote decode (the prefill role)."
+        )
+        self._remote_prefills = CounterFamily(
+            "sim_pd_remote_prefill_requests", "Simulator: requests decoded with KV pulled from a prefill pod."
+        )
+        self._pulled_tokens = CounterFamily(
+            "sim_pd_kv_pulled_tokens", "Simulator: prompt tokens whose KV was pulled from a prefill pod."
+        )
         for c in (
             self._gpu_prefix_queries,
             self._gpu_prefix_hits,
@@ -116,6 +126,9 @@ class VllmMetrics:
             self._preemptions,
             self._prompt_tokens,
             self._generation_tokens,
+            self._remote_decodes,
+            self._remote_prefills,
+            self._pulled_tokens,
         ):
             c.series(labels, w)
         self._success_keys = {r: self._success.series({**labels, "finished_reason": r}, w) for r in FINISH_REASONS}
@@ -206,7 +219,16 @@ class VllmMetrics:
             self._generation_tokens.inc(self._key, generation)
 
     def add_success(self, finish_reason: str) -> None:
-        self._success.inc(self._success_keys[finish_reason])
+        # vLLM finishes a prefill-for-remote-decode as any max_tokens=1 request: ``length``.
+        self._success.inc(self._success_keys["length" if finish_reason == "remote_decode" else finish_reason])
+
+    def add_remote_decode(self) -> None:
+        self._remote_decodes.inc(self._key)
+
+    def add_kv_pull(self, tokens: int) -> None:
+        self._remote_prefills.inc(self._key)
+        if tokens:
+            self._pulled_tokens.inc(self._key, tokens)
 
     def set_lora_info(self, running: Iterable[str], waiting: Iterable[str], max_lora: int, now_wall: float) -> None:
         """Stamp the current adapter sets with ``now_wall``.
@@ -234,6 +256,18 @@ class VllmMetrics:
     @property
     def preemptions(self) -> int:
         return int(self._preemptions.value(self._key))
+
+    @property
+    def remote_decodes(self) -> int:
+        return int(self._remote_decodes.value(self._key))
+
+    @property
+    def remote_prefills(self) -> int:
+        return int(self._remote_prefills.value(self._key))
+
+    @property
+    def kv_pulled_tokens(self) -> int:
+        return int(self._pulled_tokens.value(self._key))
 
     def render(self, gauges: GaugeValues) -> bytes:
         """The whole exposition."""
@@ -272,4 +306,6 @@ class VllmMetrics:
                 out.append(f"vllm:lora_requests_info{labels} {value_text(stamp)}\n")
         out.append(self._cache_config)
         self.http.render(out)
+        for counter in (self._remote_decodes, self._remote_prefills, self._pulled_tokens):
+            counter.render(out)
         return "".join(out).encode()

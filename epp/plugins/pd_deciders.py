@@ -1,0 +1,152 @@
+"""The deciders of disaggregated serving: whether a request gets a remote prefill (or an encode stage).
+
+A disaggregation handler names them (``deciders.prefill``, ``deciders.encode``) and asks once per
+request, after the decode profile picked its pod (llm-d router ``profilehandler/disagg``). They
+serve no extension point of their own.
+
+- ``prefix-based-pd-decider`` (``nonCachedTokens``, default 0 = never; ``promptTokens``, default
+  0 = no minimum): prefill remotely when the prompt has at least ``promptTokens`` tokens and the
+  part the decode pod does not hold yet, ``prompt − cached``, is at least ``nonCachedTokens``
+  tokens. ``cached`` is the decode pick's leading prompt blocks times the block size, as the decode
+  profile's ``prefix-cache-scorer`` found them (precise, from KV events, when it reads a
+  ``precise-prefix-cache-producer``; else its approximate index). The prompt's length is its
+  token count when a ``token-producer`` tokenized it, else its bytes / 4, rounded up: upstream's
+  tokenizer-free ``estimate`` backend, which it creates when no producer is configured. A decode
+  profile that runs no prefix-cache scorer gives the decider nothing to compare: it says no, and
+  says why (upstream logs an error).
+- ``always-disagg-pd-decider``: yes, always (benchmarks, tests).
+- ``always-disagg-multimodal-decider``: yes when the prompt has an image, audio or video part.
+  Upstream's code asks its token producer for multimodal features while its documentation
+  describes this content-part check; without a multimodal tokenizer here, the documented check it is.
+
+Every answer is a :class:`~epp.framework.disaggregation.Verdict` with the numbers compared, for Explain.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from epp.framework.disaggregation import Verdict, prefix_match
+from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.request import InferenceRequest
+from epp.framework.scheduling import CycleState
+from epp.plugins._params import Params
+
+__all__ = [
+    "ALWAYS_MULTIMODAL_TYPE",
+    "ALWAYS_PD_TYPE",
+    "PREFIX_BASED_TYPE",
+    "AlwaysDisaggMultimodalDecider",
+    "AlwaysDisaggPDDecider",
+    "PrefixBasedPDDecider",
+    "create_always_multimodal",
+    "create_always_pd",
+    "create_prefix_based",
+    "prompt_tokens",
+]
+
+log = logging.getLogger(__name__)
+
+PREFIX_BASED_TYPE = "prefix-based-pd-decider"
+ALWAYS_PD_TYPE = "always-disagg-pd-decider"
+ALWAYS_MULTIMODAL_TYPE = "always-disagg-multimodal-decider"
+
+_BYTES_PER_TOKEN = 4  # upstream's estimate backend packs 4 bytes into a pseudo-token
+
+
+def prompt_tokens(request: InferenceRequest) -> tuple[int, bool]:
+    """The prompt's length in tokens, and whether it is an estimate (no token-producer ids)."""
+    if request.token_ids is not None:
+        return len(request.token_ids), False
+    return math.ceil(len(request.prompt.prefix(sys.maxsize)) / _BYTES_PER_TOKEN), True
+
+
+class PrefixBasedPDDecider(NamedPlugin):
+    """Remote prefill when the decode pod misses at least ``nonCachedTokens`` of the prompt."""
+
+    __slots__ = ("_warned", "non_cached_tokens", "prompt_tokens")
+    plugin_type = PREFIX_BASED_TYPE
+
+    def __init__(self, name: str, *, non_cached_tokens: int = 0, prompt_tokens: int = 0) -> None:
+        super().__init__(name)
+        self.non_cached_tokens = non_cached_tokens
+        self.prompt_tokens = prompt_tokens
+        self._warned = False
+
+    def decide(self, cycle: CycleState, request: InferenceRequest, endpoint: EndpointState | None) -> Verdict:
+        numbers: dict[str, float] = {"nonCachedTokens": self.non_cached_tokens, "promptTokens": self.prompt_tokens}
+        if self.non_cached_tokens == 0:
+            return Verdict(False, "disabled (nonCachedTokens is 0)", numbers)
+        if endpoint is None:
+            return Verdict(False, "no decode pick to compare the prompt with", numbers)
+        length, estimated = prompt_tokens(request)
+        numbers["prompt_tokens"] = length
+        numbers["prompt_tokens_estimated"] = 1.0 if estimated else 0.0
+        if self.prompt_tokens > 0 and length < self.prompt_tokens:
+            return Verdict(False, f"prompt of {length} tokens is shorter than promptTokens", numbers)
+        if length < self.non_cached_tokens:
+            return Verdict(False, f"prompt of {length} tokens is shorter than nonCachedTokens", numbers)
+        match = prefix_match(cycle, endpoint)
+        if match is None:
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "prefix-based-pd-decider has no prefix-cache data for the decode pick: add a "
+                    "prefix-cache-scorer to the decode profile; requests are decoded without remote prefill",
+                    extra={"plugin": str(self.typed_name)},
+                )
+            return Verdict(
+                False, "no prefix-cache data for the decode pick (no prefix-cache-scorer in its profile)", numbers
+            )
+        cached = match.cached_tokens
+        missing = length - cached
+        numbers["cached_tokens"] = cached
+        numbers["non_cached_tokens"] = missing
+        if missing < self.non_cached_tokens:
+            return Verdict(False, f"the decode pod lacks {missing} tokens, fewer than nonCachedTokens", numbers)
+        return Verdict(True, f"the decode pod lacks {missing} tokens, at least nonCachedTokens", numbers)
+
+
+class AlwaysDisaggPDDecider(NamedPlugin):
+    __slots__ = ()
+    plugin_type = ALWAYS_PD_TYPE
+
+    def decide(self, cycle: CycleState, request: InferenceRequest, endpoint: EndpointState | None) -> Verdict:
+        return Verdict(True, "always")
+
+
+class AlwaysDisaggMultimodalDecider(NamedPlugin):
+    __slots__ = ()
+    plugin_type = ALWAYS_MULTIMODAL_TYPE
+
+    def decide(self, cycle: CycleState, request: InferenceRequest, endpoint: EndpointState | None) -> Verdict:
+        if request.prompt.multimodal:
+            return Verdict(True, "the prompt has media parts")
+        return Verdict(False, "the prompt has no media parts")
+
+
+def create_prefix_based(name: str, parameters: Mapping[str, Any], context: PluginContext) -> PrefixBasedPDDecider:
+    p = Params(PREFIX_BASED_TYPE, parameters)
+    non_cached = p.integer("nonCachedTokens", 0, minimum=0)
+    minimum = p.integer("promptTokens", 0, minimum=0)
+    p.done()
+    if non_cached == 0:
+        log.info("prefix-based-pd-decider is disabled (nonCachedTokens is 0)", extra={"plugin": name})
+    return PrefixBasedPDDecider(name, non_cached_tokens=non_cached, prompt_tokens=minimum)
+
+
+def create_always_pd(name: str, parameters: Mapping[str, Any], context: PluginContext) -> AlwaysDisaggPDDecider:
+    Params(ALWAYS_PD_TYPE, parameters).done()
+    return AlwaysDisaggPDDecider(name)
+
+
+def create_always_multimodal(
+    name: str, parameters: Mapping[str, Any], context: PluginContext
+) -> AlwaysDisaggMultimodalDecider:
+    Params(ALWAYS_MULTIMODAL_TYPE, parameters).done()
+    return AlwaysDisaggMultimodalDecider(name)
