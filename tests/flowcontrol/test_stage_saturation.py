@@ -101,7 +101,9 @@ async def test_the_queue_gates_on_the_busier_stage_and_reports_each(
         )
 
     assert (sample("prefill"), sample("decode"), sample("effective")) == (1.0, 0.0, 1.0)
-    gie = metrics.registry.get_sample_value("inference_extension_flow_control_pool_saturation", {"inference_pool": "pool"})
+    gie = metrics.registry.get_sample_value(
+        "inference_extension_flow_control_pool_saturation", {"inference_pool": "pool"}
+    )
     assert gie == 1.0  # GIE's series has no stage: the value that gates
 
     endpoints[:] = [pod(1, "decode", 0), pod(2, "decode", 0)]  # the prefill pods are gone

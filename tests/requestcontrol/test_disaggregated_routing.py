@@ -192,18 +192,24 @@ async def test_long_uncached_prompt_goes_to_a_decode_pod_with_its_prefill_pod_na
     decision = await h.decide(completion(LONG))
     assert decision.targets[0].endpoint.labels[ROLE_LABEL] == "decode"
     assert decision.upstream_headers[headers.PREFILLER_HOST_PORT] == "10.0.0.0:8000"
-    assert h.metrics.registry.get_sample_value(
-        "llm_d_epp_disagg_decision_total",
-        {
-            "plugin_name": "disagg-profile-handler",
-            "plugin_type": "disagg-profile-handler",
-            "model_name": "m",
-            "decision_type": "prefill-decode",
-        },
-    ) == 1
-    assert h.metrics.registry.get_sample_value(
-        "llm_d_inference_scheduler_disagg_decision_total", {"model_name": "m", "decision_type": "prefill-decode"}
-    ) == 1
+    assert (
+        h.metrics.registry.get_sample_value(
+            "llm_d_epp_disagg_decision_total",
+            {
+                "plugin_name": "disagg-profile-handler",
+                "plugin_type": "disagg-profile-handler",
+                "model_name": "m",
+                "decision_type": "prefill-decode",
+            },
+        )
+        == 1
+    )
+    assert (
+        h.metrics.registry.get_sample_value(
+            "llm_d_inference_scheduler_disagg_decision_total", {"model_name": "m", "decision_type": "prefill-decode"}
+        )
+        == 1
+    )
 
 
 async def test_short_or_cached_prompts_are_decoded_only() -> None:
@@ -350,7 +356,9 @@ async def test_pd_profile_handler_default_decider_must_exist() -> None:
 
 
 async def test_primary_port_sends_to_the_pod_and_names_the_rank() -> None:
-    text = _config("type: pd-profile-handler\n  parameters: {deciderPluginName: always-disagg-pd-decider, primaryPort: 8000}")
+    text = _config(
+        "type: pd-profile-handler\n  parameters: {deciderPluginName: always-disagg-pd-decider, primaryPort: 8000}"
+    )
     h = Harness(roles_store("decode", ports=(8000, 8001, 8002)), config_text=text)
     for s in h.store.endpoints():
         s.metrics = MetricsSnapshot(updated_at=NOW, waiting_queue=0 if s.endpoint.port == 8002 else 5)

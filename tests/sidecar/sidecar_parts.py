@@ -7,22 +7,17 @@ would give it.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from epp.sidecar.options import SidecarOptions, add_sidecar_flags, options_from_args
 from epp.sidecar.server import Sidecar
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.ports import consecutive_free_ports
+from epp_sim.stack.sidecars import sidecar_for, sidecar_options
+
+__all__ = ["FAST", "decode_pod", "sample", "sidecar_options", "url"]
 
 FAST = SimConfig(time_scale=50.0)
-
-
-def sidecar_options(*argv: str) -> SidecarOptions:
-    parser = argparse.ArgumentParser()
-    add_sidecar_flags(parser)
-    return options_from_args(parser.parse_args(list(argv)))
 
 
 @asynccontextmanager
@@ -36,16 +31,7 @@ async def decode_pod(
         await engine.start()
     try:
         proxy_port = consecutive_free_ports([host], ranks)  # once the engines hold theirs
-        options = sidecar_options(
-            f"--port={proxy_port}",
-            f"--model-server-port={engine_port}",
-            f"--model-server-host={host}",
-            f"--bind-address={host}",
-            f"--data-parallel-size={ranks}",
-            "--secure-proxy=false",
-            *flags,
-        )
-        async with Sidecar(options) as sidecar:
+        async with sidecar_for(host, proxy_port, engine_port, ranks, flags) as sidecar:
             yield sidecar, engines
     finally:
         for engine in engines:

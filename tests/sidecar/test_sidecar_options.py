@@ -32,7 +32,9 @@ def test_flags_win_over_the_configuration(tmp_path: Path) -> None:
 
 
 def test_lists_booleans_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    o = sidecar_options("--enable-tls=prefiller,decoder", "--enable-tls", "encoder", "--tls-insecure-skip-verify=prefiller")
+    o = sidecar_options(
+        "--enable-tls=prefiller,decoder", "--enable-tls", "encoder", "--tls-insecure-skip-verify=prefiller"
+    )
     assert o.tls_stages == {"prefiller", "decoder", "encoder"} and o.insecure_stages == {"prefiller"}
     monkeypatch.setenv("INFERENCE_POOL", "team/pool-a")
     monkeypatch.setenv("ENABLE_PREFILLER_SAMPLING", "true")

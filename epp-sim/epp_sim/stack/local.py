@@ -276,6 +276,10 @@ class LocalStack(Service):
             self._cluster = await self._exit.enter_async_context(
                 FakeCluster(namespace=spec.namespace, work_dir=work, **cfg.apiserver)
             )
+        try:  # before the pods: a decode pod's sidecar may watch the pool (SSRF protection)
+            await self.cluster.apply_all(crds)
+        except ClusterError as e:
+            raise StackError(f"the fake API server rejected the inference CRDs: {e}") from e
         pods = SimulatedPods(
             None,
             cfg.pods,
@@ -286,13 +290,16 @@ class LocalStack(Service):
             base_ip=cfg.base_ip,
             first_host=cfg.first_host,
             reserved_hosts=[h for c in self._components for h in c.hosts],
+            roles=spec.roles,
+            sidecar_args=spec.sidecar_args,
+            ranks=spec.ranks,
         )
         try:
             self._pods = await self._exit.enter_async_context(pods)
         except OSError as e:
             raise StackError(str(e)) from e
         try:
-            await self._apply(spec, crds)
+            await self._apply(spec)
         except ClusterError as e:
             raise StackError(f"the fake API server rejected the pool's objects: {e}") from e
         await self._start_picker(spec, work)
@@ -302,13 +309,13 @@ class LocalStack(Service):
             self._exit.push_async_callback(component.stop)
             await component.start(self)
 
-    async def _apply(self, spec: PoolSpec, crds: Sequence[Mapping[str, Any]]) -> None:
-        """CRDs, the pool (its target port set to the simulators'), its objects, the Ready pods."""
+    async def _apply(self, spec: PoolSpec) -> None:
+        """The pool (its target port set to the simulators'), its objects, the Ready pods."""
         cluster, port = self.cluster, self.target_port
         pool = spec.pool_object(port)
-        await cluster.apply_all([*crds, *([pool] if pool is not None else []), *spec.objects])
+        await cluster.apply_all([*([pool] if pool is not None else []), *spec.objects])
         for pod in self.pods:
-            await cluster.create_ready_pod(pod.name, pod.ip, spec.labels, port=port, namespace=spec.namespace)
+            await cluster.create_ready_pod(pod.name, pod.ip, pod.labels, port=port, namespace=spec.namespace)
 
     async def _start_picker(self, spec: PoolSpec, work: Path) -> None:
         cfg = self.config
