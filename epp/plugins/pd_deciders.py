@@ -11,9 +11,10 @@ serve no extension point of their own.
   profile's ``prefix-cache-scorer`` found them (precise, from KV events, when it reads a
   ``precise-prefix-cache-producer``; else its approximate index). The prompt's length is its
   token count when a ``token-producer`` tokenized it, else its bytes / 4, rounded up: upstream's
-  tokenizer-free ``estimate`` backend, which it creates when no producer is configured. A decode
-  profile that runs no prefix-cache scorer gives the decider nothing to compare: it says no, and
-  says why (upstream logs an error).
+  tokenizer-free ``estimate`` backend, which it creates when no producer is configured. When the
+  decode profile scores no prefix, the decider keeps an approximate index of its own (blocks of
+  16 tokens, or the engines' block size; 31,250 per pod), learning where each request's stages
+  went, as upstream creates an ``approx-prefix-cache-producer`` for it.
 - ``always-disagg-pd-decider``: yes, always (benchmarks, tests).
 - ``always-disagg-multimodal-decider``: yes when the prompt has an image, audio or video part.
   Upstream's code asks its token producer for multimodal features while its documentation
@@ -27,15 +28,16 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from epp.framework.disaggregation import Verdict, prefix_match
+from epp.framework.disaggregation import PrefixMatch, Verdict, prefix_match
 from epp.framework.endpoint import EndpointState
-from epp.framework.plugin import NamedPlugin, PluginContext
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
-from epp.framework.scheduling import CycleState
+from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
+from epp.plugins.prefix_index import PrefixIndex, block_tokens, prompt_hashes
 
 __all__ = [
     "ALWAYS_MULTIMODAL_TYPE",
@@ -57,6 +59,9 @@ ALWAYS_PD_TYPE = "always-disagg-pd-decider"
 ALWAYS_MULTIMODAL_TYPE = "always-disagg-multimodal-decider"
 
 _BYTES_PER_TOKEN = 4  # upstream's estimate backend packs 4 bytes into a pseudo-token
+_BLOCK_TOKENS = 16  # upstream's approx-prefix-cache-producer defaults
+_CAPACITY = 31_250
+_MAX_BLOCKS = 131_072 // _BLOCK_TOKENS
 
 
 def prompt_tokens(request: InferenceRequest) -> tuple[int, bool]:
@@ -69,14 +74,36 @@ def prompt_tokens(request: InferenceRequest) -> tuple[int, bool]:
 class PrefixBasedPDDecider(NamedPlugin):
     """Remote prefill when the decode pod misses at least ``nonCachedTokens`` of the prompt."""
 
-    __slots__ = ("_warned", "non_cached_tokens", "prompt_tokens")
+    __slots__ = ("_key", "index", "non_cached_tokens", "prompt_tokens")
     plugin_type = PREFIX_BASED_TYPE
+    kinds = frozenset({PluginKind.PRE_REQUEST})
 
     def __init__(self, name: str, *, non_cached_tokens: int = 0, prompt_tokens: int = 0) -> None:
         super().__init__(name)
         self.non_cached_tokens = non_cached_tokens
         self.prompt_tokens = prompt_tokens
-        self._warned = False
+        self.index = PrefixIndex(_CAPACITY)
+        self._key = f"{PREFIX_BASED_TYPE}/{name}/hashes"
+
+    def _own_match(self, cycle: CycleState, request: InferenceRequest, endpoint: EndpointState) -> PrefixMatch:
+        """Without a prefix-cache scorer on the decode profile: the decider's own approximate index."""
+        tokens = block_tokens((endpoint,), _BLOCK_TOKENS, auto_tune=True)
+        hashes: list[int] | None = cycle.get(self._key)
+        if hashes is None:
+            hashes = cycle[self._key] = prompt_hashes(request, block_tokens=tokens, max_blocks=_MAX_BLOCKS)
+        return PrefixMatch(self.index.match(endpoint.endpoint.key, hashes), len(hashes), tokens)
+
+    def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:
+        hashes = cycle.get(self._key)
+        if not hashes:
+            return
+        for profile in result.profile_results.values():
+            if profile is not None and profile.targets:
+                target = profile.targets[0]
+                self.index.add(target.endpoint.key, hashes, target.metrics.cache_num_blocks)
+
+    def endpoints_removed(self, keys: Collection[str]) -> None:
+        self.index.forget(keys)
 
     def decide(self, cycle: CycleState, request: InferenceRequest, endpoint: EndpointState | None) -> Verdict:
         numbers: dict[str, float] = {"nonCachedTokens": self.non_cached_tokens, "promptTokens": self.prompt_tokens}
@@ -93,16 +120,7 @@ class PrefixBasedPDDecider(NamedPlugin):
             return Verdict(False, f"prompt of {length} tokens is shorter than nonCachedTokens", numbers)
         match = prefix_match(cycle, endpoint)
         if match is None:
-            if not self._warned:
-                self._warned = True
-                log.warning(
-                    "prefix-based-pd-decider has no prefix-cache data for the decode pick: add a "
-                    "prefix-cache-scorer to the decode profile; requests are decoded without remote prefill",
-                    extra={"plugin": str(self.typed_name)},
-                )
-            return Verdict(
-                False, "no prefix-cache data for the decode pick (no prefix-cache-scorer in its profile)", numbers
-            )
+            match = self._own_match(cycle, request, endpoint)
         cached = match.cached_tokens
         missing = length - cached
         numbers["cached_tokens"] = cached

@@ -31,12 +31,11 @@ from epp.framework.producers import PrefixMatchInfoProducer
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
-from epp.plugins.prefix_index import PrefixIndex, chain_hashes
+from epp.plugins.prefix_index import PrefixIndex, block_tokens, prompt_hashes
 
 __all__ = ["PrefixCacheScorer"]
 
 TYPE = "prefix-cache-scorer"
-_CHARS_PER_TOKEN = 4
 
 
 class PrefixCacheScorer(NamedPlugin):
@@ -68,25 +67,15 @@ class PrefixCacheScorer(NamedPlugin):
         self.index = PrefixIndex(lru_capacity_per_server)
         self._cycle_key = f"{TYPE}/{name}/hashes"
 
-    def _block_bytes(self, candidates: Sequence[EndpointState]) -> int:
-        tokens = self.block_size_tokens
-        if self.auto_tune and candidates and candidates[0].metrics.cache_block_size > 0:
-            tokens = candidates[0].metrics.cache_block_size
-        return tokens * _CHARS_PER_TOKEN
+    def _block_tokens(self, candidates: Sequence[EndpointState]) -> int:
+        return block_tokens(candidates, self.block_size_tokens, self.auto_tune)
 
     def hashes(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[int]:
         """The prompt's block hashes, computed once per cycle and shared with ``pre_request``."""
         cached: list[int] | None = cycle.get(self._cycle_key)
         if cached is None:
-            block = self._block_bytes(candidates)
-            text = request.prompt.prefix(block * self.max_prefix_blocks)
-            salt = str(request.body.get("cache_salt") or "")
-            cached = chain_hashes(
-                text,
-                seed_parts=(request.target_model or request.model, salt),
-                block_bytes=block,
-                max_blocks=self.max_prefix_blocks,
-            )
+            tokens = self._block_tokens(candidates)
+            cached = prompt_hashes(request, block_tokens=tokens, max_blocks=self.max_prefix_blocks)
             cycle[self._cycle_key] = cached
         return cached
 
@@ -114,7 +103,7 @@ class PrefixCacheScorer(NamedPlugin):
             return [0.0] * len(candidates)
         match = self.index.match
         matches = [match(c.endpoint.key, hashes) for c in candidates]
-        _publish(cycle, candidates, matches, len(hashes), self._block_bytes(candidates) // _CHARS_PER_TOKEN)
+        _publish(cycle, candidates, matches, len(hashes), self._block_tokens(candidates))
         return self._scores(matches, len(hashes), self.block_size_tokens)
 
     def _scores(self, matches: Sequence[int], total: int, block_size: int) -> list[float]:

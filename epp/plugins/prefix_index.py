@@ -16,9 +16,32 @@ from collections.abc import Collection, Sequence
 
 import xxhash
 
-__all__ = ["PrefixIndex", "chain_hashes"]
+from epp.framework.endpoint import EndpointState
+from epp.framework.request import InferenceRequest
 
+__all__ = ["CHARS_PER_TOKEN", "PrefixIndex", "block_tokens", "chain_hashes", "prompt_hashes"]
+
+CHARS_PER_TOKEN = 4
 _MIN_BLOCK_BYTES = 8  # a smaller block would only multiply hashing work for no extra precision
+
+
+def block_tokens(candidates: Sequence[EndpointState], configured: int, auto_tune: bool) -> int:
+    """The block size in tokens: the engines' (``cache_config_info``) with ``auto_tune``, else ``configured``."""
+    if auto_tune and candidates and candidates[0].metrics.cache_block_size > 0:
+        return candidates[0].metrics.cache_block_size
+    return configured
+
+
+def prompt_hashes(request: InferenceRequest, *, block_tokens: int, max_blocks: int) -> list[int]:
+    """The chained hashes of the request's prompt blocks, seeded with its target model and ``cache_salt``."""
+    block = block_tokens * CHARS_PER_TOKEN
+    salt = str(request.body.get("cache_salt") or "")
+    return chain_hashes(
+        request.prompt.prefix(block * max_blocks),
+        seed_parts=(request.target_model or request.model, salt),
+        block_bytes=block,
+        max_blocks=max_blocks,
+    )
 
 
 def chain_hashes(text: bytes, *, seed_parts: Sequence[str], block_bytes: int, max_blocks: int) -> list[int]:

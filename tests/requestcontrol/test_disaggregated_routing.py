@@ -20,7 +20,7 @@ from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
 from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.roles import ROLE_LABEL
-from epp.framework.scheduling import CycleState
+from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
 from epp.labels import Selector
 from epp.plugins import pd_deciders, role_filters
 
@@ -145,10 +145,22 @@ def test_prefix_decider_gates_and_refusals() -> None:
     short = pd_deciders.create_prefix_based("d", {"nonCachedTokens": 8}, ctx)
     assert "shorter than nonCachedTokens" in short.decide(cycle, completion(SHORT), decode).reason
     assert "no decode pick" in short.decide(cycle, completion(LONG), None).reason
-    blind = short.decide(CycleState(), completion(LONG), decode)  # nothing scored the decode pick
-    assert not blind.disaggregate and "no prefix-cache data" in blind.reason
     with pytest.raises(PluginConfigError, match=r"nonCachedTokens: must be >= 0, got -1"):
         pd_deciders.create_prefix_based("d", {"nonCachedTokens": -1}, ctx)
+
+
+def test_prefix_decider_keeps_its_own_index_when_nothing_scored_the_prefix() -> None:
+    decider = pd_deciders.create_prefix_based("d", {"nonCachedTokens": 16}, PluginContext())
+    decode, prefill = labelled("decode"), labelled("prefill")
+    cycle = CycleState()  # no prefix-cache-scorer published anything
+    first = decider.decide(cycle, completion(LONG), decode)
+    assert first.disaggregate and first.numbers["cached_tokens"] == 0
+    result = SchedulingResult({"decode": ProfileResult([decode]), "prefill": ProfileResult([prefill])}, "decode")
+    decider.pre_request(cycle, completion(LONG), result)  # both stages' pods now hold the prompt
+    again = decider.decide(CycleState(), completion(LONG), decode)
+    assert not again.disaggregate and again.numbers["non_cached_tokens"] < 16
+    decider.endpoints_removed([decode.endpoint.key])
+    assert decider.decide(CycleState(), completion(LONG), decode).disaggregate
 
 
 def test_prefix_decider_counts_produced_tokens() -> None:
