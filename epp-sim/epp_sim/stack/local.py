@@ -26,6 +26,7 @@ addresses it will serve pods on, so the shared target port is chosen free there 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import shutil
@@ -113,6 +114,10 @@ class StackConfig:
     seed: int | None = None
     apiserver: Mapping[str, Any] = field(default_factory=dict)
     ready_timeout: float = 30.0
+    roles: tuple[str | None, ...] = ()
+    """The sample pool's pods' ``llm-d.ai/role`` (disaggregated serving; ignored when a PoolSpec is given)."""
+    sidecar_args: tuple[str, ...] | None = None
+    """``epp sidecar`` flags for the sample pool's decode pods; None: no sidecars."""
 
     def __post_init__(self) -> None:
         if isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 0:
@@ -268,7 +273,8 @@ class LocalStack(Service):
         try:
             if spec is None:
                 self._samples = samples = await asyncio.to_thread(load_samples, cfg.manifests)
-                self._spec = spec = samples.pool_spec(time_scale=cfg.time_scale)
+                spec = samples.pool_spec(time_scale=cfg.time_scale)
+                self._spec = spec = dataclasses.replace(spec, roles=cfg.roles, sidecar_args=cfg.sidecar_args)
             crds = spec.crds if spec.crds is not None else await asyncio.to_thread(read_manifests, CRDS_DIR)
         except ManifestError as e:
             raise StackError(str(e)) from e

@@ -24,6 +24,7 @@ __all__ = [
     "ManifestError",
     "SamplePool",
     "load_autoscaler_crd",
+    "load_pd_config",
     "load_samples",
     "qualified",
 ]
@@ -148,6 +149,16 @@ def load_autoscaler_crd(manifests: Path) -> dict[str, Any]:
     if len(crds) != 1:
         raise ManifestError(f"{path} must hold the CustomResourceDefinition {AUTOSCALER_CRD}")
     return crds[0]
+
+
+def load_pd_config(manifests: Path) -> str:
+    """The picker's P/D configuration of ``manifests/overlays/pd`` (its ConfigMap patch; blocking)."""
+    path = manifests / "overlays" / "pd" / "configmap-patch.yaml"
+    for doc in read_manifest(path):
+        text = ((doc.get("data") or {}) if doc.get("kind") == "ConfigMap" else {}).get("epp-config.yaml")
+        if isinstance(text, str):
+            return text
+    raise ManifestError(f"{path} must hold a ConfigMap with data.epp-config.yaml")
 
 
 def _sample_pool(crds: list[dict[str, Any]], samples: list[dict[str, Any]], where: Path) -> SamplePool:
