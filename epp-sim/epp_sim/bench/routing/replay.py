@@ -3,10 +3,12 @@
 Arrivals go out at their scaled times whether or not earlier ones finished (an open loop, as
 real traffic), each routed by the strategy's :data:`~epp_sim.bench.routing.strategies.Route` (its
 data producers awaited first, as ``epp serve`` does) and sent straight to the chosen simulator
-as a streaming chat completion, so the client sees the time to the first content token (from the
-arrival: time waiting in the picker's flow-control queue included), the end-to-end latency and
-the usage, by service class and by tenant. Arrivals in the warm-up
-window are sent but not recorded.
+as a streaming chat completion with the headers the decision adds (a P/D decision's
+``x-prefiller-host-port``), so the client sees the time to the first content token (from the
+arrival: time waiting in the picker's flow-control queue included), the gaps between content
+chunks (the inter-token latency: each chunk's gap divided by the tokens it carries), the time per
+output token after the first, the end-to-end latency and the usage, by service class and by
+tenant. Arrivals in the warm-up window are sent but not recorded.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from epp_sim.bench.workloads import Arrival
 __all__ = ["Counts", "Outcome", "replay"]
 
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":(\d+)')
+_CONTENT = b'"delta":{"content":'
+_MAX_GAPS = 200_000
+"""Inter-token gaps kept per run (a sample beyond that: every gap would be millions at high load)."""
 
 
 @dataclass
@@ -35,6 +40,12 @@ class Outcome:
 
     ttft: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    """Gaps between consecutive content chunks of a stream, each divided by the chunks it carries."""
+    tpot: list[float] = field(default_factory=list)
+    """Per request: (end − first content) / (output tokens − 1), for requests of two tokens or more."""
+    slo_met: int = 0
+    """Completed requests within the workload's SLO (TTFT and TPOT), when it has one."""
     output_tokens: int = 0
     shed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -81,8 +92,12 @@ async def _send(
     index: int,
     arrival: Arrival,
     outcome: Outcome | None,
+    slo: tuple[float, float] | None = None,
 ) -> None:
-    """Route and send one arrival; record it in ``outcome`` (None: a warm-up request, not recorded)."""
+    """Route and send one arrival; record it in ``outcome`` (None: a warm-up request, not recorded).
+
+    ``slo``: (TTFT, TPOT) in wall seconds a request must meet to count in ``slo_met``.
+    """
     loop = asyncio.get_running_loop()
     started = loop.time()
     if outcome is None:
@@ -91,7 +106,7 @@ async def _send(
     for tally in tallies:
         tally.offered += 1
     try:
-        destination, finished = await route(index, arrival)
+        routed = await route(index, arrival)
     except EppError as e:
         for tally in tallies:
             tally.dropped += 1
@@ -103,13 +118,15 @@ async def _send(
     outcome.route_seconds += loop.time() - started
     outcome.routed += 1
     first: float | None = None
+    previous = 0.0
+    gaps: list[float] = []
     tail = b""
     status = 0
     try:
         async with session.post(
-            f"http://{destination}/v1/chat/completions",
+            f"http://{routed.destination}/v1/chat/completions",
             data=arrival.data,
-            headers={"content-type": "application/json", **arrival.headers},
+            headers={"content-type": "application/json", **arrival.headers, **routed.headers},
         ) as resp:
             status = resp.status
             if resp.status != 200:
@@ -117,26 +134,41 @@ async def _send(
                 await resp.read()
                 return
             async for chunk in resp.content.iter_any():
-                if first is None and b'"delta":{"content":' in chunk:
-                    first = loop.time()
+                contents = chunk.count(_CONTENT)
+                if contents:
+                    now = loop.time()
+                    if first is None:
+                        first = now  # tokens read with the first one have no gap of their own
+                    else:
+                        gaps.extend([(now - previous) / contents] * contents)
+                    previous = now
                 tail = (tail + chunk)[-1024:]
     except aiohttp.ClientError as e:
         outcome.error(type(e).__name__)
         return
     finally:
-        finished(status)
+        routed.finished(status)
     end = loop.time()
     match = _COMPLETION_TOKENS.search(tail)
     if first is None or match is None:
         outcome.error("incomplete_stream")
         return
-    outcome.ttft.append(first - started)
+    ttft = first - started
+    outcome.ttft.append(ttft)
     for tally in tallies:
-        tally.ttft.append(first - started)
+        tally.ttft.append(ttft)
         tally.served += 1
     outcome.e2e.append(end - started)
-    outcome.output_tokens += int(match.group(1))
+    tokens = int(match.group(1))
+    outcome.output_tokens += tokens
     outcome.last_finish = max(outcome.last_finish, end)
+    if len(outcome.itl) < _MAX_GAPS:
+        outcome.itl.extend(gaps)
+    tpot = (end - first) / (tokens - 1) if tokens > 1 else 0.0
+    if tokens > 1:
+        outcome.tpot.append(tpot)
+    if slo is not None and ttft <= slo[0] and tpot <= slo[1]:
+        outcome.slo_met += 1
 
 
 async def replay(
@@ -145,12 +177,15 @@ async def replay(
     session: aiohttp.ClientSession,
     options: RoutingOptions,
     snapshot: Callable[[], Coroutine[Any, Any, dict[str, Any]]],
+    slo: tuple[float, float] | None = None,
 ) -> tuple[Outcome, dict[str, Any]]:
     """Release each arrival at its scaled time; wait for all of them, at most ``drain`` after the last.
 
     Arrivals in the warm-up window are sent but not recorded; the simulators' counters are
     snapshotted when the first recorded arrival goes out, so hit rates cover the same window.
+    ``slo``: the workload's (TTFT, TPOT) in simulated seconds, for the goodput.
     """
+    wall_slo = None if slo is None else (slo[0] / options.time_scale, slo[1] / options.time_scale)
     outcome = Outcome()
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -168,7 +203,8 @@ async def replay(
                 outcome.first_arrival = loop.time()
                 outcome.arrivals = len(arrivals) - index
             task = loop.create_task(
-                _send(session, route, index, arrival, outcome if recorded else None), name=f"bench-request-{index}"
+                _send(session, route, index, arrival, outcome if recorded else None, wall_slo),
+                name=f"bench-request-{index}",
             )
             tasks.add(task)
             task.add_done_callback(tasks.discard)
