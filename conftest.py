@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+pytest_plugins = ["pytester"]  # tests of epp-sim's pytest plugin run pytest on files they write
+
 
 @pytest.fixture(autouse=True)
 async def _no_leaked_tasks() -> AsyncIterator[None]:

@@ -5,7 +5,7 @@ routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, 
 plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
 Shared: the metrics registry, the kr8s API, the ext_proc/health servers, the metrics server and the
 configuration watcher. A reloaded configuration is swapped in whole, and in the same step each
-pool's scrapers take its data layer (``ScraperManager.apply``) and its routing the new pipeline
+pool's scrapers take its data layer (``Scrapers.apply``) and its routing the new pipeline
 (``PoolRouting.apply``: stateful plugins hand over their state). Each pool's flow controller
 (the ``flowControl`` gate) belongs to the pool, not the config: a reload keeps its queue, and one
 that changes the flow-control settings is refused.
@@ -45,8 +45,9 @@ from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
 from epp.datalayer.pool_gauges import PoolGauges
+from epp.datalayer.scrape_process import make_scrapers
 from epp.datalayer.scrape_spec import build_scrape_spec
-from epp.datalayer.scraper import ScraperManager
+from epp.datalayer.scraper import Scrapers
 from epp.datastore.store import Datastore
 from epp.extproc.cert_reload import CertReloader
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
@@ -96,7 +97,7 @@ class PoolRuntime:
     key: PoolKey
     datastore: Datastore
     reconciler: PoolReconcilers | StandaloneReconciler
-    scrapers: ScraperManager
+    scrapers: Scrapers
     gauges: PoolGauges
     routing: PoolRouting
     unsubscribe: Callable[[], None] = field(default=lambda: None)
@@ -344,8 +345,14 @@ class Runtime(Service):
                 pool_group=o.pool_group,
                 metrics=self.metrics,
             )
-        scrapers = ScraperManager(
-            datastore, self.clock, self.metrics, interval=o.refresh_metrics_interval, spec=holder.current[key].scrape
+        scrapers = make_scrapers(
+            datastore,
+            self.clock,
+            self.metrics,
+            interval=o.refresh_metrics_interval,
+            spec=holder.current[key].scrape,
+            worker_process=o.metrics_scrape_process,
+            logging_options=o.logging,
         )
         gauges = PoolGauges(
             datastore,
@@ -394,7 +401,12 @@ class Runtime(Service):
                         if isinstance(p, PrecisePrefixCacheProducer):
                             precise.append(p)
             self.metrics.set_prefix_indexer_sizes(sizes)
-            self.metrics.set_kv_events([s for p in precise for s in p.subscribers.values()], [p.index for p in precise])
+            self.metrics.set_kv_events(
+                [s for p in precise for s in p.event_sources()],
+                [p.index for p in precise],
+                active=sum(p.active_subscribers for p in precise),
+                unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
+            )
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""

@@ -23,6 +23,7 @@ from epp_sim.ports import common_free_port
 from epp_sim.precise_prefix import (
     MODEL,
     SERVING_LABELS,
+    announce,
     events_applied,
     kv_events_sim_config,
     precise_picker_config,
@@ -91,18 +92,16 @@ async def test_two_replicas_send_every_prompt_to_the_pod_holding_it(
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
 
-        async def announce(server: ModelServer, prompt: str) -> None:
-            body = {"model": MODEL, "prompt": prompt, "max_tokens": 1}
-            async with http.post(f"{server.url}/v1/completions", json=body) as resp:
-                assert resp.status == 200, await resp.text()
+        async def send(server: ModelServer, prompt: str) -> None:
+            await announce(http, server.url, prompt)
 
-        await wait_subscribed(pool.servers, announce, lambda: [_producer(r).subscribers.values() for r in replicas])
+        await wait_subscribed(pool.servers, send, lambda: [_producer(r).subscribers.values() for r in replicas])
         rng = random.Random(42)
         prompts: list[tuple[str, int]] = []
         for i in range(PROMPTS):
             holder = rng.randrange(PODS)
             prompt = f"conversation {i}: " + sentence(random.Random(1000 + i), 60)
-            await announce(pool.servers[holder], prompt)
+            await send(pool.servers[holder], prompt)
             prompts.append((prompt, holder))
         await wait_until(
             lambda: all(events_applied(_producer(r).subscribers.values(), pool.servers) for r in replicas),

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_test_module_basenames_are_unique() -> None:
     names = collections.Counter(
         p.name
-        for folder in ("tests", "hermetic_tests", "epp-sim/tests")
+        for folder in ("tests", "hermetic_tests", "epp-sim/tests", "real_engine_tests")
         for p in (ROOT / folder).rglob("*.py")
         if p.name != "conftest.py"
     )

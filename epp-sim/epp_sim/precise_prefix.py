@@ -15,7 +15,9 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
-from epp.kvevents.subscriber import Subscriber
+import aiohttp
+
+from epp.kvevents.ingest import SourceCounts
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.modelserver.kv_events import KvEventsConfig
 from epp_sim.tiny_tokenizer import sentence
@@ -24,7 +26,9 @@ from epp_sim.waits import wait_until
 __all__ = [
     "MODEL",
     "SERVING_LABELS",
+    "announce",
     "events_applied",
+    "llm_d_precise_sample",
     "kv_events_sim_config",
     "precise_picker_config",
     "wait_subscribed",
@@ -36,18 +40,27 @@ SERVING_LABELS = {"llm-d.ai/inference-serving": "true"}
 
 
 def kv_events_sim_config(
-    tokenizer: Path, host: str, events_port: int, *, replay_port: int = 0, num_blocks: int = 256
+    tokenizer: Path | None,
+    host: str,
+    events_port: int,
+    *,
+    replay_port: int = 0,
+    num_blocks: int = 256,
+    central: str = "",
+    port: int = 0,
 ) -> SimConfig:
-    """A fast simulated vLLM at ``host`` with the tokenizer, publishing KV events on ``events_port``."""
+    """A fast simulated vLLM at ``host`` with the tokenizer (None: the simulator's own tokenization),
+    publishing KV events on ``events_port``, or, with ``central``, connecting to that endpoint (llm-d's
+    central mode: the topic then names the pod ``host:port``, as llm-d's samples set it)."""
     events = KvEventsConfig(
         enable_kv_cache_events=True,
-        endpoint=f"tcp://*:{events_port}",
+        endpoint=central or f"tcp://*:{events_port}",
         replay_endpoint=f"tcp://*:{replay_port}" if replay_port else None,
-        topic=f"kv@{host}@{MODEL}",
+        topic=f"kv@{host}:{port}@{MODEL}" if central else f"kv@{host}@{MODEL}",
     )
     return SimConfig(
         model=MODEL,
-        tokenizer=str(tokenizer),
+        tokenizer=str(tokenizer) if tokenizer is not None else None,
         kv_events=events,
         num_gpu_blocks=num_blocks,
         max_model_len=num_blocks * 16,
@@ -65,31 +78,54 @@ all-in-one ``precise-prefix-cache-scorer`` (same parameters, same weights)."""
 _PRECISE = {
     CHAIN: """- type: precise-prefix-cache-producer
   parameters:
-    kvEventsConfig:
-      podDiscoveryConfig: {{socketPort: {port}{replay}}}
+    kvEventsConfig: {events}
 - type: prefix-cache-scorer
   parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}""",
     ALL_IN_ONE: """- type: precise-prefix-cache-scorer
   parameters:
-    kvEventsConfig:
-      podDiscoveryConfig: {{socketPort: {port}{replay}}}""",
+    kvEventsConfig: {events}""",
 }
 SCORER = {CHAIN: "prefix-cache-scorer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
 """The plugin that scores prefix matches in each form."""
 _EXTRACTOR = {CHAIN: "precise-prefix-cache-producer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
 
 
-def precise_picker_config(tokenizer: Path, events_port: int, *, replay_port: int = 0, form: str = CHAIN) -> str:
-    """The EndpointPickerConfig routing on the pods' KV events, as upstream's precise sample."""
+def precise_picker_config(
+    tokenizer: Path | None,
+    events_port: int,
+    *,
+    replay_port: int = 0,
+    form: str = CHAIN,
+    central: str = "",
+    render_url: str = "",
+    model: str = MODEL,
+) -> str:
+    """The EndpointPickerConfig routing on the pods' KV events, as upstream's precise sample.
+
+    With ``central`` the picker binds that endpoint for every pod to connect to (llm-d's
+    ``zmqEndpoint``) and dials none; otherwise it dials each pod's ``events_port``. Tokens come
+    from ``tokenizer`` (token-producer's local backend) or, with ``render_url``, from that model
+    server's render endpoint (its vllm backend, for ``model``).
+    """
     replay = f", replaySocketPort: {replay_port}" if replay_port else ""
+    events = (
+        f"{{zmqEndpoint: '{central}', discoverPods: false}}"
+        if central
+        else f"{{podDiscoveryConfig: {{socketPort: {events_port}{replay}}}}}"
+    )
+    tokens = (
+        f'{{modelName: {model}, vllm: {{url: "{render_url}"}}}}'
+        if render_url
+        else f'{{local: {{tokenizerPath: "{tokenizer}"}}}}'
+    )
     return f"""
 apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
 - type: token-producer
-  parameters: {{local: {{tokenizerPath: "{tokenizer}"}}}}
+  parameters: {tokens}
 - type: endpoint-notification-source
-{_PRECISE[form].format(port=events_port, replay=replay)}
+{_PRECISE[form].format(events=events)}
 - type: queue-scorer
 - type: kv-cache-utilization-scorer
 - type: max-score-picker
@@ -107,21 +143,93 @@ dataLayer:  # as upstream's sample: the producer learns endpoints from the endpo
 """
 
 
-def events_applied(subscribers: Iterable[Subscriber], servers: Iterable[ModelServer]) -> bool:
-    """Every message each server has published has been applied by its subscriber among ``subscribers``.
+def llm_d_precise_sample(
+    *,
+    model: str = "hf-repo/model-name",
+    render_url: str = "http://localhost:8000",
+    events_port: int = 0,
+    enable_metrics: bool = True,
+) -> str:
+    """The llm-d router's ``deploy/config/epp-precise-prefix-cache-config.yaml`` (@ebab6879), body only.
 
-    A subscriber is matched to its publisher by ZMQ endpoint; a server with no subscriber yet is
-    not caught up. The last sequence number, not a count: a message sent before the subscription
-    reached the publisher is lost to it, as with vLLM.
+    Without its ``decode-filter`` (a P/D-disaggregation filter this picker does not load); the
+    deployment's own names are parameters: the model, the render URL (a model server or a
+    ``vllm launch render`` sidecar) and, when given, the pods' KV-event port.
     """
-    last_seq = {s.endpoint: s.last_seq for s in subscribers}
+    events = (
+        f"\n      kvEventsConfig:\n        podDiscoveryConfig:\n          socketPort: {events_port}"
+        if events_port
+        else ""
+    )
+    return f"""\
+plugins:
+  - type: token-producer
+    parameters:
+      modelName: {model}
+      vllm:
+        url: {render_url}
+  - type: endpoint-notification-source
+  - type: metrics-data-source
+  - type: core-metrics-extractor
+  - type: single-profile-handler
+  - type: precise-prefix-cache-producer
+    parameters:
+      tokenProcessorConfig:
+        blockSize: 64
+      indexerConfig:
+        kvBlockIndexConfig:
+          enableMetrics: {str(enable_metrics).lower()}{events}
+  - type: prefix-cache-scorer
+    parameters:
+      prefixMatchInfoProducerName: precise-prefix-cache-producer
+  - type: kv-cache-utilization-scorer
+  - type: queue-scorer
+  - type: max-score-picker
+dataLayer:
+  sources:
+    - pluginRef: metrics-data-source
+      extractors:
+        - pluginRef: core-metrics-extractor
+    - pluginRef: endpoint-notification-source
+      extractors:
+        - pluginRef: precise-prefix-cache-producer
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: prefix-cache-scorer
+        weight: 2.0
+      - pluginRef: kv-cache-utilization-scorer
+        weight: 1.0
+      - pluginRef: queue-scorer
+        weight: 1.0
+      - pluginRef: max-score-picker
+"""
+
+
+async def announce(http: aiohttp.ClientSession, url: str, prompt: str, *, model: str = MODEL) -> None:
+    """Send ``prompt`` straight to the model server at ``url`` (no picker sees it): it stores and announces it."""
+    body = {"model": model, "prompt": prompt, "max_tokens": 1}
+    async with http.post(f"{url}/v1/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+
+
+def events_applied(sources: Iterable[SourceCounts], servers: Iterable[ModelServer]) -> bool:
+    """Every message each server has published has been applied by its source among ``sources``.
+
+    A source is matched to its publisher by the ZMQ endpoint a subscriber dials, or, for engines
+    heard on a central socket, by the ``ip:port`` their topic names; a server with no source yet
+    is not caught up. The last sequence number, not a count: a message sent before the
+    subscription reached the publisher is lost to it, as with vLLM.
+    """
+    last_seq = {s.source: s.last_seq for s in sources}
     for server in servers:
         publisher = server.kv_events
         if publisher is None:
             raise ValueError(f"{server.host} publishes no KV events")
-        if publisher.endpoint not in last_seq:
+        source = publisher.endpoint if publisher.binds else server.address
+        if source not in last_seq:
             return False
-        if publisher.seq and last_seq[publisher.endpoint] != publisher.seq - 1:
+        if publisher.seq and last_seq[source] != publisher.seq - 1:
             return False
     return True
 
@@ -129,7 +237,7 @@ def events_applied(subscribers: Iterable[Subscriber], servers: Iterable[ModelSer
 async def wait_subscribed(
     servers: Sequence[ModelServer],
     send: Callable[[ModelServer, str], Awaitable[None]],
-    replicas: Callable[[], Iterable[Iterable[Subscriber]]],
+    replicas: Callable[[], Iterable[Iterable[SourceCounts]]],
     *,
     timeout: float = 15.0,
 ) -> None:

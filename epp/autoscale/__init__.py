@@ -1,26 +1,27 @@
-"""Saturation autoscaler for ``VariantAutoscaling`` (llm-d WVA's V1 algorithm), pending-aware.
+"""Saturation autoscaler with the Workload Variant Autoscaler's (WVA v0.9) behaviour, pending-aware.
 
 A controller (``epp autoscale``) and a library the picker process can host: build a
 :class:`Controller` from a :class:`Cluster` (``KubeCluster`` for kr8s) and a
 :class:`MetricsSource` (``ScrapeSource`` or ``PrometheusSource``), then ``await run_cycle()`` or
-run ``run()`` as a task. Never imports ``epp.extproc``.
+run ``run()`` as a task. Variants come from annotated HPAs and KEDA ScaledObjects (or
+VariantAutoscalings); the V2 analyzer pipeline is the default, V1 selectable. Never imports
+``epp.extproc``.
 """
 
-from epp.autoscale.analysis import Decision, Reason, VariantInput, analyze_saturation, decide
-from epp.autoscale.cluster import Cluster, VariantSpec, parse_variant
+from epp.autoscale.cluster import Cluster
 from epp.autoscale.controller import Controller, ControllerOptions, Outcome
-from epp.autoscale.inputs import InputError, MetricsSource, PodTarget, PrometheusSource, ScrapeSource
+from epp.autoscale.decision import Decision, Reason, Signals
+from epp.autoscale.inputs import InputError, MetricsSource, ModelSignals, PodTarget
 from epp.autoscale.metrics import AutoscalerMetrics
-from epp.autoscale.pending import PendingTracker, replica_counts
+from epp.autoscale.peak import PeakSource
+from epp.autoscale.prometheus import PrometheusSource
 from epp.autoscale.resources import KubeCluster, VariantAutoscaling
-from epp.autoscale.thresholds import (
-    ConfigError,
-    SaturationConfig,
-    ThresholdResolver,
-    parse_saturation_configmap,
-    parse_scale_to_zero_configmap,
-)
+from epp.autoscale.saturation_config import ConfigError, SaturationConfig, parse_saturation_configmap
+from epp.autoscale.scrape import ScrapeSource
+from epp.autoscale.thresholds import ThresholdResolver, parse_scale_to_zero_configmap
 from epp.autoscale.types import ModelKey, ReplicaMetrics, VariantKey
+from epp.autoscale.variants import Source, VariantSpec, discover, parse_variant
+from epp.autoscale.wake import PickerReader
 
 __all__ = [
     "AutoscalerMetrics",
@@ -33,23 +34,24 @@ __all__ = [
     "KubeCluster",
     "MetricsSource",
     "ModelKey",
+    "ModelSignals",
     "Outcome",
-    "PendingTracker",
+    "PeakSource",
+    "PickerReader",
     "PodTarget",
     "PrometheusSource",
     "Reason",
     "ReplicaMetrics",
     "SaturationConfig",
     "ScrapeSource",
+    "Signals",
+    "Source",
     "ThresholdResolver",
     "VariantAutoscaling",
-    "VariantInput",
     "VariantKey",
     "VariantSpec",
-    "analyze_saturation",
-    "decide",
+    "discover",
     "parse_saturation_configmap",
     "parse_scale_to_zero_configmap",
     "parse_variant",
-    "replica_counts",
 ]

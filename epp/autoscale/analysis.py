@@ -1,7 +1,8 @@
-"""The saturation decision for one model group. Pure: no I/O, no clock, no Kubernetes objects.
+"""The V1 saturation decision for one model group (or one P/D role of it). Pure: no I/O, no clock.
 
-Upstream WVA's V1 analyzer (``internal/saturation/analyzer.go``) with PR #549's per-variant
-pending skip, plus our extensions: a pending timeout (decided in :mod:`epp.autoscale.pending`,
+Deprecated upstream (#1441) but still selectable: a ConfigMap without ``analyzers``. Upstream WVA's
+V1 analyzer (``internal/saturation/analyzer.go``) with PR #549's per-variant pending skip, plus our
+extensions: a pending timeout (decided in :mod:`epp.autoscale.pending`,
 seen here as ``blocking_pending``), min/max replicas, and a reason on every decision.
 
 - A replica is saturated at ``kv >= kvCacheThreshold`` or ``queue >= queueLengthThreshold``.
@@ -19,38 +20,17 @@ says (upstream compares raw floats, so 0.9 − 0.8 < 0.1 there).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from epp.autoscale.thresholds import SaturationConfig
+from epp.autoscale.decision import Decision, Reason, Signals
+from epp.autoscale.saturation_config import SaturationConfig
 from epp.autoscale.types import ReplicaMetrics, VariantKey
 
-__all__ = ["Decision", "Reason", "Saturation", "VariantInput", "analyze_saturation", "decide"]
+__all__ = ["Saturation", "VariantInput", "analyze_saturation", "decide"]
 
 MIN_NON_SATURATED_FOR_SCALE_DOWN = 2
 _PRECISION = 9
-
-
-class Reason(enum.Enum):
-    """Why a variant's target is what it is; ``value`` is written to status and logs."""
-
-    SATURATED = "saturated"  # +1: average spare capacity below a trigger
-    TIMEOUT = "timeout"  # +1 although replicas are pending: they exceeded --pending-timeout
-    SCALE_DOWN = "scale-down"  # −1: the load fits on one replica fewer
-    PENDING = "pending"  # scale-up wanted, but this variant has replicas that are not Ready yet
-    COOLDOWN = "cooldown"  # held at the previous target until the Deployment reaches it
-    LIMIT = "limit"  # minReplicas / maxReplicas decided (or blocked) the move
-    IDLE = "idle"  # scale-to-zero: no requests for the retention period
-    STEADY = "steady"  # nothing to do
-    NO_METRICS = "no-metrics"  # no Ready replica of the group reported load
-    INACTIVE = "inactive"  # the Deployment is at zero replicas and nothing waits for it
-    WAKE = "scale-from-zero"  # 0 → 1: the picker holds requests for the model (WVA's scale-from-zero)
-
-    @property
-    def condition_reason(self) -> str:
-        """CamelCase form for a Kubernetes condition's ``reason``."""
-        return "".join(part.capitalize() for part in self.value.split("-"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,25 +47,6 @@ class VariantInput:
     held_at: int | None = None  # previous target not yet reached and not timed out
     min_replicas: int = 1
     max_replicas: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The target for one variant this cycle, with the reason and a human-readable message."""
-
-    variant: VariantKey
-    current: int
-    target: int
-    reason: Reason
-    message: str = ""
-
-    @property
-    def action(self) -> str:
-        if self.target > self.current:
-            return "scale-up"
-        if self.target < self.current:
-            return "scale-down"
-        return "no-change"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +73,7 @@ def analyze_saturation(replicas: Sequence[ReplicaMetrics], cfg: SaturationConfig
     spare_kv: list[float] = []
     spare_q: list[float] = []
     for r in replicas:
-        if r.kv_cache_usage >= cfg.kv_cache_threshold or r.queue_length >= cfg.queue_length_threshold:
+        if _saturated(r, cfg):
             continue
         spare_kv.append(cfg.kv_cache_threshold - r.kv_cache_usage)
         spare_q.append(cfg.queue_length_threshold - r.queue_length)
@@ -158,12 +119,33 @@ def decide(variants: Sequence[VariantInput], cfg: SaturationConfig, *, idle: str
     """Targets for every variant of one group (sorted by key). ``idle`` (a message) = scale to zero."""
     slots = [_base(v) for v in sorted(variants, key=lambda v: v.key)]
     corrected = any(s.reason is Reason.LIMIT for s in slots)
+    sat = analyze_saturation([r for s in slots for r in s.v.replicas], cfg)
     if idle:
         for s in slots:
             s.target, s.reason, s.message = s.v.min_replicas, Reason.IDLE, idle
     elif not corrected:
-        _step(slots, analyze_saturation([r for s in slots for r in s.v.replicas], cfg))
-    return [Decision(s.v.key, s.v.current, s.target, s.reason, s.message) for s in slots]
+        _step(slots, sat)
+    return [Decision(s.v.key, s.v.current, s.target, s.reason, s.message, _signals(s.v, sat, cfg)) for s in slots]
+
+
+def _signals(v: VariantInput, sat: Saturation, cfg: SaturationConfig) -> Signals | None:
+    """Upstream's V1 gauges: mean KV use of the variant, its average spare KV, a 0/1 scale-up signal."""
+    if not v.replicas:
+        return None
+    kv = [r.kv_cache_usage for r in v.replicas]
+    spare = [cfg.kv_cache_threshold - k for r, k in zip(v.replicas, kv, strict=True) if not _saturated(r, cfg)]
+    return Signals(
+        utilization=sum(kv) / len(kv),
+        required=1.0 if sat.scale_up else 0.0,
+        spare=_r(sum(spare) / len(spare)) if spare else 0.0,
+        unit="binary",
+        tokens_used=sum(r.tokens_in_use for r in v.replicas),
+        tokens_capacity=sum(r.tokens_capacity for r in v.replicas),
+    )
+
+
+def _saturated(r: ReplicaMetrics, cfg: SaturationConfig) -> bool:
+    return r.kv_cache_usage >= cfg.kv_cache_threshold or r.queue_length >= cfg.queue_length_threshold
 
 
 def _base(v: VariantInput) -> _Slot:

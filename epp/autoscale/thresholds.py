@@ -1,184 +1,47 @@
-"""Saturation thresholds and scale-to-zero settings: the upstream ConfigMap formats, resolved per model.
+"""Settings for one model group, resolved from the saturation and scale-to-zero ConfigMaps.
 
-Two ConfigMaps, both in WVA's format (one YAML document per ``data`` key):
-
-- ``wva-saturation-scaling-config``: a ``default`` entry (``kvCacheThreshold``,
-  ``queueLengthThreshold``, ``kvSpareTrigger``, ``queueSpareTrigger``) plus override entries that
-  name a ``namespace`` and optionally a ``model_id``;
-- ``wva-model-scale-to-zero-config``: ``enable_scale_to_zero`` (tri-state) and
-  ``retention_period`` (Go duration) under ``default`` and per ``model_id``.
+The saturation ConfigMap's format is :mod:`epp.autoscale.saturation_config`'s. The scale-to-zero
+ConfigMap (``wva-model-scale-to-zero-config``, snake_case) has ``enable_scale_to_zero``
+(tri-state) and ``retention_period`` (Go duration) under ``default`` and per ``model_id``.
 
 A ConfigMap of the same name in a workload namespace replaces the global one for that namespace
-(upstream's namespace-local maps). Unlike upstream HEAD, overrides are applied (default <
-namespace-wide entry < namespace+model entry, field by field, only fields the entry sets) and the
-merged result is validated; and a missing ``default`` falls back to the shipped defaults instead
-of skipping the model. Parsing is strict: an unknown key or out-of-range value raises
-:class:`ConfigError` naming the ConfigMap key, the field and the value.
+(upstream's namespace-local maps). Unlike upstream, a missing ``default`` falls back to the global
+map's, then to the shipped defaults, instead of skipping the model; and namespace-wide overrides
+apply under model ones: default < namespace-wide entry < model entry, field by field, only the
+fields an entry sets. Scale-to-zero: the saturation entry's inline ``scaleToZero.enabled`` wins,
+then the model entry, then ``default``, then ``--scale-to-zero``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, replace
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from epp.autoscale.quota import QuotaLimiter
+from epp.autoscale.saturation_config import (
+    ConfigError,
+    SaturationConfig,
+    SaturationConfigMap,
+    load_yaml_entry,
+    validation_message,
+)
 from epp.autoscale.types import ModelKey
 from epp.durations import parse_duration
-from epp.framework.saturation import Thresholds
 
 __all__ = [
     "DEFAULT_RETENTION_SECONDS",
-    "SATURATION_CONFIGMAP",
     "SCALE_TO_ZERO_CONFIGMAP",
-    "ConfigError",
-    "SaturationConfig",
-    "SaturationConfigMap",
     "ScaleToZeroConfigMap",
     "ScaleToZeroSetting",
     "ThresholdResolver",
-    "parse_saturation_configmap",
     "parse_scale_to_zero_configmap",
 ]
 
-SATURATION_CONFIGMAP = "wva-saturation-scaling-config"
 SCALE_TO_ZERO_CONFIGMAP = "wva-model-scale-to-zero-config"
 DEFAULT_RETENTION_SECONDS = 600.0
 _DEFAULT_KEY = "default"
-
-
-class ConfigError(ValueError):
-    """A ConfigMap entry that cannot be used; the message names the map, key, field and value."""
-
-
-# The picker's admission and this autoscaler call a replica saturated at the same point by default:
-# one definition, in epp.framework.saturation.
-_SHARED = Thresholds()
-
-
-@dataclass(frozen=True, slots=True)
-class SaturationConfig:
-    """V1 saturation parameters. Saturated at ``>=`` a threshold; scale up at spare ``<`` a trigger."""
-
-    kv_cache_threshold: float = _SHARED.kv_cache_util
-    queue_length_threshold: float = float(_SHARED.queue_depth)
-    kv_spare_trigger: float = 0.10
-    queue_spare_trigger: float = 3.0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.kv_cache_threshold <= 1.0:
-            raise ValueError(f"kvCacheThreshold must be in [0, 1], got {self.kv_cache_threshold}")
-        if self.queue_length_threshold < 0:
-            raise ValueError(f"queueLengthThreshold must be >= 0, got {self.queue_length_threshold}")
-        if not 0.0 <= self.kv_spare_trigger <= 1.0:
-            raise ValueError(f"kvSpareTrigger must be in [0, 1], got {self.kv_spare_trigger}")
-        if self.queue_spare_trigger < 0:
-            raise ValueError(f"queueSpareTrigger must be >= 0, got {self.queue_spare_trigger}")
-        if self.kv_cache_threshold < self.kv_spare_trigger:
-            raise ValueError(
-                f"kvCacheThreshold ({self.kv_cache_threshold}) must be >= kvSpareTrigger ({self.kv_spare_trigger})"
-            )
-
-    @classmethod
-    def from_thresholds(cls, t: Thresholds, **triggers: float) -> SaturationConfig:
-        """Share the picker's notion of "saturated" (queue depth, KV use); spare triggers are ours."""
-        return cls(kv_cache_threshold=t.kv_cache_util, queue_length_threshold=float(t.queue_depth), **triggers)
-
-
-class _SaturationEntry(BaseModel):
-    """One ``data`` entry of the saturation ConfigMap, as written (camelCase, upstream keys)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-    kv_cache_threshold: float | None = Field(None, alias="kvCacheThreshold")
-    queue_length_threshold: float | None = Field(None, alias="queueLengthThreshold")
-    kv_spare_trigger: float | None = Field(None, alias="kvSpareTrigger")
-    queue_spare_trigger: float | None = Field(None, alias="queueSpareTrigger")
-    enable_limiter: bool = Field(False, alias="enableLimiter")
-    analyzer_name: str = Field("", alias="analyzerName")
-    # V2 analyzer knobs: accepted so upstream maps load; the V1 analysis does not use them.
-    scale_up_threshold: float | None = Field(None, alias="scaleUpThreshold")
-    scale_down_boundary: float | None = Field(None, alias="scaleDownBoundary")
-    model_id: str | None = None
-    namespace: str | None = None
-
-    def overlay(self, base: SaturationConfig) -> dict[str, float]:
-        """The fields of ``base`` with this entry's explicitly set values on top."""
-        fields = _fields(base)
-        for name in fields:
-            value = getattr(self, name)
-            if value is not None:
-                fields[name] = float(value)
-        return fields
-
-
-@dataclass(frozen=True, slots=True)
-class SaturationConfigMap:
-    """A parsed saturation ConfigMap: its default entry and overrides (by ConfigMap key)."""
-
-    default: _SaturationEntry | None = None
-    overrides: Mapping[str, _SaturationEntry] = field(default_factory=dict)
-
-
-def _load_yaml(where: str, text: str) -> Mapping[str, Any]:
-    try:
-        doc = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{where}: not valid YAML: {e}") from e
-    if doc is None:
-        return {}
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of fields, got {type(doc).__name__}")
-    return doc
-
-
-def _validation_message(where: str, err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(entry)"
-        parts.append(f"{loc}={e.get('input')!r}: {e['msg']}")
-    return f"{where}: " + "; ".join(parts)
-
-
-def _check(where: str, merged: dict[str, float]) -> SaturationConfig:
-    try:
-        return SaturationConfig(**merged)
-    except ValueError as e:
-        raise ConfigError(f"{where}: {e}") from e
-
-
-def parse_saturation_configmap(data: Mapping[str, str], *, source: str = SATURATION_CONFIGMAP) -> SaturationConfigMap:
-    """Parse and validate every entry; the first invalid one raises :class:`ConfigError`.
-
-    Each override is validated merged onto the default (a partial override is legal), so a
-    ``kvSpareTrigger`` above the inherited ``kvCacheThreshold`` is caught here, not at use.
-    """
-    entries: dict[str, _SaturationEntry] = {}
-    for key in sorted(data):
-        where = f"ConfigMap {source} key {key!r}"
-        try:
-            entry = _SaturationEntry.model_validate(_load_yaml(where, data[key]))
-        except ValidationError as e:
-            raise ConfigError(_validation_message(where, e)) from e
-        if entry.enable_limiter:
-            raise ConfigError(f"{where}: enableLimiter=true: the GPU limiter is not supported by epp autoscale")
-        if entry.analyzer_name not in ("", "v1"):
-            raise ConfigError(
-                f"{where}: analyzerName={entry.analyzer_name!r}: only the V1 saturation analyzer is supported"
-            )
-        if key == _DEFAULT_KEY:
-            if entry.model_id or entry.namespace:
-                raise ConfigError(f"{where}: the default entry must not set model_id or namespace")
-        elif not entry.namespace:
-            raise ConfigError(f"{where}: an override entry needs a namespace (and optionally a model_id)")
-        entries[key] = entry
-    default = entries.pop(_DEFAULT_KEY, None)
-    base = _check(f"ConfigMap {source} key 'default'", default.overlay(SaturationConfig()) if default else {})
-    for key, entry in entries.items():
-        _check(f"ConfigMap {source} key {key!r} (merged onto default)", entry.overlay(base))
-    return SaturationConfigMap(default=default, overrides=entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,9 +86,9 @@ def parse_scale_to_zero_configmap(
     for key in sorted(data):  # upstream: duplicate model_id entries, lexicographically first key wins
         where = f"ConfigMap {source} key {key!r}"
         try:
-            entry = _ScaleToZeroEntry.model_validate(_load_yaml(where, data[key]))
+            entry = _ScaleToZeroEntry.model_validate(load_yaml_entry(where, data[key]))
         except ValidationError as e:
-            raise ConfigError(_validation_message(where, e)) from e
+            raise ConfigError(validation_message(where, e)) from e
         retention: float | None = None
         if entry.retention_period is not None:
             try:
@@ -268,27 +131,27 @@ class ThresholdResolver:
         self._base = base or SaturationConfig()
         self._stz_default = scale_to_zero_default
 
+    @property
+    def limiters(self) -> tuple[QuotaLimiter, ...]:
+        """The quota limiters in force: the global default entry's, with ``enableLimiter: true``."""
+        return self._global.limiters if self._global.enable_limiter else ()
+
+    @property
+    def global_default(self) -> SaturationConfig:
+        return self._global.base(self._base)
+
     def saturation(self, key: ModelKey) -> SaturationConfig:
-        """default < namespace-wide override < namespace+model override (first key in sorted order)."""
+        """default < namespace-wide override < model override (each: only the fields it sets)."""
         cm = self._local.get(key.namespace, self._global)
-        default = cm.default if cm.default is not None else self._global.default
-        merged = default.overlay(self._base) if default else _fields(self._base)
-        ns_wide: _SaturationEntry | None = None
-        model_specific: _SaturationEntry | None = None
-        for entry in cm.overrides.values():
-            if entry.namespace != key.namespace:
-                continue
-            if entry.model_id is None:
-                ns_wide = ns_wide or entry
-            elif entry.model_id == key.model_id:
-                model_specific = model_specific or entry
-        for layer in (ns_wide, model_specific):
-            if layer is not None:
-                merged = layer.overlay(SaturationConfig(**merged))
-        return SaturationConfig(**merged)
+        default_map = cm if cm.default is not None else self._global
+        merged = default_map.base(self._base)
+        for layer in (cm.namespace_wide.get(key.namespace), cm.per_model.get((key.namespace, key.model_id))):
+            if layer:
+                merged = replace(merged, **layer)
+        return merged
 
     def scale_to_zero(self, key: ModelKey) -> ScaleToZeroSetting:
-        """First set value wins: model entry, then ``default``, then the ``--scale-to-zero`` flag."""
+        """First set value wins: inline ``scaleToZero``, model entry, ``default``, then the flag."""
         cm = self._stz_local.get(key.namespace, self._stz_global)
         model = next(
             (m for m in cm.models if m.model_id == key.model_id and m.namespace in (None, "", key.namespace)),
@@ -303,13 +166,5 @@ class ThresholdResolver:
                 enabled = entry.enabled
             if entry.retention_seconds is not None:
                 retention = entry.retention_seconds
-        return ScaleToZeroSetting(enabled=enabled, retention_seconds=retention)
-
-
-def _fields(cfg: SaturationConfig) -> dict[str, float]:
-    return {
-        "kv_cache_threshold": cfg.kv_cache_threshold,
-        "queue_length_threshold": cfg.queue_length_threshold,
-        "kv_spare_trigger": cfg.kv_spare_trigger,
-        "queue_spare_trigger": cfg.queue_spare_trigger,
-    }
+        inline = self.saturation(key).scale_to_zero
+        return ScaleToZeroSetting(enabled=enabled if inline is None else inline, retention_seconds=retention)

@@ -184,6 +184,13 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
 
     scraping = p.add_argument_group("model-server metrics")
     _flag(scraping, "--refresh-metrics-interval", default="50ms", help="model-server /metrics scrape interval")
+    _switch(
+        scraping,
+        "--metrics-scrape-process",
+        False,
+        "scrape from a child process that sends the picker batched snapshots, so hundreds of model servers "
+        "cost the serving loop nothing (docs/benchmarks.md, epp bench scale)",
+    )
     _flag(
         scraping, "--refresh-prometheus-metrics-interval", default="5s", help="interval of the inference_pool_* gauges"
     )
@@ -348,6 +355,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         config_text=args.config_text,
         allow_experimental_plugins=args.allow_experimental_plugins,
         refresh_metrics_interval=parse_duration_flag(args.refresh_metrics_interval, flag="refresh-metrics-interval"),
+        metrics_scrape_process=args.metrics_scrape_process,
         refresh_prometheus_metrics_interval=parse_duration_flag(
             args.refresh_prometheus_metrics_interval, flag="refresh-prometheus-metrics-interval"
         ),

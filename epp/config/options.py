@@ -204,6 +204,7 @@ class ServeOptions:
     config_text: str = ""
     allow_experimental_plugins: bool = False
     refresh_metrics_interval: float = MIN_REFRESH_METRICS_INTERVAL
+    metrics_scrape_process: bool = False
     refresh_prometheus_metrics_interval: float = 5.0
     metrics_staleness_threshold: float = 2.0
     kubeconfig: str = ""

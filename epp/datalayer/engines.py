@@ -6,7 +6,8 @@ The maps themselves (built-in engines, the table ``core-metrics-extractor`` conf
 Partial results are applied: each field that parsed replaces the previous value, the others keep
 it, and the problems are returned so the scraper can count and log them. An engine's custom
 metrics (``customMetrics`` in ``engineConfigs``) land in ``MetricsSnapshot.custom`` by their
-attribute key, each keeping its last value when a page lacks it.
+attribute key, each keeping its last value when a page lacks it. A new snapshot also records the
+time since the one it replaces (``scrape_interval``: the interval the scraper achieved).
 
 GIE's metric-name flags (``--total-queued-requests-metric`` and friends, which its chart sets for
 SGLang, Triton and trtllm-serve) override a field of an engine's map (:func:`with_overrides`):
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
-from epp.datalayer.promtext import MetricSelector, ParseResult, Sample, parse, parse_selector, select
+from epp.datalayer.promtext import MetricSelector, PageMemo, ParseResult, Sample, parse, parse_selector, select
 from epp.framework.endpoint import MetricsSnapshot
 from epp.framework.engine_metrics import DEFAULT_ENGINE, ENGINES, CacheInfoSpec, EngineSpec
 
@@ -115,16 +116,17 @@ def read(
     *,
     previous: MetricsSnapshot | None = None,
     updated_at: float = 0.0,
+    memo: PageMemo | None = None,
 ) -> Extraction:
     """Parse a ``/metrics`` page and extract ``engine``'s fields (see :func:`extract`).
 
     Later choices (vLLM's old KV-usage name) cost a scan of the page each, so they are looked
-    for only when the first choice is absent.
+    for only when the first choice is absent. ``memo``: the same server's (see :class:`PageMemo`).
     """
-    result = parse(data, engine.names)
+    result = parse(data, engine.names, memo)
     for first, later in engine.fallbacks:
         if first not in result.samples:
-            extra = parse(data, later)
+            extra = parse(data, later, memo)
             result.samples.update(extra.samples)
             result.errors.update(extra.errors)
     return extract(result, engine, previous=previous, updated_at=updated_at)
@@ -228,4 +230,6 @@ def extract(
 
     if not fields:
         return Extraction(base, False, tuple(errors))
+    if base.updated_at:
+        fields["scrape_interval"] = max(0.0, updated_at - base.updated_at)
     return Extraction(dataclasses.replace(base, updated_at=updated_at, **fields), True, tuple(errors))

@@ -8,7 +8,10 @@ fresher than ``--metrics-staleness-threshold`` (2 s); averages are over every en
 and so have the in-flight gauges ``llm_d_epp_inflight_requests`` / ``llm_d_epp_inflight_tokens``
 (``endpoint_name``, ``namespace``; read here from the endpoints' counters, so counting a request
 costs the request path no metric update);
-series of endpoints or pools that went away are removed, not left frozen. Each gauge is written
+series of endpoints or pools that went away are removed, not left frozen. Per endpoint, too, how
+fresh its metrics are: ``epp_endpoint_metrics_age_seconds`` (since the last successful scrape) and
+``epp_endpoint_scrape_interval_seconds`` (between its last two), computed here rather than on
+every scrape, so hundreds of endpoints cost the scrape loop nothing. Each gauge is written
 under the names ``--metrics-naming`` asks for: its ``llm_d_epp_*`` twin has the same value
 (``llm_d_epp_ready_endpoints``, ``llm_d_epp_per_endpoint_queue_size`` with ``model_server_endpoint``).
 """
@@ -90,12 +93,13 @@ class PoolGauges:
             pod = state.endpoint.name
             seen.add(pod)
             m.pool_per_pod_queue.labels(name, pod).set(metrics.waiting_queue)
+            self._freshness(name, pod, metrics.age(now), metrics.scrape_interval)
             endpoint = (pod, state.endpoint.namespace)
             seen_in_flight.add(endpoint)
             m.inflight_requests.labels(*endpoint).set(state.in_flight_requests)
             m.inflight_tokens.labels(*endpoint).set(state.in_flight_tokens)
         for gone in self._pod_series - seen:
-            m.pool_per_pod_queue.remove(name, gone)
+            self._forget_pod(name, gone)
         self._pod_series = seen
         self._forget_in_flight(self._in_flight_series - seen_in_flight)
         self._in_flight_series = seen_in_flight
@@ -109,10 +113,27 @@ class PoolGauges:
         for gauge in (m.pool_avg_kv, m.pool_avg_queue, m.pool_avg_running, m.pool_ready_pods):
             gauge.remove(name)
         for pod in self._pod_series:
-            m.pool_per_pod_queue.remove(name, pod)
+            self._forget_pod(name, pod)
         self._pod_series = set()
         self._forget_in_flight(self._in_flight_series)
         self._in_flight_series = set()
+
+    def _freshness(self, name: str, pod: str, age: float, interval: float) -> None:
+        """The endpoint's metrics age and achieved scrape interval; each absent until it means something."""
+        m = self._metrics
+        if age == float("inf"):
+            m.endpoint_metrics_age.remove(name, pod)
+        else:
+            m.endpoint_metrics_age.labels(name, pod).set(max(age, 0.0))
+        if interval:
+            m.endpoint_scrape_interval.labels(name, pod).set(interval)
+        else:
+            m.endpoint_scrape_interval.remove(name, pod)
+
+    def _forget_pod(self, name: str, pod: str) -> None:
+        m = self._metrics
+        for gauge in (m.pool_per_pod_queue, m.endpoint_metrics_age, m.endpoint_scrape_interval):
+            gauge.remove(name, pod)
 
     def _forget_in_flight(self, endpoints: set[tuple[str, str]]) -> None:
         for endpoint in endpoints:

@@ -4,7 +4,14 @@ Scrapers follow the datastore: a task starts when an endpoint is added and is ca
 is removed (or replaced), so removing an endpoint frees everything it held. Each poll has its own
 deadline and each endpoint its own task, so a dead or hanging server only delays itself; failures
 keep the last metrics (their age grows, which staleness checks see), are counted in
-``epp_scrape_errors_total{reason}`` and back off exponentially up to ``max_backoff``. Each
+``epp_scrape_errors_total{reason}`` and back off exponentially up to ``max_backoff``. The interval
+runs from the start of one poll to the start of the next (as upstream's ticker), so a slow answer
+does not stretch it, but the wait is never under half the interval, so an event loop that cannot
+keep up gets fewer scrapes rather than a backlog of them; the interval each endpoint achieves is kept in its
+snapshot and observed in ``epp_scrape_interval_seconds``. Each endpoint polls at once when it
+appears, then at its own phase of the interval (:func:`scrape_phase`, from its key): endpoints
+added together (a start, a relist, a scale-up by hundreds) would otherwise be polled in one burst
+every interval, and a request arriving during the burst would wait behind all of it. Each
 outcome also feeds the endpoint's health (:mod:`epp.framework.health`): a refused or reset
 connection makes it unreachable at once, a timeout or a non-200 suspect, a good scrape healthy.
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,6 +42,7 @@ from typing import Protocol
 from epp.clock import Clock
 from epp.datalayer.engines import read
 from epp.datalayer.metrics_fetch import FetchError, MetricsConnection
+from epp.datalayer.promtext import PageMemo
 from epp.datalayer.scrape_spec import effective_interval
 from epp.datastore.types import EndpointListener
 from epp.framework.datalayer import ScrapeSpec
@@ -41,11 +50,16 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.engine_metrics import EngineSpec
 from epp.telemetry.metrics import EppMetrics
 
-__all__ = ["EndpointSource", "ScraperManager"]
+__all__ = ["EndpointSource", "ScraperManager", "Scrapers", "scrape_phase"]
 
 _log = logging.getLogger(__name__)
 
 _REASONS = ("timeout", "http", "connect", "parse")
+
+
+def scrape_phase(key: str, interval: float) -> float:
+    """How far into the interval ``key``'s endpoint polls: stable per key, spread evenly over many keys."""
+    return zlib.crc32(key.encode()) / 2**32 * interval
 
 
 class EndpointSource(Protocol):
@@ -54,6 +68,19 @@ class EndpointSource(Protocol):
     def endpoints(self) -> Sequence[EndpointState]: ...
 
     def subscribe(self, listener: EndpointListener) -> Callable[[], None]: ...
+
+
+class Scrapers(Protocol):
+    """What the runtime starts, reconfigures and stops: :class:`ScraperManager` here, or the scrape worker."""
+
+    @property
+    def scraped(self) -> frozenset[str]: ...
+
+    async def start(self) -> None: ...
+
+    def apply(self, spec: ScrapeSpec | None) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class _ScrapeError(Exception):
@@ -72,6 +99,7 @@ class _Target:
     state: EndpointState
     engine: EngineSpec
     conn: MetricsConnection
+    memo: PageMemo
     failures: int = 0
     problem: str = ""  # last logged problem, so a persistent one is logged once, not 20 times a second
 
@@ -90,9 +118,11 @@ class ScraperManager:
         max_backoff: float = 2.0,
         spec: ScrapeSpec | None = None,
         max_body_bytes: int = 16 * 1024 * 1024,
+        phase: Callable[[str, float], float] = scrape_phase,
     ) -> None:
         """``interval``: the base tick (``--refresh-metrics-interval``) the spec's interval is rounded to;
-        ``spec``: what to scrape (default: plain HTTP ``/metrics``, the built-in engines)."""
+        ``spec``: what to scrape (default: plain HTTP ``/metrics``, the built-in engines); ``phase``:
+        each endpoint's offset into the interval (tests that count ticks pass one that is always 0)."""
         if interval <= 0 or timeout <= 0 or max_backoff < interval:
             raise ValueError(
                 f"scrape interval ({interval}) and timeout ({timeout}) must be > 0 "
@@ -107,6 +137,7 @@ class ScraperManager:
         self._spec = spec or ScrapeSpec()
         self._interval = self._effective_interval()
         self._max_body = max_body_bytes
+        self._phase = phase
         self._errors = {reason: metrics.scrape_errors.labels(reason=reason) for reason in _REASONS}
         self._tasks: dict[str, tuple[_Target, asyncio.Task[None]]] = {}
         self._retiring: set[asyncio.Task[None]] = set()
@@ -197,7 +228,7 @@ class ScraperManager:
         transport = self._spec.transport
         port = transport.port or ep.metrics_port
         conn = MetricsConnection(ep.address, port, transport.path, tls=self._spec.tls, max_body=self._max_body)
-        return _Target(state, self._engine(state), conn)
+        return _Target(state, self._engine(state), conn, PageMemo())
 
     def _retire(self, task: asyncio.Task[None]) -> None:
         task.cancel()
@@ -214,9 +245,12 @@ class ScraperManager:
 
     async def _poll(self, target: _Target) -> None:
         duration = self._metrics.scrape_duration
+        clock = self._clock
         key = target.state.endpoint.key
+        phase = self._phase(key, self._interval)
         try:
             while True:
+                due = clock.now()
                 started = time.perf_counter()
                 try:
                     await self._scrape(target)
@@ -237,7 +271,10 @@ class ScraperManager:
                 delay = self._interval
                 if target.failures:  # a configured interval above max_backoff is never shortened
                     delay = min(max(self._max_backoff, delay), delay * 2.0**target.failures)
-                await self._clock.sleep(delay)
+                delay, phase = delay + phase, 0.0  # the first wait puts the endpoint on its phase
+                # Start to start, but never less than half the interval: a loop too busy to keep up
+                # sheds scrapes instead of queueing them back to back in front of requests.
+                await clock.sleep(max(delay / 2, due + delay - clock.now()))
         finally:
             target.conn.close()
 
@@ -259,13 +296,17 @@ class ScraperManager:
         body = await self._fetch(target.conn)
         state = target.state
         try:
-            extraction = read(body, target.engine, previous=state.metrics, updated_at=self._clock.now())
+            extraction = read(
+                body, target.engine, previous=state.metrics, updated_at=self._clock.now(), memo=target.memo
+            )
         except Exception as e:  # parser bugs must cost one poll, not the task
             _log.exception("Metrics parse failed", extra={"endpoint": state.endpoint.key})
             raise _ScrapeError("parse", f"{type(e).__name__}: {e}") from e
         if extraction.updated:
-            state.metrics = extraction.snapshot
-            state.health.scrape_ok(extraction.snapshot.updated_at)
+            snapshot = state.metrics = extraction.snapshot
+            state.health.scrape_ok(snapshot.updated_at)
+            if snapshot.scrape_interval:
+                self._metrics.scrape_interval.labels(engine=target.engine.name).observe(snapshot.scrape_interval)
         if extraction.errors:
             problem = "; ".join(extraction.errors)
             if not extraction.updated:

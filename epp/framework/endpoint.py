@@ -72,6 +72,9 @@ class MetricsSnapshot:
     cache_block_size: int = 0
     cache_num_blocks: int = 0
     updated_at: float = 0.0
+    scrape_interval: float = 0.0
+    """Seconds from the previous successful scrape to this one (the interval achieved, failures
+    included); 0 until the second."""
     custom: Mapping[str, float] = field(default_factory=lambda: _NO_CUSTOM)
     """Engine-specific scalars by attribute key (``customMetrics`` of ``core-metrics-extractor``'s
     ``engineConfigs``), for plugins that want them; no in-tree plugin reads them yet."""

@@ -6,6 +6,11 @@ msgspec either positionally (``[ts, [...], rank]``, events ``[tag, f1, ...]``) o
 captures mix them, so each level is read whichever way it comes (as llm-d's vLLM adapter does).
 Positional fields are read with length guards: a missing trailing field is null, extra fields
 are ignored. Anything else raises :class:`EventDecodeError` naming what was wrong.
+
+Every field vLLM 0.32 sends is taken (a real engine's ``BlockStored`` carries ``medium``,
+``lora_name``, ``extra_keys``, ``group_idx`` and ``kv_cache_spec_kind``, which the index needs to
+know which blocks it can reproduce from token ids); ``lora_id`` (deprecated) and
+``kv_cache_spec_sliding_window`` are read past and dropped.
 """
 
 from __future__ import annotations
@@ -33,12 +38,19 @@ class BlockStored:
     block_size: int
     lora_name: str | None = None
     medium: str | None = None
+    extra_keys: tuple[tuple[Any, ...] | None, ...] | None = None
+    """Per block, what vLLM hashed beside the tokens (the LoRA name, multimodal items, a cache salt), or null."""
+    group_idx: int | None = None
+    """The KV-cache group (hybrid models have several)."""
+    kv_cache_spec_kind: str | None = None
+    """The group's attention kind (``full_attention``, ``sliding_window``, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
 class BlockRemoved:
     block_hashes: tuple[BlockHash, ...]
     medium: str | None = None
+    group_idx: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +69,20 @@ class EventBatch:
 
 
 # Field order of the positional form (after the tag), per vLLM's struct declarations.
-_STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name")
-_REMOVED_FIELDS = ("block_hashes", "medium")
+_STORED_FIELDS = (
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+    "lora_name",
+    "extra_keys",
+    "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+)
+_REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
 _BATCH_FIELDS = ("ts", "events", "data_parallel_rank")
 
 
@@ -82,6 +106,24 @@ def _hashes(value: Any, what: str) -> tuple[BlockHash, ...]:
     return tuple(value)
 
 
+def _extra_keys(value: Any, blocks: int, what: str) -> tuple[tuple[Any, ...] | None, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or len(value) != blocks:
+        raise EventDecodeError(f"{what}.extra_keys: expected null or one entry per block ({blocks})")
+    if not all(k is None or isinstance(k, list | tuple) for k in value):
+        raise EventDecodeError(f"{what}.extra_keys: each entry must be null or a list")
+    return tuple(None if k is None else tuple(k) for k in value)
+
+
+def _group(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise EventDecodeError(f"{what}.group_idx: expected null or a non-negative int, got {value!r}")
+    return value
+
+
 def _event(raw: Any, what: str) -> Event:
     tag = raw[0] if isinstance(raw, list | tuple) and raw else raw.get("type") if isinstance(raw, Mapping) else None
     if tag == "BlockStored":
@@ -97,18 +139,27 @@ def _event(raw: Any, what: str) -> Event:
             raise EventDecodeError(f"{what}.parent_block_hash: expected an int, bytes or null")
         lora = f.get("lora_name")
         medium = f.get("medium")
+        hashes = _hashes(f.get("block_hashes"), what)
+        kind = f.get("kv_cache_spec_kind")
         return BlockStored(
-            block_hashes=_hashes(f.get("block_hashes"), what),
+            block_hashes=hashes,
             parent_block_hash=parent,
             token_ids=tuple(tokens),
             block_size=block_size,
             lora_name=lora if isinstance(lora, str) and lora else None,
             medium=medium if isinstance(medium, str) else None,
+            extra_keys=_extra_keys(f.get("extra_keys"), len(hashes), what),
+            group_idx=_group(f.get("group_idx"), what),
+            kv_cache_spec_kind=kind if isinstance(kind, str) else None,
         )
     if tag == "BlockRemoved":
         _, f = _fields(raw, _REMOVED_FIELDS, what)
         medium = f.get("medium")
-        return BlockRemoved(_hashes(f.get("block_hashes"), what), medium if isinstance(medium, str) else None)
+        return BlockRemoved(
+            _hashes(f.get("block_hashes"), what),
+            medium if isinstance(medium, str) else None,
+            _group(f.get("group_idx"), what),
+        )
     if tag == "AllBlocksCleared":
         return AllBlocksCleared()
     raise EventDecodeError(f"{what}: unknown event type {tag!r}")

@@ -12,6 +12,11 @@ request it just routed as held by that endpoint until a deadline, so the next re
 prefix follows it before the engine's BlockStored arrives; they expire on their own and never
 count as engine blocks.
 
+Only blocks whose key the picker can rebuild from token ids are indexed: a block vLLM hashed
+with more than its tokens and adapter (``extra_keys`` naming multimodal items or a cache salt)
+ends the stored run there, and groups that are not full attention (a hybrid model's sliding
+window) are skipped, as llm-d skips groups that are not prefix-indexable.
+
 Memory is bounded by ``max_entries`` engine blocks over all endpoints (beyond it, the storing
 endpoint's oldest blocks are forgotten: a forgotten block only costs a miss); dropping an
 endpoint frees its whole map at once.
@@ -29,6 +34,18 @@ from epp.kvevents.decode import BlockHash, BlockStored
 __all__ = ["KvBlockIndex", "block_keys", "chain_seed"]
 
 _GPU = "GPU"
+_FULL_ATTENTION = "full_attention"
+
+
+def _plain_blocks(event: BlockStored) -> int:
+    """Leading blocks of ``event`` keyed by tokens (and the adapter) alone: vLLM hashed nothing else in."""
+    extra = event.extra_keys
+    if extra is None:
+        return len(event.block_hashes)
+    for i, keys in enumerate(extra):
+        if keys and tuple(keys) != (event.lora_name,):
+            return i
+    return len(event.block_hashes)
 
 
 def chain_seed(model: str) -> int:
@@ -91,10 +108,13 @@ class KvBlockIndex:
         """Index a BlockStored event for ``pod``; False (and counted) when it cannot be indexed."""
         bs = self.block_size
         per_block = event.block_size // bs
+        plain = _plain_blocks(event)
         if (
             (event.medium is not None and event.medium != _GPU)
+            or (event.kv_cache_spec_kind is not None and event.kv_cache_spec_kind != _FULL_ATTENTION)
             or event.block_size % bs
             or len(event.token_ids) != len(event.block_hashes) * event.block_size
+            or plain == 0
         ):
             self.skipped += 1
             return False
@@ -109,9 +129,9 @@ class KvBlockIndex:
                 self.skipped += 1
                 return False
             parent = parent_keys[-1]
-        keys = block_keys(event.token_ids, bs, parent)
+        keys = block_keys(event.token_ids[: plain * event.block_size], bs, parent)
         engine, refs = entry.engine, entry.refs
-        for i, engine_hash in enumerate(event.block_hashes):
+        for i, engine_hash in enumerate(event.block_hashes[:plain]):
             mine = tuple(keys[i * per_block : (i + 1) * per_block])
             old = engine.pop(engine_hash, None)
             if old is not None:

@@ -28,8 +28,9 @@ import time
 import zmq
 import zmq.asyncio
 
-from epp.kvevents.decode import AllBlocksCleared, BlockRemoved, BlockStored, EventDecodeError, decode_batch
+from epp.kvevents.decode import EventDecodeError
 from epp.kvevents.index import KvBlockIndex
+from epp.kvevents.ingest import SourceCounts, apply_message
 
 __all__ = ["Subscriber"]
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 _END_OF_REPLAY = b"\xff" * 8
 
 
-class Subscriber:
+class Subscriber(SourceCounts):
     """Feeds ``index`` under ``pod`` from ``endpoint`` (``tcp://ip:port``); :meth:`run` until cancelled."""
 
     def __init__(
@@ -54,9 +55,9 @@ class Subscriber:
         replay_timeout: float = 2.0,
         replay_cooldown: float = 30.0,
     ) -> None:
+        super().__init__(pod, endpoint)
         self._context = context
         self._index = index
-        self.pod = pod
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
         self._topic_filter = topic_filter.encode()
@@ -64,17 +65,6 @@ class Subscriber:
         self._replay_timeout = replay_timeout
         self._replay_cooldown = replay_cooldown
         self._replay_after = 0.0
-        self.last_seq: int | None = None
-        # Counts since this subscriber started, exported per endpoint (``EppMetrics.set_kv_events``):
-        self.messages = 0
-        """Messages received live (malformed ones included; replayed ones are not)."""
-        self.gaps = 0
-        self.restarts = 0
-        self.decode_errors = 0
-        self.replays = 0
-        self.disconnects = 0
-        self.reconnections = 0
-        """Sockets rebuilt after a ZMQ error (ZMQ's own reconnects of a dropped peer are :attr:`disconnects`)."""
 
     async def run(self) -> None:
         while True:
@@ -143,24 +133,10 @@ class Subscriber:
 
     def _apply(self, topic: bytes, payload: bytes) -> None:
         try:
-            batch = decode_batch(payload)
+            apply_message(self._index, self.pod, topic, payload)
         except EventDecodeError as e:
             self.decode_errors += 1
             self._unknown(f"undecodable payload: {e}")
-            return
-        parts = topic.decode("utf-8", "replace").split("@", 2)
-        model = parts[2] if len(parts) == 3 else ""
-        index, pod = self._index, self.pod
-        for event in batch.events:
-            if isinstance(event, BlockStored):
-                if event.lora_name or model:
-                    index.stored(pod, model, event)
-                else:
-                    index.skipped += 1
-            elif isinstance(event, BlockRemoved):
-                index.removed(pod, event.block_hashes)
-            elif isinstance(event, AllBlocksCleared):
-                index.clear(pod)
 
     async def _replay(self, start: int, until: int, topic: bytes) -> bool:
         """Fetch and apply messages ``start..until-1`` from the replay socket; True when all came."""

@@ -14,15 +14,16 @@ With ``speculativeIndexing`` (llm-d's, off by default) PreRequest records the re
 the chosen endpoint for ``speculativeTTL`` (2 s), so requests sharing a prefix follow the first
 one before its BlockStored events arrive (without it, a burst on a new prefix scatters by load).
 
-Settings this picker does not have are refused by name: central mode (``zmqEndpoint``,
-``discoverPods: false``), Redis or cost-aware indexes, CPU tiers (``kvCacheBackendConfigs``),
-``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``).
+Settings this picker does not have are refused by name: Redis or cost-aware indexes, CPU tiers
+(``kvCacheBackendConfigs``), ``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``); so is
+``discoverPods: false`` without a ``zmqEndpoint`` (no events would ever arrive).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -34,7 +35,9 @@ from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, 
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
+from epp.kvevents.central import CentralReceiver
 from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
+from epp.kvevents.ingest import SourceCounts
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
 from epp.plugins._params import Params
@@ -45,6 +48,7 @@ TYPE = "precise-prefix-cache-producer"
 log = logging.getLogger(__name__)
 
 DEFAULT_POD_SELECTOR = "llm-d.ai/inference-serving=true"
+_ZMQ_ENDPOINT = re.compile(r"(tcp://(\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}|ipc://.+)")
 
 
 class PrecisePrefixCacheProducer(NamedPlugin):
@@ -66,6 +70,8 @@ class PrecisePrefixCacheProducer(NamedPlugin):
         replay_port: int = 0,
         max_prefix_blocks: int = 4096,
         speculative_ttl: float | None = None,
+        zmq_endpoint: str = "",
+        discover_pods: bool = True,
     ) -> None:
         super().__init__(name)
         self.block_size_tokens = block_size_tokens
@@ -78,7 +84,12 @@ class PrecisePrefixCacheProducer(NamedPlugin):
         self.max_prefix_blocks = max_prefix_blocks
         self.speculative_ttl = speculative_ttl
         """Seconds a routed request's keys count as held by its endpoint; None: no speculative indexing."""
+        self.zmq_endpoint = zmq_endpoint
+        """Central mode: the address this picker binds for every engine to connect to; "" for none."""
+        self.discover_pods = discover_pods
         self.subscribers: dict[str, Subscriber] = {}
+        self.central: CentralReceiver | None = None
+        self._central_task: asyncio.Task[None] | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._context: zmq.asyncio.Context | None = None
         self._cycle_key = f"{TYPE}/{name}/keys"
@@ -89,17 +100,21 @@ class PrecisePrefixCacheProducer(NamedPlugin):
     def endpoints_added(self, states: Sequence[EndpointState]) -> None:
         if self._closed:
             return
+        if self.zmq_endpoint:
+            central = self._central_receiver()
+            for state in states:
+                central.attribute(state.endpoint.hostport, state.endpoint.key)
+        if not self.discover_pods:
+            return
         for state in states:
             endpoint = state.endpoint
             key = endpoint.key
             if key in self._tasks or not self.pod_selector.matches(endpoint.labels):
                 continue
-            if self._context is None:
-                self._context = zmq.asyncio.Context()
             host = f"[{endpoint.address}]" if ":" in endpoint.address else endpoint.address
             replay = f"tcp://{host}:{self.replay_port + endpoint.rank}" if self.replay_port > 0 else None
             subscriber = Subscriber(
-                self._context,
+                self._zmq_context(),
                 self.index,
                 pod=key,
                 endpoint=f"tcp://{host}:{self.socket_port + endpoint.rank}",
@@ -111,18 +126,54 @@ class PrecisePrefixCacheProducer(NamedPlugin):
             task.add_done_callback(_report)
             self._tasks[key] = task
 
+    def _zmq_context(self) -> zmq.asyncio.Context:
+        if self._context is None:
+            self._context = zmq.asyncio.Context()
+        return self._context
+
+    def _central_receiver(self) -> CentralReceiver:
+        """The central socket, bound (on its own task) the first time the pool's endpoints are known."""
+        if self.central is None:
+            self.central = CentralReceiver(
+                self._zmq_context(), self.index, endpoint=self.zmq_endpoint, topic_filter=self.topic_filter
+            )
+            task = asyncio.get_running_loop().create_task(
+                self.central.run(), name=f"kv-events central {self.typed_name.name}"
+            )
+            task.add_done_callback(_report)
+            self._central_task = task
+        return self.central
+
     def endpoints_removed(self, keys: Collection[str]) -> None:
         for key in keys:
             task = self._tasks.pop(key, None)
             if task is not None:
                 task.cancel()
             self.subscribers.pop(key, None)
+            if self.central is not None:
+                self.central.forget(key)
             self.index.clear(key)
+
+    def event_sources(self) -> list[SourceCounts]:
+        """Per-endpoint counts of every source: the dialled subscribers, and each engine heard centrally."""
+        sources: list[SourceCounts] = list(self.subscribers.values())
+        if self.central is not None:
+            sources.extend(self.central.streams.values())
+        return sources
+
+    @property
+    def active_subscribers(self) -> int:
+        """ZMQ subscriber sockets managed: one per dialled endpoint, plus the central one (as llm-d counts)."""
+        return len(self.subscribers) + (self.central is not None)
 
     async def aclose(self) -> None:
         self._closed = True
         tasks = list(self._tasks.values())
         self.endpoints_removed(list(self._tasks))
+        central, self._central_task = self._central_task, None
+        if central is not None:
+            central.cancel()
+            tasks.append(central)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         context, self._context = self._context, None
@@ -230,12 +281,21 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
             block_index.done()
         indexer.done()
     topic, selector, port, replay = "kv@", parse_selector(DEFAULT_POD_SELECTOR), 5557, 0
+    central, discover = "", True
     events = p.nested("kvEventsConfig")
     if events is not None:
-        if events.text("zmqEndpoint"):
-            raise _refuse("kvEventsConfig.zmqEndpoint", "central mode (pods connecting to the picker)")
-        if not events.boolean("discoverPods", True):
-            raise _refuse("kvEventsConfig.discoverPods", "false (central mode)")
+        central = events.text("zmqEndpoint") or ""
+        if central and not _ZMQ_ENDPOINT.fullmatch(central):
+            raise PluginConfigError(
+                f"{plugin_type}.parameters.kvEventsConfig.zmqEndpoint: {central!r} is not a ZMQ endpoint "
+                "the picker can bind (tcp://<host or *>:<port>, or ipc://<path>)"
+            )
+        discover = events.boolean("discoverPods", True)
+        if not discover and not central:
+            raise PluginConfigError(
+                f"{plugin_type}.parameters.kvEventsConfig.discoverPods: false needs a zmqEndpoint "
+                "(central mode), else no KV events would ever arrive"
+            )
         topic_filter = events.text("topicFilter")
         topic = topic if topic_filter is None else topic_filter
         events.choice("engineType", "vllm", ("vllm", "sglang"))  # one decoder reads both (SGLang's is positional)
@@ -268,4 +328,6 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
         socket_port=port,
         replay_port=max(replay, 0),
         speculative_ttl=ttl if speculative else None,
+        zmq_endpoint=central,
+        discover_pods=discover,
     )

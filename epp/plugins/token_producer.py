@@ -169,7 +169,9 @@ class TokenProducer(NamedPlugin):
         else:
             request = {"model": model, "prompt": payload}
             path = "/v1/completions/render"
-        response = await client.post(self.url + path, content=orjson.dumps(request))
+        # vLLM refuses a body without this header (400 "Unsupported Media Type"): found against a real one.
+        headers = {"Content-Type": "application/json"}
+        response = await client.post(self.url + path, content=orjson.dumps(request), headers=headers)
         if response.status_code != 200:
             raise TokenizationError(f"{path} answered {response.status_code}: {response.text[:200]}")
         doc = response.json()

@@ -169,7 +169,8 @@ class Pipeline:
                 candidates = await recorder.admit(
                     self._admission, request, functools.partial(self._candidates, ctx.subset, recorder)
                 )
-                await self._produce(request, recorder)
+                if self._producers:
+                    await self._produce(request, recorder)
                 decision = self._schedule(request, candidates, recorder)
             recorder.routed(request, decision, self.config.in_flight)
         ctx.decision = decision

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from epp import __version__
 from epp.config.options import MetricsNaming
 from epp.kvevents.index import KvBlockIndex
-from epp.kvevents.subscriber import Subscriber
+from epp.kvevents.ingest import SourceCounts
 from epp.telemetry.families import Families, Names
 from epp.telemetry.series import Counter, Gauge, Histogram
 
@@ -48,6 +48,7 @@ _OVERHEAD_BUCKETS = (
     0.05, 0.1, 0.25,
 )  # fmt: skip
 _SCRAPE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_SCRAPE_INTERVAL_BUCKETS = (0.025, 0.05, 0.055, 0.06, 0.0667, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 5.0)
 
 _OBJECTIVE = ("model_name", "target_model_name")
 _REQUEST = (*_OBJECTIVE, "fairness_id", "priority")
@@ -398,6 +399,30 @@ class EppMetrics:
             buckets=_SCRAPE_BUCKETS,
             registry=r,
         )
+        self.scrape_interval = Histogram(
+            "epp_scrape_interval_seconds",
+            "Seconds between two successful scrapes of the same model server (the interval achieved).",
+            ("engine",),
+            buckets=_SCRAPE_INTERVAL_BUCKETS,
+            registry=r,
+        )
+        self.endpoint_scrape_interval = Gauge(
+            "epp_endpoint_scrape_interval_seconds",
+            "Per endpoint: seconds between its last two successful scrapes (absent until two).",
+            ("name", "model_server_endpoint"),
+            registry=r,
+        )
+        self.endpoint_metrics_age = Gauge(
+            "epp_endpoint_metrics_age_seconds",
+            "Per endpoint: seconds since its last successful scrape (absent until one).",
+            ("name", "model_server_endpoint"),
+            registry=r,
+        )
+        self.scrape_worker_restarts = Counter(
+            "epp_scrape_worker_restarts_total",
+            "Times the scrape worker process (--metrics-scrape-process) ended and was started again.",
+            registry=r,
+        )
         self.scrape_errors = Counter(
             "epp_scrape_errors_total",
             "Failed /metrics scrapes of model servers, by reason (timeout, http, connect, parse).",
@@ -533,6 +558,12 @@ class EppMetrics:
             "index's, a tier other than GPU, no model in the topic).",
             registry=r,
         )
+        self.kv_events_unattributed = Counter(
+            "epp_kv_events_unattributed_total",
+            "KV-event messages on the central socket (zmqEndpoint) whose topic kv@<ip>:<port>@<model> names "
+            "no endpoint of the pool: dropped.",
+            registry=r,
+        )
         self.kv_events_index_blocks = Gauge(
             "epp_kv_events_index_blocks",
             "Engine KV blocks the precise prefix index holds for each endpoint, from its KV events.",
@@ -560,17 +591,19 @@ class EppMetrics:
             family.labels(name, type_name).set(size)
         self._prefix_plugins = set(sizes)
 
-    def set_kv_events(self, subscribers: Iterable[Subscriber], indexes: Iterable[KvBlockIndex]) -> None:
-        """Mirror the KV-event subscribers' counts and the precise indexes' sizes (summed per endpoint).
+    def set_kv_events(
+        self, sources: Iterable[SourceCounts], indexes: Iterable[KvBlockIndex], *, active: int, unattributed: int = 0
+    ) -> None:
+        """Mirror the KV-event sources' counts and the precise indexes' sizes (summed per endpoint).
 
-        The counts live on the subscribers (plain increments on their tasks); a subscriber made
-        anew (a configuration reload, an endpoint back) starts from 0, which Prometheus reads as a
-        counter reset. Endpoints without a subscriber lose their series, as llm-d's do.
+        The counts live on the sources (plain increments on their tasks): a dialled subscriber per
+        endpoint, or one stream per engine heard on the central socket; one made anew (a
+        configuration reload, an endpoint back) starts from 0, which Prometheus reads as a counter
+        reset. Endpoints without a source lose their series, as llm-d's do. ``active`` is the
+        number of subscriber sockets, ``unattributed`` the central sockets' dropped messages.
         """
         totals: dict[str, list[int]] = {}
-        active = 0
-        for subscriber in subscribers:
-            active += 1
+        for subscriber in sources:
             counts = totals.setdefault(subscriber.pod, [0] * len(self._kv_event_counts))
             for i, (attribute, _) in enumerate(self._kv_event_counts):
                 counts[i] += getattr(subscriber, attribute)
@@ -583,6 +616,7 @@ class EppMetrics:
             for pod in index.endpoints():
                 blocks[pod] = blocks.get(pod, 0) + index.blocks(pod)
         self.kv_events_stores_skipped.mirror(skipped)
+        self.kv_events_unattributed.mirror(unattributed)
         for gone in self._kv_event_pods - blocks.keys():
             for _, series in self._kv_event_counts:
                 series.remove(gone)

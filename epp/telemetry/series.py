@@ -83,6 +83,14 @@ class HistogramValue:
         self.counts[bisect_left(self._bounds, value)] += 1
         self.sum += value
 
+    def add(self, counts: Sequence[int], total: float) -> None:
+        """Fold in observations made elsewhere (per-bucket counts over the same bounds, and their sum)."""
+        if len(counts) != len(self.counts):
+            raise ValueError(f"{len(counts)} bucket counts for a histogram of {len(self.counts)}")
+        for i, n in enumerate(counts):
+            self.counts[i] += n
+        self.sum += total
+
 
 ValueT = TypeVar("ValueT", CounterValue, GaugeValue, HistogramValue)
 ScalarT = TypeVar("ScalarT", CounterValue, GaugeValue)
@@ -129,6 +137,10 @@ class Series(Collector, Generic[ValueT]):
 
     def remove(self, *values: str) -> None:
         self._series.pop(values, None)
+
+    def items(self) -> list[tuple[tuple[str, ...], ValueT]]:
+        """Every series with its label values (``()`` for an unlabelled metric), as of now."""
+        return list(self._all())
 
     def _only(self) -> ValueT:
         if self._unlabelled is None:

@@ -1,4 +1,5 @@
-"""Test doubles for the autoscaler's two seams: an in-memory Cluster and a pinned MetricsSource."""
+"""Test doubles for the autoscaler's two I/O seams (for its pure logic; the loop itself is tested
+against the fake API server in test_e2e): an in-memory Cluster and a pinned MetricsSource."""
 
 from __future__ import annotations
 
@@ -6,9 +7,29 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from epp.autoscale.inputs import PodTarget
+from epp.autoscale.inputs import ModelSignals, PodTarget
 from epp.autoscale.types import ModelKey, ReplicaMetrics, VariantKey
 from epp.kube.client import KubeUnavailableError
+
+
+def annotated_hpa(
+    ns: str, name: str, *, model: str = "llama", cost: str = "10", target: str = "", **spec: Any
+) -> dict[str, Any]:
+    """An HPA declaring a variant the WVA v0.9 way."""
+    return {
+        "metadata": {
+            "namespace": ns,
+            "name": name,
+            "uid": f"uid-hpa-{name}",
+            "annotations": {"llm-d.ai/managed": "true", "llm-d.ai/model-id": model, "llm-d.ai/variant-cost": cost},
+        },
+        "spec": {
+            "scaleTargetRef": {"kind": "Deployment", "name": target or name},
+            "minReplicas": 1,
+            "maxReplicas": 10,
+            **spec,
+        },
+    }
 
 
 def va(
@@ -40,11 +61,14 @@ class FakeCluster:
 
     def __init__(self) -> None:
         self.vas: dict[VariantKey, dict[str, Any]] = {}
+        self.hpas: list[dict[str, Any]] = []
+        self.scaled_objects: list[dict[str, Any]] | None = None
+        self.events: list[tuple[str, dict[str, Any]]] = []
         self.deployments: dict[tuple[str, str], dict[str, Any]] = {}
         self.extra_pods: list[dict[str, Any]] = []
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
         self.status_patches: list[tuple[VariantKey, dict[str, Any]]] = []
-        self.scales: list[tuple[str, str, int]] = []
+        self.scales: list[tuple[str, str, int]] = []  # (namespace, name, replicas)
         self.fail_status_for: set[VariantKey] = set()
 
     def add_va(self, obj: dict[str, Any]) -> None:
@@ -52,13 +76,20 @@ class FakeCluster:
         self.vas[VariantKey(m["namespace"], m["name"])] = obj
 
     def set_deployment(
-        self, ns: str, name: str, *, spec: int, status: int | None = None, ready: int | None = None
+        self,
+        ns: str,
+        name: str,
+        *,
+        spec: int,
+        status: int | None = None,
+        ready: int | None = None,
+        template: dict[str, Any] | None = None,
     ) -> None:
         status = spec if status is None else status
         ready = status if ready is None else ready
         self.deployments[(ns, name)] = {
             "metadata": {"namespace": ns, "name": name, "uid": f"uid-{ns}-{name}", "generation": 1},
-            "spec": {"replicas": spec, "selector": {"matchLabels": {"app": name}}},
+            "spec": {"replicas": spec, "selector": {"matchLabels": {"app": name}}, "template": template or {}},
             "status": {"replicas": status, "readyReplicas": ready, "observedGeneration": 1},
         }
 
@@ -66,8 +97,18 @@ class FakeCluster:
         dep = self.deployments[(ns, name)]
         return [f"{name}-rs-{i}" for i in range(dep["status"]["replicas"])]
 
-    async def list_variant_autoscalings(self) -> list[Mapping[str, Any]]:
-        return [copy.deepcopy(v) for v in self.vas.values()]
+    async def list_variant_autoscalings(self) -> list[Mapping[str, Any]] | None:
+        """None when no VA was ever added: the CRD is not installed."""
+        return [copy.deepcopy(v) for v in self.vas.values()] if self.vas else None
+
+    async def list_hpas(self) -> list[Mapping[str, Any]]:
+        return copy.deepcopy(self.hpas)
+
+    async def list_scaled_objects(self) -> list[Mapping[str, Any]] | None:
+        return copy.deepcopy(self.scaled_objects)
+
+    async def list_leaderworkersets(self, namespace: str) -> list[Mapping[str, Any]]:
+        return []
 
     async def list_deployments(self, namespace: str) -> list[Mapping[str, Any]]:
         return [copy.deepcopy(d) for (ns, _), d in self.deployments.items() if ns == namespace]
@@ -122,9 +163,17 @@ class FakeCluster:
         obj = self.vas[key]
         obj.setdefault("status", {}).update(copy.deepcopy(dict(status)))
 
-    async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+    async def scale(self, namespace: str, kind: str, name: str, replicas: int) -> None:
         self.scales.append((namespace, name, replicas))
         self.deployments[(namespace, name)]["spec"]["replicas"] = replicas
+
+    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        self.events.append((namespace, copy.deepcopy(dict(event))))
+
+    async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        for ns, event in self.events:
+            if ns == namespace and event["metadata"]["name"] == name:
+                event.update(patch)
 
 
 class PinnedSource:
@@ -139,13 +188,16 @@ class PinnedSource:
         for p in pods:
             self.load[(ns, p)] = (kv, queue)
 
-    async def collect(self, key: ModelKey, pods: Sequence[PodTarget]) -> dict[str, ReplicaMetrics]:
+    async def collect(self, key: ModelKey, pods: Sequence[PodTarget]) -> list[ReplicaMetrics]:
         self.asked.append((key, sorted(p.name for p in pods)))
-        return {
-            p.name: ReplicaMetrics(p.name, *self.load[(p.namespace, p.name)])
+        return [
+            ReplicaMetrics(p.name, *self.load[(p.namespace, p.name)])
             for p in pods
             if (p.namespace, p.name) in self.load
-        }
+        ]
 
     async def idle(self, key: ModelKey, pods: Sequence[PodTarget], window: float) -> bool | None:
         return self.idle_answer
+
+    async def model_signals(self, key: ModelKey) -> ModelSignals | None:
+        return None

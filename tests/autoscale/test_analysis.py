@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from epp.autoscale.analysis import Reason, VariantInput, analyze_saturation, decide
-from epp.autoscale.thresholds import SaturationConfig
+from epp.autoscale.analysis import VariantInput, analyze_saturation, decide
+from epp.autoscale.decision import Reason
+from epp.autoscale.saturation_config import SaturationConfig
 from epp.autoscale.types import ReplicaMetrics, VariantKey
 
 CFG = SaturationConfig()  # 0.80 / 5 / 0.10 / 3

@@ -1,4 +1,5 @@
-"""The controller cycle against an in-memory cluster and pinned load."""
+"""The controller cycle against an in-memory cluster and pinned load, under V1 (a ConfigMap without
+``analyzers``, upstream's opt-out) unless a test says otherwise; V2 is in test_controller_v2."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import pytest
 from autoscale_fakes import FakeCluster, PinnedSource, va
 from prometheus_client import CollectorRegistry
 
-from epp.autoscale.analysis import Reason
 from epp.autoscale.controller import Controller, ControllerOptions
+from epp.autoscale.decision import Reason
 from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
@@ -16,9 +17,18 @@ SATURATED = (0.9, 9.0)
 IDLE = (0.0, 0.0)
 
 
+V1_DEFAULT = "kvCacheThreshold: 0.80\nqueueLengthThreshold: 5\nkvSpareTrigger: 0.1\nqueueSpareTrigger: 3\n"
+
+
 def make(
-    cluster: FakeCluster, source: PinnedSource, **opts: object
+    cluster: FakeCluster, source: PinnedSource, *, v1: bool = True, **opts: object
 ) -> tuple[Controller, ManualClock, CollectorRegistry]:
+    if v1:
+        ns = str(opts.get("config_namespace", "workload-variant-autoscaler-system"))
+        cluster.configmaps[(ns, "wva-saturation-scaling-config")] = {
+            "metadata": {"resourceVersion": "v1"},
+            "data": {"default": V1_DEFAULT},
+        }
     clock = ManualClock()
     registry = CollectorRegistry()
     ctl = Controller(
@@ -211,7 +221,7 @@ async def test_invalid_va_gets_a_condition_and_others_still_run() -> None:
     saturate(cluster, source, "ns", "good")
     ctl, _, _ = make(cluster, source)
     out = await ctl.run_cycle()
-    assert "only Deployment is supported" in out[VariantKey("ns", "bad")].error
+    assert "only Deployment and LeaderWorkerSet are supported" in out[VariantKey("ns", "bad")].error
     cond = cluster.vas[VariantKey("ns", "bad")]["status"]["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("TargetResolved", "False", "InvalidSpec")
     good = out[VariantKey("ns", "good")].decision
@@ -230,12 +240,10 @@ async def test_missing_deployment_and_missing_accelerator() -> None:
     status = cluster.vas[VariantKey("ns", "noacc")]["status"]
     assert "desiredOptimizedAlloc" not in status
     assert {c["type"]: c["reason"] for c in status["conditions"]}["OptimizationReady"] == "AcceleratorMissing"
-    assert (
-        registry.get_sample_value(
-            "wva_desired_replicas", {"variant_name": "noacc", "namespace": "ns", "accelerator_type": ""}
-        )
-        is None
-    )
+    # the scaling signal is never withheld (upstream v0.9): the accelerator label says "unresolved"
+    assert gauge(registry, "wva_desired_replicas", "noacc", "ns", "unresolved") == 2
+    warnings = [e for _, e in cluster.events if e["reason"] == "AcceleratorNotResolved"]
+    assert [(e["type"], e["involvedObject"]["name"]) for e in warnings] == [("Warning", "noacc")]
 
 
 async def test_configmap_thresholds_per_namespace_and_last_good_kept() -> None:
@@ -258,10 +266,8 @@ async def test_configmap_thresholds_per_namespace_and_last_good_kept() -> None:
         "metadata": {"resourceVersion": "2"},
         "data": {"default": "kvCacheThreshold: 7"},
     }
-    cluster.set_deployment("ns", "a", spec=1)
-    cluster.vas[VariantKey("ns", "a")].pop("status")
     d = (await ctl.run_cycle())[VariantKey("ns", "a")].decision
-    assert d is not None and d.reason is Reason.SATURATED
+    assert d is not None and d.signals is not None and d.signals.required == 1.0  # the 0.65 map: scale-up wanted
 
 
 async def test_scale_to_zero_when_idle_and_enabled() -> None:

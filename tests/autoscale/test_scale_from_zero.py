@@ -5,10 +5,10 @@ from __future__ import annotations
 import aiohttp
 from autoscale_fakes import FakeCluster, PinnedSource, va
 
-from epp.autoscale.analysis import Reason
 from epp.autoscale.controller import Controller, ControllerOptions
+from epp.autoscale.decision import Reason
 from epp.autoscale.types import VariantKey
-from epp.autoscale.wake import QueueReader
+from epp.autoscale.wake import PickerReader
 from epp.clock import ManualClock
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_server import MetricsServer
@@ -28,12 +28,13 @@ async def test_the_picker_queue_wakes_the_variant_of_its_model() -> None:
     try:
         async with aiohttp.ClientSession() as session:
             urls = [f"http://127.0.0.1:{port}/metrics", "http://127.0.0.1:1/metrics"]  # one picker is down
+            clock = ManualClock()
             ctl = Controller(
                 cluster,
                 PinnedSource(),
-                clock=ManualClock(),
+                clock=clock,
                 options=ControllerOptions(),
-                wake=QueueReader(session, urls),
+                picker=PickerReader(session, urls, clock),
             )
             out = await ctl.run_cycle()
             assert out[VariantKey("ns", "llama")].decision.reason is Reason.INACTIVE  # type: ignore[union-attr]

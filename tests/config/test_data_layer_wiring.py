@@ -14,6 +14,7 @@ from epp.framework.datalayer import ScrapeSpec, Transport
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.plugins import register_in_tree
 from epp.telemetry.metrics import EppMetrics
+from epp_sim.precise_prefix import llm_d_precise_sample
 
 LLM_D = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
 GIE = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -122,51 +123,7 @@ def test_a_ca_bundle_that_is_not_used_is_reported_and_an_unreadable_one_rejects_
         load(LLM_D + text, registry)
 
 
-# The llm-d router's deploy/config/epp-precise-prefix-cache-config.yaml (@ebab6879), without its
-# decode-filter (a P/D-disaggregation filter this picker does not have).
-_PRECISE_SAMPLE = """
-plugins:
-  - type: token-producer
-    parameters:
-      modelName: hf-repo/model-name
-      vllm:
-        url: http://localhost:8000
-  - type: endpoint-notification-source
-  - type: metrics-data-source
-  - type: core-metrics-extractor
-  - type: single-profile-handler
-  - type: precise-prefix-cache-producer
-    parameters:
-      tokenProcessorConfig:
-        blockSize: 64
-      indexerConfig:
-        kvBlockIndexConfig:
-          enableMetrics: true
-  - type: prefix-cache-scorer
-    parameters:
-      prefixMatchInfoProducerName: precise-prefix-cache-producer
-  - type: kv-cache-utilization-scorer
-  - type: queue-scorer
-  - type: max-score-picker
-dataLayer:
-  sources:
-    - pluginRef: metrics-data-source
-      extractors:
-        - pluginRef: core-metrics-extractor
-    - pluginRef: endpoint-notification-source
-      extractors:
-        - pluginRef: precise-prefix-cache-producer
-schedulingProfiles:
-  - name: default
-    plugins:
-      - pluginRef: prefix-cache-scorer
-        weight: 2.0
-      - pluginRef: kv-cache-utilization-scorer
-        weight: 1.0
-      - pluginRef: queue-scorer
-        weight: 1.0
-      - pluginRef: max-score-picker
-"""
+_PRECISE_SAMPLE = llm_d_precise_sample()
 
 
 def test_upstream_precise_prefix_sample_loads_with_its_endpoint_notification_source(registry: PluginRegistry) -> None:
@@ -177,7 +134,7 @@ def test_upstream_precise_prefix_sample_loads_with_its_endpoint_notification_sou
     assert "llm_d_epp_kv_cache_index_*" in loaded.notices[0].detail
     setting = {"setting": "indexerConfig.kvBlockIndexConfig.enableMetrics"}
     assert metrics.registry.get_sample_value("epp_config_ignored_settings", setting) == 1
-    quiet = load(LLM_D + _PRECISE_SAMPLE.replace("enableMetrics: true", "enableMetrics: false"), registry)
+    quiet = load(LLM_D + llm_d_precise_sample(enable_metrics=False), registry)
     assert quiet.notices == ()
     spec = scrape(loaded)
     assert spec.engines.default_engine == "vllm"  # the metrics source is the scraped one, the other is not

@@ -113,7 +113,7 @@ def test_partial_results_keep_previous_values_for_what_did_not_parse() -> None:
     got = extract(parse(text, ENGINES["vllm"].names), ENGINES["vllm"], previous=previous, updated_at=9.0)
     assert got.updated
     assert got.snapshot == MetricsSnapshot(
-        waiting_queue=7, running=2, kv_cache_usage=0.9, max_adapters=4, updated_at=9.0
+        waiting_queue=7, running=2, kv_cache_usage=0.9, max_adapters=4, updated_at=9.0, scrape_interval=4.0
     )
     joined = " | ".join(got.errors)
     assert "vllm:num_requests_running" in joined and "kv_cache_usage" in joined

@@ -118,12 +118,47 @@ async def test_a_kept_alive_connection_the_server_dropped_is_retried_once_on_a_n
     async with scripted(fixed(b"ok"), close_after=1) as (port, connections):
         c = conn(port)
         assert await c.get() == b"ok"
-        await wait_until(lambda: c._reader is not None and c._reader.at_eof())
+        await wait_until(lambda: not c.connected)
         assert await c.get() == b"ok"
         assert connections == [1, 1]
     with pytest.raises(FetchError) as e:  # gone for good: the retry is refused too
         await c.get()
     assert e.value.unreachable
+
+
+async def test_a_kept_alive_connection_closed_as_the_get_is_sent_is_retried_once() -> None:
+    # The server reads the second request and closes without a byte of answer (it restarted,
+    # or timed the connection out just then): the GET goes again on a new connection.
+    async with scripted(lambda n: b"" if n == 2 else fixed(b"ok")(n), close_after=2) as (port, connections):
+        c = conn(port)
+        assert await c.get() == b"ok"
+        assert await c.get() == b"ok"
+        assert connections == [2, 1]
+        c.close()
+
+
+async def test_a_page_larger_than_the_buffer_and_a_head_that_never_ends() -> None:
+    page = b"vllm:x 1\n" * 40000  # 360 KB: the connection's buffer grows to take it, then serves smaller ones
+    async with scripted(lambda n: fixed(page if n == 1 else b"small")(n)) as (port, _):
+        c = conn(port)
+        assert await c.get() == page
+        assert await c.get() == b"small"
+        c.close()
+    async with scripted(lambda n: b"HTTP/1.1 200 OK\r\n" + b"X-Pad: y\r\n" * 10000) as (port, _):
+        with pytest.raises(FetchError, match="head over"):
+            await conn(port).get()
+
+
+async def test_bytes_sent_between_answers_drop_the_connection_not_the_memory() -> None:
+    # An answer followed by far more than anyone asked for: the connection is closed, the next GET
+    # gets a new one and its own answer.
+    async with scripted(lambda n: fixed(b"ok")(n) + b"x" * (1 << 20)) as (port, connections):
+        c = conn(port)
+        assert await c.get() == b"ok"
+        await wait_until(lambda: not c.connected)
+        assert await c.get() == b"ok"
+        assert connections == [1, 1]
+        c.close()
 
 
 async def test_a_body_without_framing_is_read_until_the_server_closes() -> None:

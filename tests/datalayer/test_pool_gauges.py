@@ -97,3 +97,28 @@ async def test_periodic_refresh_runs_on_the_injected_clock() -> None:
 def test_invalid_settings_are_rejected() -> None:
     with pytest.raises(ValueError, match="staleness"):
         PoolGauges(Datastore(), EppMetrics(), ManualClock(), staleness_threshold=0)
+
+
+def test_per_endpoint_metrics_age_and_scrape_interval_follow_the_clock_and_the_pool() -> None:
+    clock = ManualClock()
+    store, metrics = setup(clock)
+    p0 = store.endpoints()[0]
+    p0.metrics = MetricsSnapshot(updated_at=clock.now() - 0.1, scrape_interval=0.052)
+    store.upsert_pod(PodInfo("new", NS, "10.0.0.9", labels={"app": "vllm"}, ready=True))  # never scraped
+    gauges = PoolGauges(store, metrics, clock)
+    gauges.refresh()
+
+    def age(pod: str) -> float | None:
+        return value(metrics, "epp_endpoint_metrics_age_seconds", name="pool", model_server_endpoint=pod)
+
+    def interval(pod: str) -> float | None:
+        return value(metrics, "epp_endpoint_scrape_interval_seconds", name="pool", model_server_endpoint=pod)
+
+    assert age("p0-rank-0") == pytest.approx(0.1) and age("p2-rank-0") == pytest.approx(2.5)
+    assert interval("p0-rank-0") == 0.052 and interval("p1-rank-0") is None  # one scrape only: no interval yet
+    assert age("new-rank-0") is None and interval("new-rank-0") is None
+    clock.advance(1.0)
+    store.remove_pod(NS, "p0")
+    gauges.refresh()
+    assert age("p1-rank-0") == pytest.approx(2.9)
+    assert age("p0-rank-0") is None and interval("p0-rank-0") is None

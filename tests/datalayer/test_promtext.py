@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_metrics_fixture import VllmPage, render_vllm_metrics
 
-from epp.datalayer.promtext import MetricSelector, Sample, SelectorError, parse, parse_selector, select
+from epp.datalayer.promtext import MetricSelector, PageMemo, Sample, SelectorError, parse, parse_selector, select
 
 
 def reference(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -181,3 +181,55 @@ def test_select_prefers_matching_labels_then_latest_timestamp_then_last() -> Non
     untimed = [Sample({}, 1.0), Sample({}, 2.0)]
     assert select(untimed, MetricSelector("m")) == untimed[1]
     assert select(None, MetricSelector("m")) is None
+
+
+def test_a_longer_name_sharing_the_prefix_before_the_wanted_group_is_passed_over() -> None:
+    # The first line starting with "x" belongs to x_total's group; x's own group comes later.
+    text = "# TYPE x_total counter\nx_total 1\n# TYPE x gauge\nx 3\nx 4\n# TYPE y gauge\ny 5\n"
+    assert [s.value for s in parse(text, ["x"]).samples["x"]] == [3.0, 4.0]
+
+
+def _vllm_page(waiting: int, models: tuple[str, ...] = ("m",)) -> bytes:
+    return render_vllm_metrics(VllmPage(waiting=waiting, model_names=models)).encode()
+
+
+def test_a_memo_changes_nothing_in_the_result_while_the_page_moves() -> None:
+    names = [
+        "vllm:num_requests_waiting",
+        "vllm:lora_requests_info",
+        "vllm:cache_config_info",
+        "vllm:kv_cache_usage_perc",
+    ]
+    names.append("vllm:time_to_first_token_seconds_bucket")  # no TYPE line of its own: never remembered
+    memo = PageMemo()
+    pages = [_vllm_page(w) for w in (0, 7, 123456789)] + [_vllm_page(1, ("m", "sql-lora", "chat-lora"))]
+    pages.append(b"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 5\n")  # the layout changes
+    for page in pages + pages:
+        assert parse(page, names, memo) == parse(page, names)
+    assert "vllm:time_to_first_token_seconds_bucket" not in memo.offsets
+
+
+def test_a_memo_hint_is_trusted_only_below_the_names_own_header() -> None:
+    memo = PageMemo()
+    filler = b"".join(b'a{i="%d"} 1\n' % i for i in range(400))  # longer than the hint's slack
+    first = b"# TYPE a gauge\n" + filler + b"# TYPE b gauge\nb 2\n"
+    assert parse(first, ["b"], memo).samples["b"][0].value == 2.0
+    assert memo.offsets["b"] == first.index(b"b 2")
+    # Same size, no headers: a "b" line right at the hint is not under b's header, so the whole page
+    # is searched and the earlier sample is not skipped.
+    bare = b"b 9\n" + filler + b"b 7\n"
+    assert [s.value for s in parse(bare, ["b"], memo).samples["b"]] == [9.0, 7.0]
+    assert "b" not in memo.offsets
+    # b's group moved to the top: nothing after the hint, found by searching again and remembered.
+    moved = b"# TYPE b gauge\nb 3\n# TYPE a gauge\n" + filler
+    assert [s.value for s in parse(first, ["b"], memo).samples["b"]] == [2.0]
+    assert [s.value for s in parse(moved, ["b"], memo).samples["b"]] == [3.0]
+    assert memo.offsets["b"] == moved.index(b"b 3")
+
+
+def test_a_memo_keeps_label_sets_bounded() -> None:
+    memo = PageMemo()
+    for i in range(2000):
+        parse(f'm{{k="{i}"}} 1\n'.encode(), ["m"], memo)
+    assert 0 < len(memo.labels) <= 512
+    assert parse(b'm{k="v"} 2\n', ["m"], memo).samples["m"] == [Sample({"k": "v"}, 2.0, None)]

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 import pytest
 from aiohttp import web
 from vllm_metrics_fixture import VllmPage, render_vllm_metrics
 
 from epp.clock import ManualClock, SystemClock
-from epp.datalayer.scraper import ScraperManager
+from epp.datalayer.scraper import ScraperManager, Scrapers, scrape_phase
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import ENGINE_TYPE_LABEL, EndpointState
@@ -22,6 +23,12 @@ from epp.telemetry.metrics import EppMetrics
 from epp_sim.waits import wait_until
 
 NS = "llm"
+ScrapersT = TypeVar("ScrapersT", bound=Scrapers)
+
+
+def no_phase(key: str, interval: float) -> float:
+    """Every endpoint on the same phase, so tests count ticks of the interval exactly."""
+    return 0.0
 
 
 class ModelServer:
@@ -33,11 +40,13 @@ class ModelServer:
         self.status = 200
         self.hang = False
         self.hits = 0
+        self.before_answer: Callable[[], None] = lambda: None
         self._release = asyncio.Event()
         self._runner: web.AppRunner | None = None
 
     async def _handle(self, _request: web.Request) -> web.Response:
         self.hits += 1
+        self.before_answer()
         if self.hang:
             await self._release.wait()
         return web.Response(text=self.body, status=self.status, content_type="text/plain")
@@ -105,7 +114,7 @@ def scrape_tasks() -> set[str]:
 
 
 @contextlib.asynccontextmanager
-async def running(scraper: ScraperManager) -> AsyncIterator[ScraperManager]:
+async def running(scraper: ScrapersT) -> AsyncIterator[ScrapersT]:
     await scraper.start()
     try:
         yield scraper
@@ -119,7 +128,7 @@ async def test_snapshots_follow_the_servers_on_the_injected_clock() -> None:
     async with model_servers("127.0.0.2", "127.0.0.3") as (port, (s2, s3)):
         s3.body = render_vllm_metrics(VllmPage(waiting=1, running=2, kv_usage=0.125))
         store = make_store(port, ("a", "127.0.0.2"), ("b", "127.0.0.3"))
-        async with running(ScraperManager(store, clock, metrics)):
+        async with running(ScraperManager(store, clock, metrics, phase=no_phase)):
             await wait_until(lambda: all(s.metrics.updated_at == clock.now() for s in store.endpoints()))
             a, b = state(store, "a").metrics, state(store, "b").metrics
             assert (a.waiting_queue, a.running, a.kv_cache_usage, a.max_adapters) == (3, 12, 0.4375, 4)
@@ -139,7 +148,7 @@ async def test_dead_endpoint_backs_off_exponentially_up_to_the_cap_and_recovers(
     metrics = EppMetrics()
     async with model_servers("127.0.0.2") as (port, _):
         store = make_store(port, ("live", "127.0.0.2"), ("dead", "127.0.0.4"))
-        async with running(ScraperManager(store, clock, metrics, interval=0.05, max_backoff=1.0)):
+        async with running(ScraperManager(store, clock, metrics, interval=0.05, max_backoff=1.0, phase=no_phase)):
             for step in range(1, 8):
                 await wait_until(lambda: errors(metrics, "connect") == step and clock.sleepers == 2)  # noqa: B023
                 clock.advance(1.0)  # every sleeper's deadline has passed: each loop polls once
@@ -176,7 +185,7 @@ async def test_health_follows_scrapes_refused_unreachable_timeout_and_503_suspec
     metrics = EppMetrics()
     async with model_servers("127.0.0.2", "127.0.0.3") as (port, (failing, hanging)):
         store = make_store(port, ("failing", "127.0.0.2"), ("hanging", "127.0.0.3"), ("dead", "127.0.0.4"))
-        async with running(ScraperManager(store, clock, metrics, timeout=0.2)):
+        async with running(ScraperManager(store, clock, metrics, timeout=0.2, phase=no_phase)):
             await wait_until(lambda: state(store, "dead").health.state is Health.UNREACHABLE)
             await wait_until(lambda: clock.sleepers == 3)
             assert state(store, "failing").health.state is Health.HEALTHY
@@ -242,7 +251,7 @@ async def test_parse_problems_partial_page_updates_garbage_page_does_not() -> No
     async with model_servers("127.0.0.2") as (port, (server,)):
         server.body = 'vllm:num_requests_waiting{m="x"} 6\nvllm:num_requests_running{m="x"} 2\n'
         store = make_store(port, ("a", "127.0.0.2"))
-        async with running(ScraperManager(store, clock, metrics)):
+        async with running(ScraperManager(store, clock, metrics, phase=no_phase)):
             await wait_until(lambda: state(store, "a").metrics.updated_at == clock.now())
             assert state(store, "a").metrics.waiting_queue == 6
             assert errors(metrics, "parse") == 1  # KV usage missing: counted, fields that parsed applied
@@ -306,3 +315,31 @@ async def test_ipv6_endpoint_url_is_bracketed() -> None:
 async def test_invalid_settings_are_rejected(kw: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="scrape"):
         ScraperManager(Datastore(), ManualClock(), EppMetrics(), **kw)  # type: ignore[arg-type]
+
+
+def test_phases_are_stable_per_endpoint_and_spread_over_the_interval() -> None:
+    phases = sorted(scrape_phase(f"{NS}/pod-{i}-rank-0", 0.05) for i in range(500))
+    assert scrape_phase(f"{NS}/pod-1-rank-0", 0.05) == scrape_phase(f"{NS}/pod-1-rank-0", 0.05)
+    assert phases[0] >= 0.0 and phases[-1] < 0.05
+    # Evenly enough that no 5 ms slice of the interval holds much more than its tenth of the endpoints.
+    assert max(sum(1 for p in phases if k * 0.005 <= p < (k + 1) * 0.005) for k in range(10)) < 80
+
+
+async def test_first_wait_puts_the_endpoint_on_its_phase_then_polls_start_to_start() -> None:
+    clock = RecordingClock()
+    metrics = EppMetrics()
+    async with model_servers("127.0.0.2") as (port, (server,)):
+        store = make_store(port, ("slow", "127.0.0.2"))
+        server.before_answer = lambda: clock.advance(0.02)  # each answer takes 20 ms of the clock's time
+        async with running(ScraperManager(store, clock, metrics, interval=0.05)):
+            for _ in range(3):
+                await wait_until(lambda: clock.sleepers == 1)
+                clock.advance(0.1)
+            await wait_until(lambda: clock.sleepers == 1)
+        sleeps = clock.sleeps[f"epp-scrape:{NS}/slow-rank-0"]
+        # The answer's 20 ms come out of each wait (the interval runs start to start); the first
+        # wait also moves the endpoint to its phase.
+        assert sleeps[0] == round(0.05 + scrape_phase(f"{NS}/slow-rank-0", 0.05) - 0.02, 6)
+        assert sleeps[1:] == [0.03] * 3
+        assert state(store, "slow").metrics.scrape_interval == pytest.approx(0.12)  # 0.1 advanced + the 20 ms answer
+    assert metrics.registry.get_sample_value("epp_scrape_interval_seconds_count", {"engine": "vllm"}) == 3

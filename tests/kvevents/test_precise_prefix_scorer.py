@@ -64,8 +64,12 @@ def test_upstream_parameters_build_its_producer() -> None:
             r"precise-prefix-cache-scorer\.parameters\.indexerConfig\.tokenizersPoolConfig: .*token-producer",
         ),
         (
-            {"kvEventsConfig": {"zmqEndpoint": "tcp://*:5557"}},
-            r"precise-prefix-cache-scorer\.parameters\.kvEventsConfig\.zmqEndpoint: central mode",
+            {"kvEventsConfig": {"zmqEndpoint": "http://indexer:5557"}},
+            r"precise-prefix-cache-scorer\.parameters\.kvEventsConfig\.zmqEndpoint: 'http://indexer:5557' is not a ZMQ",
+        ),
+        (
+            {"kvEventsConfig": {"discoverPods": False}},
+            r"precise-prefix-cache-scorer\.parameters\.kvEventsConfig\.discoverPods: false needs a zmqEndpoint",
         ),
         (
             {"kvEventsConfig": {"podDiscoveryConfig": {"socketPort": "5557"}}},

@@ -17,7 +17,9 @@ from epp_sim.stack.sidecars import sidecar_for, sidecar_options
 
 __all__ = ["FAST", "decode_pod", "sample", "sidecar_options", "url"]
 
-FAST = SimConfig(time_scale=50.0)
+FAST = SimConfig(time_scale=50.0, enable_prompt_tokens_details=True)
+"""Fast simulators that report ``prompt_tokens_details.cached_tokens`` (vLLM's ``--enable-prompt-tokens-details``),
+which the sidecar rewrites after a remote prefill."""
 
 
 @asynccontextmanager

@@ -14,6 +14,7 @@ import zlib
 from typing import Any
 
 from epp.labels import SelectorError, selector_from_object
+from epp_sim.apiserver.autoscaling_kinds import autoscaling_types
 from epp_sim.apiserver.builtin_schemas import RBAC_GROUP, SCHEMAS
 from epp_sim.apiserver.crds import prepare_crd
 from epp_sim.apiserver.kinds import Column, Obj, ResourceType, ScaleSpec
@@ -464,6 +465,7 @@ def builtin_types() -> list[ResourceType]:
         ),
         *_rbac_types(),
         *review_types(),
+        *autoscaling_types(),
         ResourceType(
             "apiextensions.k8s.io",
             ("v1",),

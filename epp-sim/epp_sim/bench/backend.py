@@ -1,8 +1,9 @@
 """The overhead benchmark's fast backend: N "model servers" in one process, cheap enough to never be the bottleneck.
 
 Listens on ``port`` at ``127.0.0.<start>`` … ``127.0.0.<start+n-1>`` (the pods of the benchmark
-pool) with a raw asyncio HTTP/1.1 protocol, no framework: keep-alive, ``Content-Length`` and
-chunked request bodies (Envoy streams bodies chunked once an ext_proc filter may change them).
+pool; past ``127.0.0.254`` on through ``127.0.1.1`` …, :func:`pod_host`) with a raw asyncio
+HTTP/1.1 protocol, no framework: keep-alive, ``Content-Length`` and chunked request bodies (Envoy
+streams bodies chunked once an ext_proc filter may change them).
 
 - ``POST`` anything: a fixed OpenAI completion (with ``usage``), as fast as a socket write.
 - ``GET /metrics``: a realistic vLLM page (~45 KB, ~470 lines), rendered by the model-server
@@ -23,7 +24,25 @@ import sys
 from collections.abc import Sequence
 from typing import cast
 
-__all__ = ["BackendProtocol", "metrics_pages", "serve_backend"]
+__all__ = ["MAX_PODS", "BackendProtocol", "metrics_pages", "pod_host", "serve_backend"]
+
+MAX_PODS = 2000
+"""Addresses :func:`pod_host` hands out from 127.0.0.2 (the whole of 127.0.0.0/8 is loopback on Linux)."""
+
+
+def pod_host(index: int, first: int = 2) -> str:
+    """The loopback address of pod ``index``: ``127.0.0.<first+index>`` up to .254, then ``127.0.1.1`` … ``.254``, …
+
+    Last octets 0 and 255 are skipped, so every address is an ordinary host address.
+    """
+    n = first + index
+    if not 0 < n < MAX_PODS + first:
+        raise ValueError(f"pod index {index} outside 0..{MAX_PODS - 1}")
+    if n <= 254:
+        return f"127.0.0.{n}"
+    third, last = divmod(n - 255, 254)
+    return f"127.0.{1 + third}.{1 + last}"
+
 
 _COMPLETION = (
     b'{"id":"cmpl-bench","object":"text_completion","created":1700000000,"model":"bench",'
@@ -172,9 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=2, help="last octet of the first 127.0.0.x address")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
-    if not args.count >= 1 or args.first + args.count - 1 > 254:
-        parser.error(f"addresses 127.0.0.{args.first}..+{args.count} run past 127.0.0.254")
-    hosts = [f"127.0.0.{args.first + i}" for i in range(args.count)]
+    if not 1 <= args.count <= MAX_PODS or not 1 <= args.first <= 254:
+        parser.error(f"--count must be within 1..{MAX_PODS} and --first within 1..254")
+    hosts = [pod_host(i, args.first) for i in range(args.count)]
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -1,7 +1,8 @@
-"""``epp bench overhead|routing``: flags → options → run → tables on stdout, JSON and PNG in ``--out``.
+"""``epp bench overhead|routing|scale``: flags → options → run → tables on stdout, JSON and PNG in ``--out``.
 
 Parsing and printing only; the benchmarks live in the ``overhead`` and ``routing`` packages. ``--quick``
-is the CI smoke shape of each (seconds, not minutes; the numbers mean nothing).
+is the CI smoke shape of each (seconds, not minutes; the numbers mean nothing). ``scale`` writes JSON
+and tables only (no plot).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["add_parser", "print_overhead", "print_routing"]
+__all__ = ["add_parser", "print_overhead", "print_routing", "print_scale"]
 
 _T = TypeVar("_T")
 
@@ -106,6 +107,41 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=None, help="workload seed")
     r.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for JSON and PNG")
     r.set_defaults(func=_run_routing)
+
+    sc = sub.add_parser(
+        "scale",
+        help="the picker over hundreds of pods: idle CPU, fetch rate, added latency; CPU per long prompt",
+        description="One picker over pools of 100-500 pods (the fast backend's vLLM pages, 50 ms scrapes): "
+        "its idle CPU, each pod's fetch rate and metric age, the p50 the pods add at c=1; then its CPU per "
+        "request for long prompts through Envoy with the default and the precise configuration.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sc.add_argument("--quick", action="store_true", help="CI smoke test: seconds, meaningless numbers")
+    sc.add_argument("--pods", type=_ints, default=None, help="pool sizes (default 100,250,400,500)")
+    sc.add_argument("--idle-seconds", type=float, default=None, help="idle measurement per pool size (default 6)")
+    sc.add_argument("--latency-rounds", type=int, default=None, help="c=1 rounds with and without the pods (3)")
+    sc.add_argument("--round-seconds", type=float, default=None, help="seconds per load round (default 3)")
+    sc.add_argument("--prompt-kib", type=_ints, default=None, help="prompt sizes in KiB (default 4,100,400)")
+    sc.add_argument("--configs", type=_strs, default=None, help="default and/or precise (default both)")
+    sc.add_argument(
+        "--scrape-modes",
+        type=_strs,
+        default=None,
+        help="in-loop and/or process (--metrics-scrape-process); default both",
+    )
+    sc.add_argument("--concurrency", type=int, default=None, help="concurrency of the CPU-per-request rounds (4)")
+    sc.add_argument("--cpu-rounds", type=int, default=None, help="interleaved rounds per prompt size (default 2)")
+    sc.add_argument(
+        "--tokenizer", type=Path, default=None, help="a directory with tokenizer.json for the precise picker"
+    )
+    sc.add_argument(
+        "--loadgen",
+        choices=("auto", "native", "python"),
+        default="auto",
+        help="auto: wrk when installed, else the Python generator",
+    )
+    sc.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for the JSON")
+    sc.set_defaults(func=_run_scale)
     return bench
 
 
@@ -240,6 +276,73 @@ def print_routing(doc: dict[str, Any]) -> None:
         print(f"  {name}: {t['detail']} {verdict}")
 
 
+def print_scale(doc: dict[str, Any]) -> None:
+    """The scale document as tables."""
+    from epp_sim.bench.report import format_table, machine_line
+
+    print(f"\nmachine: {machine_line(doc['machine'])}")
+    start, end = doc["load_average"]["start"], doc["load_average"]["end"]
+    print(f"load average (1/5/15 min) at start {start[0]:.2f}/{start[1]:.2f}/{start[2]:.2f}, at end {end[0]:.2f}")
+    print(f"load generator: {doc['options']['http_loadgen']}; precise tokenizer: {doc['options'].get('tokenizer')}")
+    print("\nIdle picker (no requests), scraping every pod every 50 ms (cores: with its worker; ages in ms):")
+    rows = [
+        [
+            i["mode"],
+            i["pods"],
+            _fmt(i["cpu_cores"], 3),
+            _fmt(i["serving_process_cores"], 3),
+            _fmt(i["fetches_per_pod_per_s"], 1),
+            _fmt(i["cpu_per_fetch_us"], 0),
+            _fmt_or_dash(i["achieved_interval_ms"]),
+            _fmt_or_dash(i["metrics_age_p50_ms"]),
+            _fmt_or_dash(i["metrics_age_max_ms"]),
+            i["errors"],
+            _fmt(i["rss_mib"], 0),
+        ]
+        for i in doc["idle"]
+    ]
+    headers = ["mode", "pods", "cores", "serving", "fetch/pod/s", "cpu µs/fetch", "interval ms", "age p50", "age max"]
+    print(format_table([*headers, "errors", "RSS MiB"], rows))
+    print("\nc=1, 1 KiB through Envoy, with the pods and with the base pods only (interleaved):")
+    rows = [
+        [
+            lat["mode"],
+            lat["pods"],
+            _fmt(lat["without"]["p50_ms"], 2),
+            _fmt(lat["with"]["p50_ms"], 2),
+            _fmt(lat["added_p50_ms"], 2),
+            _fmt(lat["without"]["p99_ms"], 2),
+            _fmt(lat["with"]["p99_ms"], 2),
+            _fmt(lat["with"]["picker_cores"], 2),
+        ]
+        for lat in doc["latency"]
+    ]
+    headers = ["mode", "pods", "p50 without", "p50 with", "added p50", "p99 without", "p99 with", "cores"]
+    print(format_table(headers, rows))
+    print("\nPicker CPU per request (unique prompts, through Envoy):")
+    rows = [
+        [
+            f"{c['prompt_kib']} KiB",
+            f"{c['config']} ({c['picker']})",
+            c["concurrency"],
+            _fmt(c["rps"], 0),
+            _fmt(c["p50_ms"], 2),
+            _fmt(c["p99_ms"], 2),
+            _fmt(c["picker_cores"], 2),
+            _fmt_or_dash(c["picker_cpu_ms_per_request"]),
+            c["errors"],
+            _fmt(c["rss_mib"], 0),
+        ]
+        for c in doc["cpu_per_request"]
+    ]
+    headers = ["prompt", "config", "conc", "req/s", "p50 ms", "p99 ms", "cores", "cpu ms/req", "errors", "RSS MiB"]
+    print(format_table(headers, rows))
+    print("\ntargets:")
+    for name, t in doc["targets"].items():
+        verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
+        print(f"  {name}: {t['value']} {verdict}")
+
+
 def _install_uvloop() -> None:
     with contextlib.suppress(ImportError):
         import uvloop
@@ -273,7 +376,11 @@ def _run(
     show(doc)
     out: Path = args.out
     path = write_json(out / f"{name}.json", doc)
-    plot = (plot_overhead if name == "overhead" else plot_routing)(doc, out / f"{name}.png")
+    plotter = {"overhead": plot_overhead, "routing": plot_routing}.get(name)
+    if plotter is None:
+        print(f"\nwrote {path}")
+        return 0
+    plot = plotter(doc, out / f"{name}.png")
     print(f"\nwrote {path}" + (f" and {plot}" if plot else " (matplotlib not installed: no plot)"))
     return 0
 
@@ -314,3 +421,25 @@ def _run_routing(args: argparse.Namespace) -> int:
     )
     options = RoutingOptions.quick if args.quick else RoutingOptions
     return _run("routing", args, lambda: options(**overrides), run_routing, print_routing)
+
+
+def _run_scale(args: argparse.Namespace) -> int:
+    from epp_sim.bench.scale import ScaleOptions, run_scale
+
+    overrides = _given(
+        {
+            "pods": args.pods,
+            "idle_seconds": args.idle_seconds,
+            "latency_rounds": args.latency_rounds,
+            "round_seconds": args.round_seconds,
+            "prompt_kib": args.prompt_kib,
+            "configs": args.configs,
+            "scrape_modes": args.scrape_modes,
+            "concurrency": args.concurrency,
+            "cpu_rounds": args.cpu_rounds,
+            "tokenizer": args.tokenizer,
+        }
+    )
+    overrides.update(loadgen=args.loadgen)
+    options = ScaleOptions.quick if args.quick else ScaleOptions
+    return _run("scale", args, lambda: options(**overrides), run_scale, print_scale)

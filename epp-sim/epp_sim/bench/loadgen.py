@@ -7,6 +7,8 @@ seconds, so the offered load is what the system under test can take at that conc
 - **http**: a minimal HTTP/1.1 keep-alive client on asyncio streams (no framework, uvloop when
   available): one connection per worker, a pre-built request, responses read by
   ``Content-Length`` or chunked framing. Cheap per request, so it disturbs the measurement less.
+  With ``--unique RUN`` each request's prompt ends differently (a run id and a counter), for
+  pickers whose caches would otherwise serve a repeated prompt.
 - **grpc**: one ``ExternalProcessor/Process`` stream per request, straight to a processor: the
   messages Envoy would send for a POST in the GIE mode (protocol config, request headers, the
   body as one chunk, response headers, a JSON response body), then half-close and read every
@@ -20,16 +22,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LoadResult", "ext_proc_messages", "grpc_load", "http_load", "percentile"]
+__all__ = ["LoadResult", "ext_proc_messages", "grpc_load", "http_load", "percentile", "unique_bodies"]
 
 _RESPONSE_BODY = b'{"id":"cmpl-1","object":"text_completion","choices":[],"usage":{"prompt_tokens":1}}'
 
@@ -115,8 +118,21 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
+def unique_bodies(body: bytes, run: str) -> Iterator[bytes]:
+    """``body`` with `` #<run>-<n>`` before its last two bytes (the JSON prompt's closing ``"}``): each prompt ends
+    differently, so no cache of the picker's (tokens, prefixes) serves a request whole."""
+    head, tail = body[:-2], body[-2:]
+    for n in itertools.count(1):
+        yield b"%s #%s-%d%s" % (head, run.encode(), n, tail)
+
+
 async def _http_worker(
-    host: str, port: int, request: bytes, deadline: float, latencies: list[float], errors: dict[str, int]
+    host: str,
+    port: int,
+    requests: Callable[[], bytes],
+    deadline: float,
+    latencies: list[float],
+    errors: dict[str, int],
 ) -> None:
     writer: asyncio.StreamWriter | None = None
     try:
@@ -128,6 +144,7 @@ async def _http_worker(
                     errors["connect"] = errors.get("connect", 0) + 1
                     await asyncio.sleep(0.01)
                     continue
+            request = requests()
             started = time.perf_counter()
             try:
                 writer.write(request)
@@ -149,17 +166,38 @@ async def _http_worker(
 
 
 async def http_load(
-    host: str, port: int, *, path: str, body: bytes, concurrency: int, duration: float, headers: dict[str, str]
+    host: str,
+    port: int,
+    *,
+    path: str,
+    body: bytes,
+    concurrency: int,
+    duration: float,
+    headers: dict[str, str],
+    unique: str = "",
 ) -> LoadResult:
-    """``concurrency`` keep-alive connections, one request in flight each, for ``duration`` seconds."""
-    request = http_request(host, port, path, body, headers)
+    """``concurrency`` keep-alive connections, one request in flight each, for ``duration`` seconds.
+
+    ``unique``: a run id; every request's prompt then ends differently (:func:`unique_bodies`).
+    """
+    if unique:
+        bodies = unique_bodies(body, unique)
+
+        def requests() -> bytes:
+            return http_request(host, port, path, next(bodies), headers)
+    else:
+        request = http_request(host, port, path, body, headers)
+
+        def requests() -> bytes:
+            return request
+
     latencies: list[float] = []
     errors: dict[str, int] = {}
     cpu0, started = time.process_time(), time.perf_counter()
     deadline = started + duration
     async with asyncio.TaskGroup() as tg:
         for i in range(concurrency):
-            tg.create_task(_http_worker(host, port, request, deadline, latencies, errors), name=f"http-load-{i}")
+            tg.create_task(_http_worker(host, port, requests, deadline, latencies, errors), name=f"http-load-{i}")
     return _result("python-http", latencies, errors, time.perf_counter() - started, time.process_time() - cpu0)
 
 
@@ -249,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--path", default="/v1/completions")
+    parser.add_argument("--unique", default="", metavar="RUN", help="HTTP: every prompt ends differently")
     args = parser.parse_args(argv)
     host, _, port = args.target.rpartition(":")
     body = args.body_file.read_bytes()
@@ -265,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             concurrency=args.concurrency,
             duration=args.duration,
             headers={"content-type": "application/json"},
+            unique=args.unique,
         )
     else:
         coro = grpc_load(args.target, body=body, concurrency=args.concurrency, duration=args.duration)

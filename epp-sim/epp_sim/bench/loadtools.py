@@ -6,8 +6,8 @@ where the load generator competes with Envoy and the picker; the Python generato
 that produced it, and carries the generator's own CPU seconds (``RUSAGE_CHILDREN`` around the
 child's lifetime), so a reader can see how much of the machine it took.
 
-- HTTP: ``wrk -t1 -c<concurrency>`` with a Lua script that POSTs the body file and prints its
-  count, errors and percentiles as JSON.
+- HTTP: ``wrk -t1 -c<concurrency>`` with a Lua script that POSTs the body file (on request with
+  each prompt made unique) and prints its count, errors and percentiles as JSON.
 - gRPC (ext_proc straight to a processor): ``h2load -c1 -m<concurrency>`` POSTing the gRPC-framed
   ``Process`` messages; percentiles come from its per-request log.
 """
@@ -37,6 +37,14 @@ wrk.method = "POST"
 wrk.body = f:read("*a")
 f:close()
 wrk.headers["Content-Type"] = "application/json"
+local run = os.getenv("EPP_BENCH_UNIQUE") or ""
+if run ~= "" then
+  local head, tail, n = wrk.body:sub(1, -3), wrk.body:sub(-2), 0
+  request = function()
+    n = n + 1
+    return wrk.format(nil, nil, nil, head .. " #" .. run .. "-" .. n .. tail)
+  end
+end
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -87,10 +95,16 @@ class LoadGenerator:
     def grpc_tool(self) -> str:
         return "h2load" if self.h2load else "python-grpc"
 
-    async def http(self, target: str, body_file: Path, *, concurrency: int, duration: float) -> LoadResult:
-        """POST ``body_file`` to ``http://target/v1/completions`` from ``concurrency`` connections."""
+    async def http(
+        self, target: str, body_file: Path, *, concurrency: int, duration: float, unique: str = ""
+    ) -> LoadResult:
+        """POST ``body_file`` to ``http://target/v1/completions`` from ``concurrency`` connections.
+
+        ``unique``: a run id; each request's prompt then ends with it and a counter (no two alike).
+        """
         if self.wrk is None:
-            return await self._python("http", target, body_file, concurrency, duration)
+            extra = ["--unique", unique] if unique else []
+            return await self._python("http", target, body_file, concurrency, duration, *extra)
         script = self.work_dir / "wrk.lua"
         if not script.exists():
             await asyncio.to_thread(script.write_text, _WRK_SCRIPT, encoding="utf-8")
@@ -105,7 +119,8 @@ class LoadGenerator:
             str(script),
             f"http://{target}/v1/completions",
         ]
-        out, cpu = await _run(argv, env={"EPP_BENCH_BODY": str(body_file), "PATH": "/usr/bin:/bin"})
+        env = {"EPP_BENCH_BODY": str(body_file), "EPP_BENCH_UNIQUE": unique, "PATH": "/usr/bin:/bin"}
+        out, cpu = await _run(argv, env=env)
         match = re.search(r"^EPPJSON (\{.*\})$", out, re.MULTILINE)
         if match is None:
             raise LoadToolError(f"wrk printed no result:\n{out[-2000:]}")
@@ -155,7 +170,9 @@ class LoadGenerator:
         out, cpu = await _run(argv)
         return await asyncio.to_thread(_h2load_result, out, log, cpu)
 
-    async def _python(self, mode: str, target: str, body_file: Path, concurrency: int, duration: float) -> LoadResult:
+    async def _python(
+        self, mode: str, target: str, body_file: Path, concurrency: int, duration: float, *extra: str
+    ) -> LoadResult:
         argv = [
             sys.executable,
             "-m",
@@ -169,6 +186,7 @@ class LoadGenerator:
             str(concurrency),
             "--duration",
             str(duration),
+            *extra,
         ]
         out, _ = await _run(argv)
         return LoadResult.from_json(json.loads(out.strip().splitlines()[-1]))

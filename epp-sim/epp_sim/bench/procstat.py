@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["ProcSample", "cpu_seconds", "read_proc", "rss_bytes"]
+__all__ = ["ProcSample", "child_pids", "cpu_seconds", "read_proc", "rss_bytes"]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -51,3 +51,15 @@ def rss_bytes(pid: int) -> int:
 def read_proc(pid: int) -> ProcSample:
     """CPU seconds and RSS of ``pid`` now."""
     return ProcSample(cpu_seconds(pid), rss_bytes(pid))
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes ``pid`` started and that still run (its direct children, any thread's)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                out.extend(int(c) for c in f.read().split())
+    except FileNotFoundError:
+        raise ProcessLookupError(f"no process {pid}") from None
+    return out

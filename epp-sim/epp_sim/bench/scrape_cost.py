@@ -2,9 +2,11 @@
 
 The picker polls every endpoint's ``/metrics`` (about 45 KB of vLLM text) every 50 ms. To see that
 cost apart from request handling, this child process builds a datastore of ``count`` endpoints
-(``127.0.0.<first>`` … on ``port``, served by ``epp_sim.bench.backend``), runs the production scraper
-on them (its keep-alive connections, the real parser), lets it warm up, then reports the CPU
-seconds per wall second it used over ``duration`` seconds, with scrapes/s and errors.
+(``127.0.0.<first>`` … on ``port``, numbered by :func:`~epp_sim.bench.backend.pod_host`, served
+by ``epp_sim.bench.backend``), runs the production scraper on them (its keep-alive connections,
+the real parser), lets it warm up, then reports the CPU seconds per wall second it used over
+``duration`` seconds, with scrapes/s and errors, and how long a yield to the event loop's ready
+queue waited meanwhile (p50 and p99): what each step of a request served on the same loop would.
 
 Run as ``python -m epp_sim.bench.scrape_cost --count 8 --port P``; prints one JSON object.
 :func:`measure_in_child` does that from the overhead benchmark and returns the object.
@@ -36,11 +38,12 @@ async def measure_scraping(
     from epp.datastore.types import PodInfo, PoolSpec
     from epp.labels import Selector
     from epp.telemetry.metrics import EppMetrics
+    from epp_sim.bench.backend import pod_host
 
     store = Datastore()
     labels = {"app": "bench"}
     pods = [
-        PodInfo(name=f"pod-{i}", namespace="default", ip=f"127.0.0.{first + i}", labels=labels, ready=True)
+        PodInfo(name=f"pod-{i}", namespace="default", ip=pod_host(i, first), labels=labels, ready=True)
         for i in range(count)
     ]
     store.set_pool(
@@ -58,16 +61,30 @@ async def measure_scraping(
         )
         return scraped, errors
 
+    lags: list[float] = []
+
+    async def probe() -> None:
+        """What one step of a request would wait: a yield to the back of the loop's ready queue, every 2 ms."""
+        while True:
+            await asyncio.sleep(0.002)
+            started = time.perf_counter()
+            await asyncio.sleep(0)
+            lags.append(time.perf_counter() - started)
+
     try:
         await scrapers.start()
         await asyncio.sleep(warmup)
         scraped0, errors0 = totals()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        await asyncio.sleep(duration)
+        async with asyncio.TaskGroup() as group:
+            prober = group.create_task(probe(), name="scrape-cost-probe")
+            await asyncio.sleep(duration)
+            prober.cancel()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         scraped, errors = totals()
     finally:
         await scrapers.stop()
+    lags.sort()
     fresh = sum(1 for s in store.endpoints() if s.metrics.updated_at > 0)
     return {
         "endpoints": count,
@@ -77,6 +94,8 @@ async def measure_scraping(
         "cpu_per_scrape_us": cpu / max(1.0, scraped - scraped0) * 1e6,
         "errors": int(errors - errors0),
         "endpoints_with_metrics": fresh,
+        "loop_lag_p50_us": lags[len(lags) // 2] * 1e6 if lags else None,
+        "loop_lag_p99_us": lags[len(lags) * 99 // 100] * 1e6 if lags else None,
         "duration_s": wall,
     }
 

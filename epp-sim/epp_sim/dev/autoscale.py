@@ -1,16 +1,19 @@
 """``epp dev --autoscale``: the pool's pods come from a simulated Deployment the autoscaler scales.
 
 A :class:`~epp_sim.stack.local.StackComponent`. Once the data plane is up it applies, to the fake API
-server, the VariantAutoscaling CRD (``manifests/autoscaler/crd.yaml``), the sample Deployment
-(``manifests/samples/vllm-deployment.yaml``: its container port set to the pool's target port,
-``replicas`` to the initial count) and a VariantAutoscaling for it (accelerator label set,
-``maxReplicas`` bounding the addresses used). A
-:class:`~epp_sim.workloads.WorkloadsController` turns the Deployment into pods that
-stay Pending for the model-load delay and then turn Ready with a simulator on their own
-``127.0.0.x``; their labels match the pool selector, so the picker routes to them once Ready.
-The autoscaler :class:`~epp.autoscale.controller.Controller` runs in this process against the
-API server over HTTP (kr8s, exactly as ``epp autoscale`` does), scrapes the Ready pods directly
-and actuates through the ``scale`` subresource, on a short cycle and pending timeout.
+server, the sample Deployment (``manifests/samples/vllm-deployment.yaml``: its container port set to
+the pool's target port, ``replicas`` to the initial count) and an HPA for it annotated the WVA v0.9
+way (``llm-d.ai/managed``, the model, the accelerator label; ``maxReplicas`` bounding the addresses
+used). A :class:`~epp_sim.workloads.WorkloadsController` turns the Deployment into pods that stay
+Pending for the model-load delay and then turn Ready with a simulator on their own ``127.0.0.x``;
+their labels match the pool selector, so the picker routes to them once Ready.
+
+The whole loop runs: the autoscaler :class:`~epp.autoscale.controller.Controller` (in this process,
+against the API server over HTTP through kr8s, exactly as ``epp autoscale`` does; scraping the Ready
+pods directly; V2 analyzer, the shipped default) publishes ``wva_desired_replicas`` on its own
+``/metrics``; the cluster's scalers (:class:`~epp_sim.scalers.ClusterScalers`: a stand-in Prometheus
+scraping that page, the HPA controller) scale the Deployment to it, on a short cycle. The autoscaler
+writes the Deployment only to wake it from zero, as WVA does.
 
 The simulators are made to saturate under ``epp dev --load`` (:data:`DEMO_ENGINE`): a small KV
 cache and 20 ms decode steps, so eight concurrent clients fill one pod's cache and queue behind
@@ -35,25 +38,28 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from epp.autoscale.analysis import Reason
-from epp.autoscale.cluster import ACCELERATOR_LABEL
 from epp.autoscale.controller import Controller, ControllerOptions, Outcome
-from epp.autoscale.inputs import MetricsSource, ScrapeSource
+from epp.autoscale.decision import Reason
+from epp.autoscale.inputs import MetricsSource
 from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.peak import PeakSource
-from epp.autoscale.resources import GROUP_VERSION, KubeCluster
+from epp.autoscale.resources import KubeCluster
+from epp.autoscale.scaletargets import ACCELERATOR_LABEL
+from epp.autoscale.scrape import ScrapeSource
 from epp.autoscale.types import VariantKey
-from epp.autoscale.wake import QueueReader
+from epp.autoscale.variants import MANAGED, MODEL_ID, VARIANT_COST
+from epp.autoscale.wake import PickerReader
 from epp.clock import Clock, SystemClock
 from epp.datalayer.http_client import create_session
 from epp.kube.client import Api, close_api, make_api
 from epp.tasks import cancel_and_wait, start_guarded
+from epp.telemetry.metrics_server import MetricsServer
 from epp_sim.apiserver.errors import ApiError
 from epp_sim.dev.dashboard import PodRow, pod_row
+from epp_sim.scalers import ClusterScalers, PrometheusStandIn, ScrapeTarget
 from epp_sim.stability import deployment_stable
 from epp_sim.stack.local import LocalStack, StackError
-from epp_sim.stack.manifests import ManifestError
-from epp_sim.stack.samples import load_autoscaler_crd, qualified
+from epp_sim.stack.samples import qualified
 from epp_sim.waits import wait_until
 from epp_sim.workloads import WorkloadsController
 
@@ -153,7 +159,7 @@ def describe(name: str, outcome: Outcome, *, loading: int = 0) -> str:
 
 
 class DevAutoscaler:
-    """The simulated Deployment, its VariantAutoscaling and the autoscaler loop, as one stack part.
+    """The simulated Deployment, its annotated HPA, the autoscaler and the cluster's scalers, as one stack part.
 
     ``report`` receives a line whenever a decision changes (``epp dev`` prints it above the
     table). After :meth:`start`: :meth:`wait_ready` before sending load, :meth:`rows` and
@@ -170,7 +176,9 @@ class DevAutoscaler:
         self._api: Api | None = None
         self._session: aiohttp.ClientSession | None = None
         self._controller: Controller | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._metrics_server: MetricsServer | None = None
+        self._scalers: ClusterScalers | None = None
         self._reported: dict[VariantKey, tuple[int, int, Reason | None, bool]] = {}
         self._status = ""
         self._first_seen: dict[str, float] = {}
@@ -205,20 +213,16 @@ class DevAutoscaler:
 
     @property
     def variant(self) -> VariantKey:
-        """The VariantAutoscaling (named after the Deployment, in the pool's namespace)."""
+        """The variant: the HPA, named after the Deployment, in the pool's namespace."""
         samples = self.stack.samples
         return VariantKey(samples.namespace, samples.deployment_name)
 
     # ------------------------------------------------------------------------------ lifecycle
 
     async def start(self, stack: LocalStack) -> None:
-        """Apply the CRD, Deployment and VariantAutoscaling; start the pods' controller and the loop."""
+        """Apply the Deployment and its annotated HPA; start the pods' controller, the autoscaler and the scalers."""
         cfg = self.config
         self._stack = stack
-        try:
-            crd = await asyncio.to_thread(load_autoscaler_crd, stack.config.manifests)
-        except ManifestError as e:
-            raise StackError(str(e)) from e
         sim = stack.samples.sim_config(time_scale=stack.config.time_scale, **cfg.engine)
         store = stack.cluster.server.store
         self._workloads = WorkloadsController(
@@ -233,10 +237,9 @@ class DevAutoscaler:
         await self._workloads.start()
         ns = stack.samples.namespace
         try:
-            store.create(qualified(crd), crd)
             store.create("Deployment.apps", self._deployment(), namespace=ns)
-            variant = self._variant()
-            store.create(qualified(variant), variant, namespace=ns)
+            hpa = self._hpa()
+            store.create(qualified(hpa), hpa, namespace=ns)
         except ApiError as e:
             raise StackError(f"the fake API server rejected the autoscaler's objects: {e}") from e
         self._api = await make_api(str(stack.kubeconfig))
@@ -244,26 +247,41 @@ class DevAutoscaler:
         source: MetricsSource = ScrapeSource(self._session, cfg.clock)
         if cfg.window > 0:
             source = PeakSource(source, cfg.clock, window=cfg.window)
-        wake = QueueReader(self._session, [stack.picker.metrics_url]) if cfg.scale_to_zero else None
+        picker = PickerReader(self._session, [stack.picker.metrics_url], cfg.clock) if cfg.scale_to_zero else None
+        metrics = AutoscalerMetrics(CollectorRegistry())
+        self._metrics_server = MetricsServer(metrics)
+        port = await self._metrics_server.start("127.0.0.1", 0)
         self._controller = Controller(
             KubeCluster(self._api),
             source,
             clock=cfg.clock,
-            metrics=AutoscalerMetrics(CollectorRegistry()),
+            metrics=metrics,
             options=ControllerOptions(
                 interval=cfg.interval,
                 pending_timeout=cfg.pending_timeout,
-                actuate=True,
                 scale_to_zero=cfg.scale_to_zero,
             ),
-            wake=wake,
+            picker=picker,
         )
-        self._task = start_guarded(self._controller.run(on_cycle=self._report_cycle), name="epp-dev-autoscaler")
+        target = ScrapeTarget(
+            f"http://127.0.0.1:{port}/metrics", {"namespace": "epp-autoscaler", "job": "epp-autoscaler"}
+        )
+        self._scalers = ClusterScalers(
+            store, PrometheusStandIn(self._session, [target]), clock=cfg.clock, sync_period=cfg.interval
+        )
+        self._tasks = [
+            start_guarded(self._controller.run(on_cycle=self._report_cycle), name="epp-dev-autoscaler"),
+            start_guarded(self._scalers.run(), name="epp-dev-scalers"),
+        ]
 
     async def stop(self) -> None:
-        """Stop the loop, then the clients, then the pods (their simulators); safe after a failed start."""
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        """Stop the loops, then the clients, then the pods (their simulators); safe after a failed start."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            await cancel_and_wait(task)
+        server, self._metrics_server = self._metrics_server, None
+        if server is not None:
+            await server.stop()
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -284,31 +302,48 @@ class DevAutoscaler:
         container["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
         return dep
 
-    def _variant(self) -> dict[str, Any]:
+    def _hpa(self) -> dict[str, Any]:
+        """The variant, declared as upstream v0.9 declares it: an HPA on the gauge, annotated."""
         samples, cfg = self.stack.samples, self.config
+        name, ns = samples.deployment_name, samples.namespace
+        rules = {"stabilizationWindowSeconds": 0, "policies": [{"type": "Pods", "value": 10, "periodSeconds": 15}]}
         return {
-            "apiVersion": GROUP_VERSION,
-            "kind": "VariantAutoscaling",
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
             "metadata": {
-                "name": samples.deployment_name,
-                "namespace": samples.namespace,
+                "name": name,
+                "namespace": ns,
                 "labels": {ACCELERATOR_LABEL: cfg.accelerator},
+                "annotations": {MANAGED: "true", MODEL_ID: samples.model, VARIANT_COST: "10"},
             },
             "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": samples.deployment_name},
-                "modelID": samples.model,
-                "variantCost": "10",
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
                 "minReplicas": 0 if cfg.scale_to_zero else 1,
                 "maxReplicas": cfg.max_replicas,
+                "behavior": {"scaleUp": rules, "scaleDown": rules},
+                "metrics": [
+                    {
+                        "type": "External",
+                        "external": {
+                            "metric": {
+                                "name": "wva_desired_replicas",
+                                "selector": {"matchLabels": {"variant_name": name, "exported_namespace": ns}},
+                            },
+                            "target": {"type": "AverageValue", "averageValue": "1"},
+                        },
+                    }
+                ],
             },
         }
 
     # ------------------------------------------------------------------------------ the loop
 
     async def run_cycle(self) -> dict[VariantKey, Outcome]:
-        """One autoscaler cycle by hand (tests); reports it like the background loop does."""
+        """One autoscaler cycle, then the scalers acting on it, by hand (tests); reported like the loop's."""
         outcomes = await self.controller.run_cycle()
         self._report_cycle(outcomes)
+        if self._scalers is not None:
+            await self._scalers.sync()
         return outcomes
 
     def _report_cycle(self, outcomes: Mapping[VariantKey, Outcome]) -> None:

@@ -109,9 +109,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=15.0,
         help="--autoscale: read each pod's peak load over this many seconds (0: one sample per cycle)",
     )
-    p.add_argument(
-        "--max-replicas", type=_positive(int), default=4, help="--autoscale: the VariantAutoscaling's maxReplicas"
-    )
+    p.add_argument("--max-replicas", type=_positive(int), default=4, help="--autoscale: the HPA's maxReplicas")
     p.add_argument(
         "--scale-to-zero",
         action="store_true",
@@ -194,9 +192,9 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
             f"({a.initial_replicas} initial, up to {a.max_replicas}, on {a.hosts[0]}+:{stack.target_port}; "
             f"model load {a.load_delay:g}s)\n"
             f"  autoscaler:     every {a.interval:g}s, pending timeout {a.pending_timeout:g}s, "
-            f"VariantAutoscaling {autoscaler.variant}"
+            f"HPA {autoscaler.variant} (V2 analyzer)"
         )
-        kinds = "pods,deployments,variantautoscalings"
+        kinds = "pods,deployments,hpa"
     lines = [
         first,
         f"  Envoy:          {stack.envoy_url}",

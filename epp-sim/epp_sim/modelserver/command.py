@@ -45,8 +45,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--tokenizer",
         default=None,
-        help="a tokenizer.json (or a directory with it and tokenizer_config.json): real token ids, "
-        "the render endpoints (default: 4 characters per token)",
+        help="a tokenizer.json (or a model folder with it, tokenizer_config.json and chat_template.jinja): real "
+        "token ids in usage, KV events, render and tokenize (default: 4 characters per token)",
     )
     p.add_argument(
         "--kv-events-config",
@@ -68,6 +68,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--max-model-len", type=int, default=d.max_model_len, help="context length (prompt + output)")
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=d.enable_prefix_caching)
     g.add_argument("--enable-lora", action=argparse.BooleanOptionalAction, default=d.enable_lora)
+    g.add_argument(
+        "--enable-prompt-tokens-details",
+        action="store_true",
+        default=d.enable_prompt_tokens_details,
+        help="usage carries prompt_tokens_details.cached_tokens (vLLM: off by default)",
+    )
     g.add_argument("--max-loras", type=int, default=d.max_loras, help="adapter slots")
     g.add_argument(
         "--lora-modules",
@@ -167,6 +173,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         pins=pins,
         kv_events=KvEventsConfig.parse(args.kv_events_config) if args.kv_events_config else KvEventsConfig(),
         tokenizer=args.tokenizer,
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
     )
 
 

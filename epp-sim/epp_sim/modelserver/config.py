@@ -118,8 +118,10 @@ class SimConfig:
     pins: Pins = field(default_factory=Pins)
     #: vLLM's ``--kv-events-config``: publish KV events over ZMQ (off by default, as in vLLM)
     kv_events: KvEventsConfig = field(default_factory=KvEventsConfig)
-    #: ``--tokenizer``: a tokenizer.json (or its directory); None → 4 characters per token, no render endpoints
+    #: ``--tokenizer``: a tokenizer.json (or its directory); None → the default tokenization, 4 characters a token
     tokenizer: str | None = None
+    #: vLLM's ``--enable-prompt-tokens-details``: usage carries ``prompt_tokens_details.cached_tokens``
+    enable_prompt_tokens_details: bool = False
 
     def __post_init__(self) -> None:
         if not self.model:

@@ -38,9 +38,17 @@ from epp.clock import Clock, SystemClock
 
 from .config import Pins, SimConfig
 from .lora import LoraSlots
-from .prefix_cache import BlockPool, block_hashes, count_tokens
-from .sequence import EngineStoppedError, GenerationRequest, InvalidRequestError, RequestHandle, Seq, SeqState
-from .vllm_metrics import GaugeValues, VllmMetrics
+from .prefix_cache import BlockPool, block_hashes, char_token_ids, count_tokens
+from .sequence import (
+    EngineStoppedError,
+    GenerationRequest,
+    InvalidRequestError,
+    RequestHandle,
+    Seq,
+    SeqState,
+    prompt_too_long,
+)
+from .vllm_metrics import GaugeValues, VllmMetrics, cache_config_labels
 
 __all__ = ["Engine", "EngineStoppedError", "GenerationRequest", "InvalidRequestError", "RequestHandle"]
 
@@ -63,9 +71,9 @@ class Engine:
         config: SimConfig,
         *,
         clock: Clock | None = None,
-        on_kv_events: Callable[[list[list[Any]]], None] | None = None,
+        on_kv_events: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
-        """``on_kv_events`` receives each step's KV events (vLLM's positional form), when given."""
+        """``on_kv_events`` receives each step's KV events (as vLLM 0.32 encodes them), when given."""
         self.config = config
         self._clock: Clock = clock or SystemClock()
         self._t0 = self._clock.now()
@@ -88,7 +96,12 @@ class Engine:
         self.metrics = VllmMetrics(
             model=config.model,
             max_model_len=config.max_model_len,
-            cache_config=_cache_config_labels(config),
+            cache_config=cache_config_labels(
+                block_size=config.block_size,
+                num_gpu_blocks=config.num_gpu_blocks,
+                max_model_len=config.max_model_len,
+                enable_prefix_caching=config.enable_prefix_caching,
+            ),
             lora_enabled=config.enable_lora,
             start_wall=self._clock.wall(),
         )
@@ -136,27 +149,39 @@ class Engine:
         if req.max_tokens is not None and req.max_tokens < 1:
             raise InvalidRequestError(f"max_tokens must be at least 1, got {req.max_tokens}")
         prompt_tokens = count_tokens(req.prompt) if isinstance(req.prompt, str) else max(1, len(req.prompt))
-        room = cfg.max_model_len - prompt_tokens
-        if req.max_tokens is not None and req.max_tokens > room or room < 1:
-            asked = req.max_tokens or 1
+        limit = cfg.max_model_len
+        if prompt_tokens > limit:
+            raise prompt_too_long(
+                min(prompt_tokens, limit + 1) if isinstance(req.prompt, str) else prompt_tokens, limit
+            )
+        if req.max_tokens is not None and req.max_tokens > limit:
             raise InvalidRequestError(
-                f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
-                f"{prompt_tokens + asked} tokens ({prompt_tokens} in the messages, {asked} in the completion). "
-                "Please reduce the length of the messages or completion."
+                f"max_tokens={req.max_tokens} cannot be greater than max_model_len={limit}. Please request "
+                f"fewer output tokens. (parameter=max_tokens, value={req.max_tokens})",
+                param="max_tokens",
+            )
+        room = limit - prompt_tokens
+        if room < 1:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {limit} tokens and your prompt has {prompt_tokens}: "
+                "no room for an output token.",
+                param="input_tokens",
             )
         seed = req.seed if req.seed is not None else _prompt_seed(req.prompt, cfg.seed)
         if req.max_tokens is not None:
-            target = req.max_tokens
+            target = min(req.max_tokens, room)  # vLLM 0.32 clamps what the context cannot hold
         else:
             low = max(1, cfg.default_max_tokens // 4)
             target = min(room, low + seed % (cfg.default_max_tokens - low + 1))
         salt = req.adapter or cfg.model
+        text = req.prompt if isinstance(req.prompt, str) and self._on_kv_events is not None else None
         seq = Seq(
             prompt_tokens=prompt_tokens,
             hashes=block_hashes(req.prompt, block_size=cfg.block_size, salt=salt),
             target=target,
             req=req,
             seed=seed,
+            tokens=char_token_ids(text) if text is not None else None,
         )
         seq.arrival = self.now()
         if self._below_cache_threshold(seq, req.cache_hit_threshold):
@@ -251,10 +276,17 @@ class Engine:
     def gauges(self) -> GaugeValues:
         """What ``/metrics`` reports right now, pins applied."""
         p = self._pins
+        if p.waiting is None:
+            waiting = len(self._waiting)
+            loaded = set(self._lora.loaded(self.now()))
+            deferred = sum(1 for s in self._waiting if s.adapter is not None and s.adapter not in loaded)
+        else:
+            waiting, deferred = p.waiting, 0
         return GaugeValues(
             running=len(self._running) if p.running is None else p.running,
-            waiting=len(self._waiting) if p.waiting is None else p.waiting,
+            waiting=waiting,
             kv_cache_usage=self._pool.usage if p.kv_cache_usage is None else p.kv_cache_usage,
+            deferred=deferred,
         )
 
     def render_metrics(self) -> bytes:
@@ -421,6 +453,7 @@ class Engine:
         seq.transfer_until = None
         self._pool.release(seq.holding)
         seq.state = SeqState.WAITING
+        seq.preemptions += 1
         seq.prefill_len = seq.prompt_tokens + seq.generated
         seq.computed = 0
         self._waiting.appendleft(seq)
@@ -443,6 +476,7 @@ class Engine:
                     seq.first_token_at = now
                     prompt_done += seq.prompt_tokens
                     m.time_to_first_token.observe(now - seq.arrival)
+                    m.request_prefill_kv_computed_tokens.observe(seq.prompt_tokens - seq.cached_tokens)
                 else:
                     self._observe_itl(now - seq.last_token_at)
             elif seq.first_token_at is None:  # a remote prefill's first decode step: its first token
@@ -468,8 +502,7 @@ class Engine:
         m.iteration_tokens.observe(step.prefill_tokens + step.decode_tokens)
 
     def _observe_itl(self, seconds: float) -> None:
-        # vLLM 0.10 still exposes the deprecated per-output-token histogram with the same values.
-        self.metrics.inter_token_latency.observe_also(self.metrics.time_per_output_token, seconds)
+        self.metrics.inter_token_latency.observe(seconds)
 
     def _finish(self, seq: Seq, now: float) -> None:
         self._pool.release(seq.holding)
@@ -489,6 +522,9 @@ class Engine:
         m.request_queue_time.observe(scheduled - seq.arrival)
         m.request_prefill_time.observe(first - scheduled)
         m.request_decode_time.observe(now - first)
+        if seq.generated > 1:
+            m.request_time_per_output_token.observe((now - first) / (seq.generated - 1))
+        m.request_num_preemptions.observe(seq.preemptions)
         m.request_inference_time.observe(now - scheduled)
         m.request_prompt_tokens.observe(seq.prompt_tokens)
         m.request_generation_tokens.observe(seq.generated)
@@ -518,29 +554,3 @@ class Engine:
 def _prompt_seed(prompt: str | Sequence[int], server_seed: int) -> int:
     data = prompt.encode("utf-8", "surrogatepass") if isinstance(prompt, str) else repr(list(prompt)).encode()
     return xxhash.xxh64_intdigest(data, seed=server_seed & 0xFFFFFFFFFFFFFFFF)
-
-
-def _cache_config_labels(cfg: SimConfig) -> dict[str, str]:
-    """``vllm:cache_config_info`` labels as vLLM 0.10/0.11 prints its CacheConfig."""
-    return {
-        "block_size": str(cfg.block_size),
-        "cache_dtype": "auto",
-        "calculate_kv_scales": "False",
-        "cpu_kvcache_space_bytes": "None",
-        "cpu_offload_gb": "0.0",
-        "enable_prefix_caching": str(cfg.enable_prefix_caching),
-        "gpu_memory_utilization": "0.9",
-        "is_attention_free": "False",
-        "kv_cache_memory_bytes": "None",
-        "kv_sharing_fast_prefill": "False",
-        "mamba_cache_dtype": "auto",
-        "mamba_page_size_padded": "None",
-        "mamba_ssm_cache_dtype": "auto",
-        "num_cpu_blocks": "None",
-        "num_gpu_blocks": str(cfg.num_gpu_blocks),
-        "num_gpu_blocks_override": "None",
-        "prefix_caching_hash_algo": "sha256",
-        "sliding_window": "None",
-        "swap_space": "4.0",
-        "swap_space_bytes": "4294967296.0",
-    }

@@ -123,15 +123,6 @@ class HistogramSeries:
         self.sum += value
         self.cache = None
 
-    def observe_also(self, twin: HistogramSeries, value: float) -> None:
-        """Observe ``value`` here and in ``twin`` (same bounds), finding the bucket once."""
-        i = bisect.bisect_left(self.bounds, value)
-        for s in (self, twin):
-            s.counts[i] += 1
-            s.count += 1
-            s.sum += value
-            s.cache = None
-
 
 class HistogramFamily:
     """A histogram family; each series caches its text until the next observation."""

@@ -5,9 +5,9 @@
 ``buffer_steps`` 10000, ``hwm`` 100000, ``max_queue_size`` 100000, ``topic`` ""). The publisher
 binds when the endpoint has ``*`` (or ``::``, ``ipc://``, ``inproc://``), else connects; a ``*``
 host means the server's ``--host``, as each pod has its own IP. Each engine step's events go out
-as one ``EventBatch`` ``[ts, [events...], data_parallel_rank]`` in vLLM's positional form
-(``BlockStored`` ``[tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id,
-medium, lora_name]``), in frames ``[topic, seq (8 bytes BE, from 0), payload]``. The replay
+as one ``EventBatch`` ``[ts, [events...], data_parallel_rank]``, the batch positional and each
+event a map ``{"type": tag, field: ...}`` with vLLM 0.32's fields (as a real vLLM 0.32 sends
+them), in frames ``[topic, seq (8 bytes BE, from 0), payload]``. The replay
 ROUTER answers a start seq with every buffered ``[seq, payload]`` from it, then ``[ff×8, ""]``.
 Sends never block: past ``hwm`` ZMQ drops, as in vLLM. There is no send queue (batches go out
 from the engine step at once), so ``max_queue_size`` is only validated. ``drop_next`` lets a test
@@ -111,6 +111,8 @@ class KvEventPublisher:
         self.drop_next = 0
         self.endpoint = ""
         self.replay_endpoint = ""
+        #: True when the publisher bound its endpoint (pods are dialled), False when it connected (central mode)
+        self.binds = False
 
     async def start(self) -> None:
         context = self._context = zmq.asyncio.Context()
@@ -118,6 +120,7 @@ class KvEventPublisher:
         pub.setsockopt(zmq.SNDHWM, self.config.hwm)
         pub.setsockopt(zmq.LINGER, 0)
         endpoint, bind = _resolve(self.config.endpoint, self._host)
+        self.binds = bind
         try:
             if bind:
                 pub.bind(endpoint)
@@ -146,8 +149,8 @@ class KvEventPublisher:
             context.destroy(linger=0)
         self._pub = self._replay = None
 
-    def publish(self, events: Sequence[list[Any]]) -> None:
-        """Send one batch of positional events (``[tag, fields...]``) with the next seq."""
+    def publish(self, events: Sequence[Any]) -> None:
+        """Send one batch of events (maps, or a test's own positional ``[tag, fields...]``) with the next seq."""
         pub = self._pub
         if pub is None or not events:
             return

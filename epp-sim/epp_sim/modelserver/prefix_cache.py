@@ -1,7 +1,10 @@
 """The simulated KV cache: a pool of fixed-size token blocks with vLLM-style automatic prefix caching.
 
 Tokens are approximated as 4 characters of prompt text (or one entry of a token-id prompt), so
-a block is ``block_size × 4`` characters. Each full prompt block gets a chained hash (xxh64 of the
+a block is ``block_size × 4`` characters. That is also the simulator's default tokenization
+(:func:`char_token_ids`, one id per 4 characters): what its KV events carry for a text prompt and
+what its render and tokenize endpoints return, so a picker that tokenizes through them (llm-d's
+precise sample) gets exactly the ids the events announce. Each full prompt block gets a chained hash (xxh64 of the
 previous block's hash and the block's content, salted with the model or adapter name, as vLLM
 salts with the LoRA id), so two prompts share cached blocks exactly as long as they share a
 block-aligned prefix.
@@ -14,7 +17,9 @@ the cached prefixes survive until pressure evicts them.
 
 With ``record_events`` the pool also notes what vLLM announces as KV events (``BlockStored``
 with each newly cached block's token ids, ``BlockRemoved`` on eviction, ``AllBlocksCleared`` on
-a reset), in vLLM's positional form, for the engine to publish once per step.
+a reset), as vLLM 0.32 encodes them (maps with every field it sends: ``medium``, ``lora_name``,
+``extra_keys`` — the adapter name per block, as vLLM hashes it in — ``group_idx`` and
+``kv_cache_spec_kind``), for the engine to publish once per step.
 """
 
 from __future__ import annotations
@@ -26,10 +31,23 @@ from typing import Any
 
 import xxhash
 
-__all__ = ["CHARS_PER_TOKEN", "BlockPool", "KvHolding", "block_hashes", "count_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "VOCAB_SIZE", "BlockPool", "KvHolding", "block_hashes", "char_token_ids", "count_tokens"]
 
 #: the simulator's tokenizer: one token per 4 characters of text (English averages ~4)
 CHARS_PER_TOKEN = 4
+#: ids of the default tokenization are below this (a vocabulary the size of a real model's)
+VOCAB_SIZE = 1 << 17
+
+
+def char_token_ids(text: str) -> list[int]:
+    """The default tokenization's ids of ``text``: one per 4 characters, a hash of those characters.
+
+    ``len(char_token_ids(t)) == count_tokens(t)`` for any non-empty ``t``, and block ``i`` of a text
+    prompt (characters ``i·b·4 ..``) is exactly ids ``i·b ..`` of it, so events and render agree.
+    """
+    step = CHARS_PER_TOKEN
+    digest = xxhash.xxh32_intdigest
+    return [digest(text[i : i + step].encode("utf-8", "surrogatepass")) % VOCAB_SIZE for i in range(0, len(text), step)]
 
 
 def count_tokens(text: str) -> int:
@@ -87,7 +105,8 @@ class BlockPool:
         self.enable_prefix_caching = enable_prefix_caching
         self.block_size = block_size
         #: KV events since the last :meth:`take_events` (None when not recording)
-        self.events: list[list[Any]] | None = [] if record_events else None
+        self.events: list[dict[str, Any]] | None = [] if record_events else None
+        self._lora_ids: dict[str, int] = {}  # vLLM's (deprecated) integer adapter id, by name
         self._free_uncached = num_blocks
         self._refs: dict[int, int] = {}  # cached block hash → holders (0 = evictable)
         self._evictable: OrderedDict[int, None] = OrderedDict()  # least recently freed first
@@ -148,7 +167,7 @@ class BlockPool:
             del self._refs[h]
             evicted.append(h)
         if evicted and self.events is not None:
-            self.events.append(["BlockRemoved", evicted, "GPU"])
+            self.events.append({"type": "BlockRemoved", "block_hashes": evicted, "medium": "GPU", "group_idx": 0})
         holding.private += need
         return True
 
@@ -173,9 +192,25 @@ class BlockPool:
             bs = self.block_size
             token_ids = list(tokens[first * bs : last * bs]) if tokens is not None else []
             parent = hashes[first - 1] if first else None
-            self.events.append(["BlockStored", list(hashes[first:last]), parent, token_ids, bs, None, "GPU", lora])
+            stored = list(hashes[first:last])
+            lora_id = self._lora_ids.setdefault(lora, len(self._lora_ids) + 1) if lora is not None else None
+            self.events.append(
+                {
+                    "type": "BlockStored",
+                    "block_hashes": stored,
+                    "parent_block_hash": parent,
+                    "token_ids": token_ids,
+                    "block_size": bs,
+                    "lora_id": lora_id,
+                    "medium": "GPU",
+                    "lora_name": lora,
+                    "extra_keys": [[lora] if lora is not None else None for _ in stored],
+                    "group_idx": 0,
+                    "kv_cache_spec_kind": "full_attention",
+                }
+            )
 
-    def take_events(self) -> list[list[Any]]:
+    def take_events(self) -> list[dict[str, Any]]:
         """The events recorded since the last call (empty when not recording)."""
         events = self.events
         if not events:
@@ -191,7 +226,7 @@ class BlockPool:
         self._evictable.clear()
         self._refs.clear()
         if self.events is not None:
-            self.events.append(["AllBlocksCleared"])
+            self.events.append({"type": "AllBlocksCleared"})
         return True
 
     def release(self, holding: KvHolding) -> None:

@@ -14,15 +14,42 @@ from dataclasses import dataclass
 
 from .prefix_cache import KvHolding
 
-__all__ = ["EngineStoppedError", "GenerationRequest", "InvalidRequestError", "RequestHandle", "Seq", "SeqState"]
+__all__ = [
+    "EngineStoppedError",
+    "GenerationRequest",
+    "InvalidRequestError",
+    "RequestHandle",
+    "Seq",
+    "SeqState",
+    "prompt_too_long",
+]
 
 
 class EngineStoppedError(RuntimeError):
     """The engine stopped while the request was in flight."""
 
 
+def prompt_too_long(count: int, limit: int) -> InvalidRequestError:
+    """vLLM 0.32's refusal of a prompt over the context. Text is tokenized truncated at ``limit + 1``
+    tokens, so for text it can only say "at least" that many."""
+    qualifier = "at least " if count == limit + 1 else ""
+    return InvalidRequestError(
+        f"This model's maximum context length is {limit} tokens. However, your prompt contains "
+        f"{qualifier}{count} input tokens, which exceeds this limit even without any output tokens. "
+        f"Please reduce the length of the input prompt. (parameter=input_tokens, value={count})",
+        param="input_tokens",
+    )
+
+
 class InvalidRequestError(ValueError):
-    """A request the engine cannot serve (too long for the context, bad parameters)."""
+    """A request the engine cannot serve (too long for the context, bad parameters).
+
+    ``param`` names the request field at fault (OpenAI's ``error.param``), when there is one.
+    """
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +96,7 @@ class Seq:
         "max_tokens",
         "n",
         "prefill_len",
+        "preemptions",
         "prompt_tokens",
         "remote_decode",
         "remote_prefill",
@@ -84,11 +112,18 @@ class Seq:
     )
 
     def __init__(
-        self, *, prompt_tokens: int, hashes: list[int], target: int, req: GenerationRequest, seed: int
+        self,
+        *,
+        prompt_tokens: int,
+        hashes: list[int],
+        target: int,
+        req: GenerationRequest,
+        seed: int,
+        tokens: Sequence[int] | None = None,
     ) -> None:
         self.adapter = req.adapter
-        #: the prompt's token ids (None for a text prompt without a tokenizer): what BlockStored carries
-        self.tokens: Sequence[int] | None = None if isinstance(req.prompt, str) else req.prompt
+        #: the prompt's token ids (a text prompt's default tokenization when events need them): BlockStored's
+        self.tokens: Sequence[int] | None = tokens if isinstance(req.prompt, str) else req.prompt
         self.max_tokens = req.max_tokens
         self.n = req.n
         self.stream = req.stream
@@ -100,6 +135,7 @@ class Seq:
         self.computed = 0  # tokens whose KV is in the cache
         self.generated = 0
         self.cached_tokens = 0
+        self.preemptions = 0
         self.holding = KvHolding()
         self.state = SeqState.WAITING
         self.arrival = 0.0

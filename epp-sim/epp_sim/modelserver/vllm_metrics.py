@@ -1,11 +1,17 @@
-"""The catalogue of vLLM 0.10's own metrics (V1 engine): names, HELP text, types, labels, buckets, order.
+"""The catalogue of vLLM 0.32's own metrics (V1 engine): names, HELP text, types, labels, buckets, order.
 
-A single-process vLLM API server registers its families in a fixed order: queue gauges, cache
-counters, token counters, a long run of histograms, ``lora_requests_info``,
-``cache_config_info``. :class:`VllmMetrics` declares them in that order with vLLM's HELP text
-and real bucket boundaries, takes the engine's observations, and renders the whole page between
-the process families and the HTTP ones (``default_families``), so the few series the picker
-needs are not conveniently first. How the text is written is ``exposition``'s business.
+A single-process vLLM API server registers its families in a fixed order: the MFU estimates,
+queue gauges (waiting split by reason), the sleep state, KV-cache use, cache counters (local,
+external, multimodal), token counters (prompt tokens by source, cached ones by tier), request
+outcomes, admission rejections, a long run of histograms, ``lora_requests_info``,
+``cache_config_info``. The deprecated ``gpu_*`` twins of 0.10 are gone, as from vLLM, and
+``time_per_output_token_seconds`` is now per request (``request_time_per_output_token_seconds``).
+Series for what the simulator has no model of (FLOPs, external and multimodal caches, other cache
+tiers, admission queue limits, sleep) are exposed at their idle values, as vLLM exposes them.
+:class:`VllmMetrics` declares them in that order with vLLM's HELP text and real bucket
+boundaries, takes the engine's observations, and renders the whole page between the process
+families and the HTTP ones (``default_families``), so the few series the picker needs are not
+conveniently first. How the text is written is ``exposition``'s business.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from .exposition import (
     value_text,
 )
 
-__all__ = ["GaugeValues", "VllmMetrics", "build_1_2_5_buckets"]
+__all__ = ["GaugeValues", "VllmMetrics", "build_1_2_5_buckets", "cache_config_labels"]
 
 FINISH_REASONS = ("stop", "length", "abort")
 
@@ -42,6 +48,26 @@ REQUEST_LATENCY_BUCKETS = (
 )  # fmt: skip
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
+PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+CACHE_TIERS = ("device", "host", "p2p", "disk", "external_unspecified")
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+SLEEP_STATES = (("awake", 1), ("weights_offloaded", 0), ("discard_all", 0))
+_WAITING_BY_REASON_HELP = (
+    "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; "
+    "'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of all "
+    "reasons equals vllm:num_requests_waiting."
+)
+_SLEEP_HELP = (
+    "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+    "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."
+)
+_MFU = "(for Model Flops Utilization calculations)."
+_CACHED_BY_SOURCE_HELP = (
+    "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to DRAM), "
+    "disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at admission; sums to "
+    "vllm:prefix_cache_hits + vllm:external_prefix_cache_hits."
+)
 
 
 def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
@@ -63,6 +89,8 @@ class GaugeValues:
     running: int
     waiting: int
     kv_cache_usage: float
+    deferred: int = 0
+    """Of ``waiting``, the requests held back by a transient constraint (their adapter not loaded)."""
 
 
 class VllmMetrics:
@@ -88,50 +116,61 @@ class VllmMetrics:
         self._process = ProcessMetrics(start_wall)
         self.http = HttpMetrics()
 
-        self._gpu_prefix_queries = CounterFamily(
-            "vllm:gpu_prefix_cache_queries",
-            "GPU prefix cache queries, in terms of number of queried tokens. "
-            "DEPRECATED: Use vllm:prefix_cache_queries instead.",
+        def counter(name: str, help_text: str) -> CounterFamily:
+            family = CounterFamily(name, help_text)
+            family.series(labels, w)
+            return family
+
+        self._estimates = [
+            counter("vllm:estimated_flops_per_gpu", f"Estimated number of floating point operations per GPU {_MFU}"),
+            counter("vllm:estimated_read_bytes_per_gpu", f"Estimated number of bytes read from memory per GPU {_MFU}"),
+            counter(
+                "vllm:estimated_write_bytes_per_gpu", f"Estimated number of bytes written to memory per GPU {_MFU}"
+            ),
+        ]
+        self._waiting_keys = {r: labels_text({**labels, "reason": r}) for r in ("capacity", "deferred")}
+        sleep = family_header("vllm:engine_sleep_state", _SLEEP_HELP, "gauge")
+        self._sleep = sleep + "".join(
+            f"vllm:engine_sleep_state{labels_text({**labels, 'sleep_state': st})} {value_text(v)}\n"
+            for st, v in SLEEP_STATES
         )
-        self._gpu_prefix_hits = CounterFamily(
-            "vllm:gpu_prefix_cache_hits",
-            "GPU prefix cache hits, in terms of number of cached tokens. "
-            "DEPRECATED: Use vllm:prefix_cache_hits instead.",
-        )
-        self._prefix_queries = CounterFamily(
+        self._prefix_queries = counter(
             "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
         )
-        self._prefix_hits = CounterFamily(
-            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
-        )
-        self._preemptions = CounterFamily("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
-        self._prompt_tokens = CounterFamily("vllm:prompt_tokens", "Number of prefill tokens processed.")
-        self._generation_tokens = CounterFamily("vllm:generation_tokens", "Number of generation tokens processed.")
+        self._prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        external = "External prefix cache {} from KV connector cross-instance cache sharing, in terms of number of {}."
+        multimodal = "Multi-modal cache {}, in terms of number of {}."
+        self._idle_caches = [
+            counter("vllm:external_prefix_cache_queries", external.format("queries", "queried tokens")),
+            counter("vllm:external_prefix_cache_hits", external.format("hits", "cached tokens")),
+            counter("vllm:mm_cache_queries", multimodal.format("queries", "queried items")),
+            counter("vllm:mm_cache_hits", multimodal.format("hits", "cached items")),
+        ]
+        self._preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self._prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self._by_source = CounterFamily("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.")
+        self._source_keys = {src: self._by_source.series({**labels, "source": src}, w) for src in PROMPT_SOURCES}
+        self._cached = counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
+        self._cached_by_source = CounterFamily("vllm:prompt_tokens_cached_by_source", _CACHED_BY_SOURCE_HELP)
+        self._device_key = [self._cached_by_source.series({**labels, "source": t}, w) for t in CACHE_TIERS][0]
+        self._generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self._success = CounterFamily("vllm:request_success", "Count of successfully processed requests.")
-        # Disaggregated serving, the simulator's own series (after vLLM's): each role's requests and pulls.
-        self._remote_decodes = CounterFamily(
+        # Disaggregated serving, the simulator's own series (rendered after vLLM's): each role's requests and pulls.
+        self._remote_decodes = counter(
             "sim_pd_remote_decode_requests", "Simulator: prefills served for a remote decode (the prefill role)."
         )
-        self._remote_prefills = CounterFamily(
+        self._remote_prefills = counter(
             "sim_pd_remote_prefill_requests", "Simulator: requests decoded with KV pulled from a prefill pod."
         )
-        self._pulled_tokens = CounterFamily(
+        self._pulled_tokens = counter(
             "sim_pd_kv_pulled_tokens", "Simulator: prompt tokens whose KV was pulled from a prefill pod."
         )
-        for c in (
-            self._gpu_prefix_queries,
-            self._gpu_prefix_hits,
-            self._prefix_queries,
-            self._prefix_hits,
-            self._preemptions,
-            self._prompt_tokens,
-            self._generation_tokens,
-            self._remote_decodes,
-            self._remote_prefills,
-            self._pulled_tokens,
-        ):
-            c.series(labels, w)
         self._success_keys = {r: self._success.series({**labels, "finished_reason": r}, w) for r in FINISH_REASONS}
+        self._admission = CounterFamily(
+            "vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason."
+        )
+        for reason in ADMISSION_REASONS:
+            self._admission.series({"model_name": model, "reason": reason}, w)
 
         tokens = build_1_2_5_buckets(max_model_len)
 
@@ -161,13 +200,13 @@ class VllmMetrics:
         self.time_to_first_token = h(
             "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
         )
-        self.time_per_output_token = h(
-            "vllm:time_per_output_token_seconds",
-            "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.",
-            TPOT_BUCKETS,
-        )
         self.inter_token_latency = h(
             "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", TPOT_BUCKETS
+        )
+        self.request_time_per_output_token = h(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            TPOT_BUCKETS,
         )
         self.e2e_request_latency = h(
             "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQUEST_LATENCY_BUCKETS
@@ -192,6 +231,16 @@ class VllmMetrics:
             "Histogram of time spent in DECODE phase for request.",
             REQUEST_LATENCY_BUCKETS,
         )
+        self.request_num_preemptions = h(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            PREEMPTION_BUCKETS,
+        )
+        self.request_prefill_kv_computed_tokens = h(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            tokens,
+        )
         self._histograms = fams
 
         self._lora_enabled = lora_enabled
@@ -204,10 +253,13 @@ class VllmMetrics:
     # -- recording (called by the engine) ----------------------------------------------------
 
     def add_prefix_query(self, queried: int, hit: int) -> None:
-        for c in (self._gpu_prefix_queries, self._prefix_queries):
-            c.inc(self._key, queried)
-        for c in (self._gpu_prefix_hits, self._prefix_hits):
-            c.inc(self._key, hit)
+        """A request admitted: ``queried`` prompt tokens looked up, ``hit`` of them found on the device."""
+        self._prefix_queries.inc(self._key, queried)
+        self._prefix_hits.inc(self._key, hit)
+        self._cached.inc(self._key, hit)
+        self._cached_by_source.inc(self._device_key, hit)
+        self._by_source.inc(self._source_keys["local_cache_hit"], hit)
+        self._by_source.inc(self._source_keys["local_compute"], queried - hit)
 
     def add_preemption(self) -> None:
         self._preemptions.inc(self._key)
@@ -274,25 +326,28 @@ class VllmMetrics:
         out: list[str] = []
         self._process.render(out)
         key = self._key
+        for estimate in self._estimates:
+            estimate.render(out)
         gauge(out, "vllm:num_requests_running", "Number of requests in model execution batches.", key, gauges.running)
         gauge(out, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", key, gauges.waiting)
-        gauge(
-            out,
-            "vllm:gpu_cache_usage_perc",
-            "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
-            key,
-            gauges.kv_cache_usage,
-        )
-        self._gpu_prefix_queries.render(out)
-        self._gpu_prefix_hits.render(out)
+        out.append(family_header("vllm:num_requests_waiting_by_reason", _WAITING_BY_REASON_HELP, "gauge"))
+        deferred = min(gauges.deferred, gauges.waiting)
+        for reason, value in (("capacity", gauges.waiting - deferred), ("deferred", deferred)):
+            out.append(f"vllm:num_requests_waiting_by_reason{self._waiting_keys[reason]} {value_text(value)}\n")
+        out.append(self._sleep)
         gauge(out, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", key, gauges.kv_cache_usage)
         for counter in (
             self._prefix_queries,
             self._prefix_hits,
+            *self._idle_caches,
             self._preemptions,
             self._prompt_tokens,
+            self._by_source,
+            self._cached,
+            self._cached_by_source,
             self._generation_tokens,
             self._success,
+            self._admission,
         ):
             counter.render(out)
         for family in self._histograms:
@@ -309,3 +364,48 @@ class VllmMetrics:
         for counter in (self._remote_decodes, self._remote_prefills, self._pulled_tokens):
             counter.render(out)
         return "".join(out).encode()
+
+
+def cache_config_labels(
+    *, block_size: int, num_gpu_blocks: int, max_model_len: int, enable_prefix_caching: bool
+) -> dict[str, str]:
+    """``vllm:cache_config_info`` labels as vLLM 0.32 prints its CacheConfig (a GPU's values)."""
+    tokens = num_gpu_blocks * block_size
+    return {
+        "_block_size_resolved": "True",
+        "block_size": str(block_size),
+        "cache_dtype": "auto",
+        "cache_hit_alignment_tokens": "None",
+        "effective_attention_block_size": str(block_size),
+        "enable_mamba_shared_prefix_checkpoint": "False",
+        "enable_prefix_caching": str(enable_prefix_caching),
+        "gpu_memory_utilization": "0.92",
+        "hash_block_size": "None",
+        "is_attention_free": "False",
+        "kv_cache_dtype_skip_layers": "[]",
+        "kv_cache_layout": "None",
+        "kv_cache_max_concurrency": str(round(tokens / max_model_len, 2)),
+        "kv_cache_memory_bytes": "None",
+        "kv_cache_size_tokens": str(tokens),
+        "kv_offloading_backend": "native",
+        "kv_offloading_size": "None",
+        "kv_sharing_fast_prefill": "False",
+        "mamba_block_size": "None",
+        "mamba_cache_dtype": "auto",
+        "mamba_cache_mode": "none",
+        "mamba_page_size_padded": "None",
+        "mamba_ssm_cache_dtype": "float32",
+        "num_cpu_blocks": "None",
+        "num_gpu_blocks": str(num_gpu_blocks),
+        "num_gpu_blocks_override": "None",
+        "prefix_cache_retention_interval": "0",
+        "prefix_caching_hash_algo": "sha256",
+        "prefix_match_unit": "None",
+        "replayssm_buffer_len": "16",
+        "skip_page_size_padded": "None",
+        "sliding_window": "None",
+        "swa_bounded_replay": "True",
+        "use_kda_recoverssm": "False",
+        "use_replayssm": "False",
+        "user_specified_block_size": "False",
+    }

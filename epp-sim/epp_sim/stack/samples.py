@@ -20,17 +20,14 @@ from epp_sim.stack.manifests import ManifestError, read_manifest
 from epp_sim.stack.pool_spec import PoolSpec
 
 __all__ = [
-    "AUTOSCALER_CRD",
     "ManifestError",
     "SamplePool",
-    "load_autoscaler_crd",
     "load_pd_config",
     "load_samples",
     "qualified",
 ]
 
 POOL_GROUP = "inference.networking.k8s.io"
-AUTOSCALER_CRD = "variantautoscalings.llmd.ai"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,19 +133,6 @@ def load_samples(manifests: Path) -> SamplePool:
         raise
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise ManifestError(f"the sample manifests in {manifests / 'samples'} lack a field epp dev needs: {e!r}") from e
-
-
-def load_autoscaler_crd(manifests: Path) -> dict[str, Any]:
-    """The VariantAutoscaling CRD from ``manifests/autoscaler/crd.yaml`` (blocking)."""
-    path = manifests / "autoscaler" / "crd.yaml"
-    crds = [
-        d
-        for d in read_manifest(path)
-        if d["kind"] == "CustomResourceDefinition" and (d.get("metadata") or {}).get("name") == AUTOSCALER_CRD
-    ]
-    if len(crds) != 1:
-        raise ManifestError(f"{path} must hold the CustomResourceDefinition {AUTOSCALER_CRD}")
-    return crds[0]
 
 
 def load_pd_config(manifests: Path) -> str:

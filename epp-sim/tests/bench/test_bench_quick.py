@@ -1,4 +1,4 @@
-"""``epp bench overhead|routing --quick`` end to end, as CI runs them: every field there, values sane.
+"""``epp bench overhead|routing|scale --quick`` end to end, as CI runs them: every field there, values sane.
 
 No timing assertions: the numbers of a quick run mean nothing; what must hold is that every
 process started, every variant answered, and the JSON carries what the docs promise.
@@ -34,7 +34,8 @@ async def _run_bench(kind: str, out: Path) -> dict[str, Any]:
     assert proc.returncode == 0, text[-4000:]
     assert "targets:" in text and "machine:" in text
     doc: dict[str, Any] = json.loads((out / f"{kind}.json").read_text())
-    assert (out / f"{kind}.png").stat().st_size > 10_000
+    if kind != "scale":  # scale writes no plot
+        assert (out / f"{kind}.png").stat().st_size > 10_000
     return doc
 
 
@@ -108,3 +109,30 @@ async def test_routing_quick(tmp_path: Path) -> None:
         "precise_two_replicas_hit_rate_within_2_points",
         "approximate_two_replicas_hit_rate_drops_5_points",
     }
+
+
+async def test_scale_quick(tmp_path: Path) -> None:
+    doc = await _run_bench("scale", tmp_path)
+    assert doc["options"]["pods"] == [12] and doc["options"]["base_pods"] == 2
+    modes = ["in-loop", "process"]
+    assert [(i["mode"], i["pods"]) for i in doc["idle"]] == [(m, n) for n in (2, 12) for m in modes]
+    for idle in doc["idle"]:
+        # Every pod fetched many times in a second of 50 ms scrapes, none failed, ages below a second.
+        assert idle["fetches_per_pod_per_s"] > 5 and idle["errors"] == 0
+        assert 0 < idle["serving_process_cores"] <= idle["cpu_cores"] < 2 and idle["metrics_age_max_ms"] < 1000
+        assert 45 <= idle["achieved_interval_ms"] < 500
+    assert [(lat["mode"], lat["pods"]) for lat in doc["latency"]] == [(m, 12) for m in modes]
+    for latency in doc["latency"]:
+        for side in ("with", "without"):
+            assert latency[side]["requests"] > 0 and latency[side]["errors"] == 0
+    cells = {(c["config"], c["prompt_kib"]): c for c in doc["cpu_per_request"]}
+    assert set(cells) == {("default", 4), ("precise", 4)}
+    assert cells[("default", 4)]["picker"] == "in-loop"
+    for cell in cells.values():
+        assert cell["requests"] > 0 and cell["errors"] == 0 and cell["picker_cpu_ms_per_request"] > 0
+    assert set(doc["targets"]) == {
+        *(f"idle_{n}_pods_{m}_le_{c}_core_at_15_fetches" for m in modes for n, c in ((100, 0.25), (400, 1.0))),
+        *(f"added_p50_c1_12_pods_{m}_le_0.5ms" for m in modes),
+        "default_400kib_le_3ms_cpu_per_request",
+    }
+    assert doc["targets"]["idle_100_pods_process_le_0.25_core_at_15_fetches"]["met"] is None

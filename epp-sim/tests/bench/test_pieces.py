@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import os
+from pathlib import Path
 
 import pytest
 
 from epp.datalayer.promtext import parse
-from epp_sim.bench.backend import serve_backend
+from epp_sim.bench.backend import MAX_PODS, pod_host, serve_backend
 from epp_sim.bench.children import tcp_open
-from epp_sim.bench.loadgen import http_load, percentile
+from epp_sim.bench.loadgen import http_load, percentile, unique_bodies
 from epp_sim.bench.overhead import phase_overhead, prompt_body
 from epp_sim.bench.overhead.phases import _quantile
 from epp_sim.bench.procstat import cpu_seconds, read_proc
 from epp_sim.bench.profiling import summarise
 from epp_sim.bench.report import format_table
 from epp_sim.bench.routing.scoring import routing_targets
+from epp_sim.bench.scale import ScaleOptions, scale_prompt_body
 from epp_sim.ports import free_port
 from epp_sim.waits import wait_until
 
@@ -151,3 +155,29 @@ def test_in_flight_target_no_worse_anywhere_and_20pct_better_at_full_load(
     assert target["met"] is met
     if (1.0, "in-flight") in cells:
         assert "@1.0: " in target["detail"] and "vs 5.000s" in target["detail"]
+
+
+def test_pod_hosts_are_distinct_loopback_host_addresses_past_254() -> None:
+    hosts = [pod_host(i) for i in range(MAX_PODS)]
+    assert hosts[:2] == ["127.0.0.2", "127.0.0.3"] and hosts[252] == "127.0.0.254" and hosts[253] == "127.0.1.1"
+    assert len(set(hosts)) == MAX_PODS
+    assert all(h.startswith("127.") and 1 <= int(h.rsplit(".", 1)[1]) <= 254 for h in hosts)
+    with pytest.raises(ValueError, match="outside"):
+        pod_host(MAX_PODS)
+
+
+def test_unique_bodies_end_differently_and_stay_json() -> None:
+    body = scale_prompt_body(4)
+    assert abs(len(body) - 4096) < 64
+    first, second = itertools.islice(unique_bodies(body, "r1"), 2)
+    assert first != second and first.endswith(b' #r1-1"}') and second.endswith(b' #r1-2"}')
+    assert json.loads(first)["prompt"].startswith(json.loads(body)["prompt"])
+
+
+def test_scale_options_are_checked_when_built() -> None:
+    with pytest.raises(ValueError, match="base-pods"):
+        ScaleOptions(pods=(8,), base_pods=8)
+    with pytest.raises(ValueError, match="configs must include default"):
+        ScaleOptions(configs=("precise",))
+    with pytest.raises(ValueError, match="no tokenizer.json"):
+        ScaleOptions(tokenizer=Path("/nonexistent"))

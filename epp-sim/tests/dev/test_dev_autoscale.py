@@ -1,11 +1,11 @@
 """``epp dev --autoscale``: the local stack whose pool comes from a simulated Deployment that the
-saturation autoscaler scales.
+saturation autoscaler scales through an annotated HPA.
 
-In process, with a ManualClock shared by the model-load delay and the autoscaler (its own loop
-parked on a long interval, cycles driven by hand): saturated pods → one replica added → while it
-loads no second one (pending) → it turns Ready, the picker routes to it through Envoy → teardown
-leaves nothing. Then the real command once, as a subprocess, under ``--load``. Plus the pure
-parts (decision lines, peak readings).
+In process, with a ManualClock shared by the model-load delay, the autoscaler and the cluster's
+scalers (their loops parked on a long interval, cycles driven by hand): saturated pods → the gauge
+asks for one more replica → the HPA adds it → while it loads no second one (pending) → it turns
+Ready, the picker routes to it through Envoy → teardown leaves nothing. Then the real command once,
+as a subprocess, under ``--load``. Plus the pure parts (decision lines, peak readings).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 from epp_dev_cli import run_epp_dev
 
-from epp.autoscale.analysis import Decision, Reason
 from epp.autoscale.controller import Outcome
+from epp.autoscale.decision import Decision, Reason
 from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
 from epp.framework.headers import DESTINATION_ENDPOINT
@@ -73,8 +73,8 @@ async def test_saturation_adds_one_replica_that_the_picker_then_routes_to() -> N
     async with LocalStack(StackConfig(pods=0, envoy_port=0), components=[autoscaler]) as stack:
         ns = stack.samples.namespace
         key = autoscaler.variant
-        # the loop ran its first cycle (nothing Ready: no metrics) and parked; the first pod is loading
-        await wait_until(lambda: clock.sleepers == 2, timeout=10, message="pod loading and loop parked")
+        # the loops ran their first cycle (nothing Ready: no metrics) and parked; the first pod is loading
+        await wait_until(lambda: clock.sleepers == 3, timeout=10, message="pod loading and loops parked")
         assert len(lines) == 1 and lines[0].startswith(f"autoscaler: {key.name} 1, no-metrics: "), lines
         [row] = autoscaler.rows()
         assert row.state.startswith("Loading") and row.ip == "-"
@@ -87,10 +87,10 @@ async def test_saturation_adds_one_replica_that_the_picker_then_routes_to() -> N
         first.pin(**SATURATED)
 
         outcome = (await autoscaler.run_cycle())[key]
-        assert outcome.decision is not None and outcome.actuated, outcome
+        assert outcome.decision is not None and not outcome.actuated, outcome  # the HPA scales, not the autoscaler
         assert (outcome.decision.current, outcome.decision.target, outcome.decision.reason) == (1, 2, Reason.SATURATED)
         assert _spec_replicas(autoscaler) == 2
-        assert re.fullmatch(rf"autoscaler: {key.name} 1 → 2 \(saturated\): .*1/1 replicas saturated.*", lines[-1])
+        assert re.fullmatch(rf"autoscaler: {key.name} 1 → 2 \(saturated\): saturation: demand .*required.*", lines[-1])
         await wait_until(lambda: _status_replicas(autoscaler) == 2, timeout=10, message="second pod created")
 
         # the new replica is loading and load stays high: held, no second scale-up

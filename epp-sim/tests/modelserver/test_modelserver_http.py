@@ -17,24 +17,27 @@ from epp_sim.waits import wait_until
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
-# Every family a vLLM 0.10 (V1) API server exposes, with its type as the parser reports it.
+# Every family a vLLM 0.32 (V1) API server exposes, with its type as the parser reports it (the
+# real-engine tier compares the whole page with a real server's: real_engine_tests/test_simulator_tracks_vllm.py).
 VLLM_FAMILIES = {
     "vllm:num_requests_running": "gauge",
     "vllm:num_requests_waiting": "gauge",
+    "vllm:num_requests_waiting_by_reason": "gauge",
     "vllm:kv_cache_usage_perc": "gauge",
-    "vllm:gpu_cache_usage_perc": "gauge",
     "vllm:prefix_cache_queries": "counter",
     "vllm:prefix_cache_hits": "counter",
-    "vllm:gpu_prefix_cache_queries": "counter",
-    "vllm:gpu_prefix_cache_hits": "counter",
     "vllm:num_preemptions": "counter",
     "vllm:prompt_tokens": "counter",
+    "vllm:prompt_tokens_by_source": "counter",
+    "vllm:prompt_tokens_cached": "counter",
     "vllm:generation_tokens": "counter",
     "vllm:request_success": "counter",
     "vllm:lora_requests_info": "gauge",
     "vllm:cache_config_info": "gauge",
     "vllm:time_to_first_token_seconds": "histogram",
-    "vllm:time_per_output_token_seconds": "histogram",
+    "vllm:request_time_per_output_token_seconds": "histogram",
+    "vllm:request_num_preemptions": "histogram",
+    "vllm:request_prefill_kv_computed_tokens": "histogram",
     "vllm:inter_token_latency_seconds": "histogram",
     "vllm:e2e_request_latency_seconds": "histogram",
     "vllm:request_queue_time_seconds": "histogram",
@@ -128,7 +131,7 @@ async def test_completion_stream_chunk_by_chunk_with_usage(server: ModelServer, 
     req = {"prompt": "stream", "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
     async with http.post(server.url + "/v1/completions", json=req) as resp:
         assert resp.status == 200
-        assert resp.headers["Content-Type"] == "text/event-stream"
+        assert resp.headers["Content-Type"] == "text/event-stream; charset=utf-8"  # as vLLM 0.32 sends it
         events = await _sse(resp)
     assert events[-1] == "[DONE]"
     usage_chunk = events[-2]
@@ -176,13 +179,19 @@ async def test_models_lists_base_and_adapters_and_runtime_loading(
 @pytest.mark.parametrize(
     ("path", "body", "status", "fragment"),
     [
-        ("/v1/completions", {"model": "nope", "prompt": "p"}, 404, "The model `nope` does not exist."),
-        ("/v1/completions", b"{not json", 400, "invalid JSON"),
-        ("/v1/completions", b"[1, 2]", 400, "JSON object"),
-        ("/v1/completions", {"model": MODEL}, 400, "prompt is required"),
+        (
+            "/v1/completions",
+            {"model": "nope", "prompt": "p"},
+            404,
+            f"The model `nope` does not exist. Valid aliases: {MODEL}.",
+        ),
+        ("/v1/completions", b"{not json", 400, "'type': 'json_invalid', 'loc': 'body.1', 'msg': 'JSON decode error'"),
+        ("/v1/completions", b"[1, 2]", 400, "Input should be a valid dictionary or object to extract fields from"),
+        ("/v1/completions", {"model": MODEL}, 400, "Either prompt or prompt_embeds must be provided and non-empty."),
         ("/v1/completions", {"prompt": ["a", "b"]}, 400, "batched prompts"),
         ("/v1/completions", {"prompt": "p", "max_tokens": 0}, 400, "max_tokens"),
-        ("/v1/completions", {"prompt": "p", "max_tokens": 100000}, 400, "maximum context length"),
+        ("/v1/completions", {"prompt": "p", "max_tokens": 100000}, 400, "max_tokens=100000 cannot be greater than"),
+        ("/v1/completions", {"prompt": "x" * 40000}, 400, "your prompt contains at least 8193 input tokens"),
         ("/v1/chat/completions", {"model": MODEL}, 400, "messages is required"),
         ("/v1/chat/completions", {"messages": []}, 400, "non-empty list"),
         ("/v1/chat/completions", {"messages": [{"content": "x"}]}, 400, "string role"),
@@ -241,7 +250,9 @@ async def test_pins_over_http_appear_exactly(server: ModelServer, http: aiohttp.
     assert fams["vllm:num_requests_waiting"].samples[0].value == 12
     assert fams["vllm:num_requests_running"].samples[0].value == 3
     assert fams["vllm:kv_cache_usage_perc"].samples[0].value == 0.875
-    assert fams["vllm:gpu_cache_usage_perc"].samples[0].value == 0.875
+    assert "vllm:gpu_cache_usage_perc" not in fams  # gone since vLLM 0.11, as from the simulator
+    by_reason = {s.labels["reason"]: s.value for s in fams["vllm:num_requests_waiting_by_reason"].samples}
+    assert by_reason == {"capacity": 12, "deferred": 0}
     newest = max(fams["vllm:lora_requests_info"].samples, key=lambda s: s.value).labels
     assert newest == {"max_lora": "4", "running_lora_adapters": "a,b", "waiting_lora_adapters": "c"}
 
@@ -325,3 +336,18 @@ async def test_non_streaming_client_disconnect_aborts(server: ModelServer, http:
 async def test_health(server: ModelServer, http: aiohttp.ClientSession) -> None:
     async with http.get(server.url + "/health") as resp:
         assert resp.status == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/v1/completions/render", "/tokenize"])
+async def test_a_body_not_sent_as_json_is_refused_as_vllm_refuses_it(
+    server: ModelServer, http: aiohttp.ClientSession, path: str
+) -> None:
+    async with http.post(server.url + path, data=b'{"prompt": "hi"}', headers={"Content-Type": "text/plain"}) as resp:
+        assert resp.status == 400
+        error = (await resp.json())["error"]
+    assert error == {
+        "message": "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+        "type": "Bad Request",
+        "param": None,
+        "code": 400,
+    }

@@ -1,4 +1,4 @@
-"""The simulated vLLM publishes KV events as vLLM does: its own --host, 3 frames, positional msgpack,
+"""The simulated vLLM publishes KV events as vLLM 0.32 does: its own --host, 3 frames, msgpack maps,
 BlockStored with the real token ids of each full block, BlockRemoved on eviction, AllBlocksCleared
 on reset, a replay socket; and it serves the render endpoints with its tokenizer."""
 
@@ -25,6 +25,16 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def _tag(event: object) -> str:
+    """An event's type, in either of vLLM's encodings (a map with ``type``, or ``[tag, ...]``)."""
+    return str(event["type"] if isinstance(event, dict) else event[0])  # type: ignore[index]
+
+
+def _field(event: object, name: str, position: int) -> list[int]:
+    value = event[name] if isinstance(event, dict) else event[position]  # type: ignore[index]
+    return list(value)
 
 
 def test_kv_events_config_is_vllms() -> None:
@@ -84,12 +94,24 @@ async def test_events_carry_token_ids_and_evictions(tmp_path: Path) -> None:
             topic, seq, payload = received[0]
             assert topic == b"kv@pod@m" and len(seq) == 8
             batches = [msgpack.unpackb(frames[2]) for frames in received]
-            tags = [event[0] for _, events, _ in batches for event in events]
+            tags = [event["type"] for _, events, _ in batches for event in events]
             assert {"BlockStored", "BlockRemoved", "AllBlocksCleared"} <= set(tags)
-            stored_events = [e for _, events, _ in batches for e in events if e[0] == "BlockStored"]
-            ours = next(e for e in stored_events if e[3] == ids[: len(e[3])] and e[2] is None)
-            _, hashes, parent, token_ids, block_size, lora_id, medium, lora_name = ours
-            assert block_size == 16 and medium == "GPU" and len(token_ids) == 16 * len(hashes)
+            stored_events = [e for _, events, _ in batches for e in events if e["type"] == "BlockStored"]
+            ours = next(
+                e
+                for e in stored_events
+                if e["token_ids"] == ids[: len(e["token_ids"])] and e["parent_block_hash"] is None
+            )
+            # vLLM 0.32's map form, every field it sends (real_engine_tests compares them with a real vLLM's).
+            assert set(ours) == {
+                "type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
+                "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
+            }  # fmt: skip
+            hashes = ours["block_hashes"]
+            assert ours["block_size"] == 16 and ours["medium"] == "GPU" and len(ours["token_ids"]) == 16 * len(hashes)
+            assert ours["extra_keys"] == [None] * len(hashes) and ours["kv_cache_spec_kind"] == "full_attention"
+            removed = next(e for _, events, _ in batches for e in events if e["type"] == "BlockRemoved")
+            assert set(removed) == {"type", "block_hashes", "medium", "group_idx"}
 
             # The replay socket returns what was published from a start seq, then the end marker.
             replay = context.socket(zmq.DEALER)
@@ -104,8 +126,46 @@ async def test_events_carry_token_ids_and_evictions(tmp_path: Path) -> None:
         context.destroy(linger=0)
 
 
-async def test_render_without_a_tokenizer_is_a_clear_error() -> None:
-    async with ModelServer(SimConfig(model="m"), host="127.0.0.6") as server, httpx.AsyncClient() as client:
-        response = await client.post(f"{server.url}/v1/completions/render", json={"prompt": "hi"})
-        assert response.status_code == 400
-        assert "--tokenizer" in response.json()["error"]["message"]
+async def test_without_a_tokenizer_render_and_tokenize_give_the_ids_the_events_carry() -> None:
+    """The default tokenization (4 characters a token) is what render, tokenize and the events all use."""
+    port = _free_port()
+    events = KvEventsConfig(enable_kv_cache_events=True, endpoint=f"tcp://*:{port}", topic="kv@pod@m")
+    config = SimConfig(model="m", kv_events=events, max_model_len=1024)
+    context = zmq.asyncio.Context()
+    sub = context.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
+    try:
+        async with ModelServer(config, host="127.0.0.6") as server, httpx.AsyncClient() as client:
+            sub.connect(f"tcp://127.0.0.6:{port}")
+            prompt = sentence(random.Random(3), 60)  # several 16-token (64-character) blocks
+            rendered = await client.post(f"{server.url}/v1/completions/render", json={"model": "m", "prompt": prompt})
+            assert rendered.status_code == 200
+            (request,) = rendered.json()
+            ids = request["token_ids"]
+            assert len(ids) == -(-len(prompt) // 4) and request["model"] == "m"
+            tokenized = (await client.post(f"{server.url}/tokenize", json={"model": "m", "prompt": prompt})).json()
+            assert tokenized == {"count": len(ids), "max_model_len": 1024, "tokens": ids, "token_strs": None}
+            chat = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
+            chat_ids = (await client.post(f"{server.url}/v1/chat/completions/render", json=chat)).json()["token_ids"]
+            assert chat_ids == (await client.post(f"{server.url}/tokenize", json=chat)).json()["tokens"]
+            refused = await client.post(f"{server.url}/detokenize", json={"model": "m", "tokens": ids})
+            assert refused.status_code == 400 and "--tokenizer" in refused.json()["error"]["message"]
+            unknown = await client.post(f"{server.url}/tokenize", json={"model": "x", "prompt": "hi"})
+            assert unknown.status_code == 404
+
+            stored: list[list[int]] = []
+
+            async def announced() -> bool:  # resent until the subscription has reached the publisher
+                await client.post(f"{server.url}/reset_prefix_cache")
+                await client.post(f"{server.url}/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+                while await sub.poll(0):
+                    for event in msgpack.unpackb((await sub.recv_multipart())[2])[1]:
+                        if _tag(event) == "BlockStored":
+                            stored.append(_field(event, "token_ids", 3))
+                return bool(stored)
+
+            await wait_until(announced, timeout=10, message="the prompt's BlockStored")
+            assert stored[-1] == ids[: len(stored[-1])] and len(stored[-1]) == 16 * (len(ids) // 16)
+    finally:
+        sub.close(linger=0)
+        context.destroy(linger=0)

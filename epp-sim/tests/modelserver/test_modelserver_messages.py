@@ -110,7 +110,7 @@ async def test_engine_refusal_and_stop_in_each_apis_error_shape(
     async with http.post(server.url + path, json={**body, "max_tokens": 100_000}) as resp:  # over the context
         assert resp.status == 400
         doc = await resp.json()
-    assert error_type(doc)[0] == refused[0] and "maximum context length" in doc["error"]["message"]
+    assert error_type(doc)[0] == refused[0] and "cannot be greater than max_model_len" in doc["error"]["message"]
     async with http.get(server.url + "/_sim/stats") as resp:
         stats = await resp.json()
     assert (stats["errors"], stats["requests"]) == (1, 0)

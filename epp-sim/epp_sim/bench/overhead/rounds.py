@@ -25,13 +25,15 @@ from epp_sim.bench.overhead.phases import phase_overhead
 from epp_sim.bench.overhead.stack import VARIANTS, Stack, picker_metrics
 from epp_sim.bench.procstat import cpu_seconds
 
-__all__ = ["grpc_direct", "http_cells"]
+__all__ = ["Round", "grpc_direct", "http_cells", "measured"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Round:
+class Round:
+    """One load run and the CPU seconds each process used during it."""
+
     load: LoadResult
     cpu: dict[str, float]
 
@@ -40,15 +42,15 @@ def _cpu_of(pids: dict[str, int]) -> dict[str, float]:
     return {name: cpu_seconds(pid) for name, pid in pids.items()}
 
 
-async def _measured(pids: dict[str, int], load: Awaitable[LoadResult]) -> _Round:
+async def measured(pids: dict[str, int], load: Awaitable[LoadResult]) -> Round:
     """Run ``load`` (a coroutine not yet started) and charge the CPU the processes used meanwhile."""
     before = _cpu_of(pids)
     result = await load
     after = _cpu_of(pids)
-    return _Round(result, {k: after[k] - before[k] for k in pids})
+    return Round(result, {k: after[k] - before[k] for k in pids})
 
 
-def _summarise(variant: str, size: int, concurrency: int, rounds: Sequence[_Round]) -> dict[str, Any]:
+def _summarise(variant: str, size: int, concurrency: int, rounds: Sequence[Round]) -> dict[str, Any]:
     requests = sum(r.load.requests for r in rounds)
     duration = sum(r.load.duration for r in rounds)
     cpu: dict[str, float] = {}
@@ -84,13 +86,13 @@ async def http_cells(
         body_file = stack.work / f"body-{size}.json"
         await asyncio.to_thread(body_file.write_bytes, prompt_body(size))
         for concurrency in options.concurrencies:
-            rounds: dict[str, list[_Round]] = {v: [] for v in VARIANTS}
+            rounds: dict[str, list[Round]] = {v: [] for v in VARIANTS}
             metrics_before = await picker_metrics(session, stack)
             for _ in range(options.rounds):
                 for variant in VARIANTS:
                     target = f"127.0.0.1:{stack.envoys[variant].port}"
                     load = loads.http(target, body_file, concurrency=concurrency, duration=options.round_seconds)
-                    rounds[variant].append(await _measured(stack.pids(variant), load))
+                    rounds[variant].append(await measured(stack.pids(variant), load))
             metrics_after = await picker_metrics(session, stack)
             summary = {v: _summarise(v, size, concurrency, rounds[v]) for v in VARIANTS}
             epp, noop, envoy = summary["epp"], summary["noop"], summary["envoy"]
@@ -121,14 +123,14 @@ async def grpc_direct(options: OverheadOptions, stack: Stack, loads: LoadGenerat
     out = []
     for size in options.prompt_bytes:
         body = prompt_body(size)
-        rounds: dict[str, list[_Round]] = {"noop": [], "epp": []}
+        rounds: dict[str, list[Round]] = {"noop": [], "epp": []}
         for _ in range(options.rounds):
             for name, target, pid in (
                 ("noop", stack.noop_grpc, stack.noop.pid),
                 ("epp", stack.epp_grpc, stack.epp.pid),
             ):
                 load = loads.grpc(target, body, concurrency=options.grpc_concurrency, duration=options.round_seconds)
-                rounds[name].append(await _measured({"processor": pid}, load))
+                rounds[name].append(await measured({"processor": pid}, load))
         for name, rs in rounds.items():
             cell = _summarise(name, size, options.grpc_concurrency, rs)
             cell["streams_per_s"] = cell.pop("rps")

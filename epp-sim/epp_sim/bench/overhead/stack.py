@@ -16,7 +16,7 @@ scraped every pod, so the first measured round does not pay for start-up.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,11 +104,22 @@ async def start_noop(exit: AsyncExitStack, work: Path, name: str, destination: s
 
 
 async def start_picker(
-    exit: AsyncExitStack, work: Path, name: str, *, kubeconfig: Path, backend_port: int, session: aiohttp.ClientSession
+    exit: AsyncExitStack,
+    work: Path,
+    name: str,
+    *,
+    kubeconfig: Path,
+    backend_port: int,
+    session: aiohttp.ClientSession,
+    labels: Mapping[str, str] = _POOL_LABELS,
+    args: Sequence[str] = (),
 ) -> tuple[ChildProcess, int, str]:
-    """``epp serve`` in standalone mode over the bench pods, as child ``name``; gRPC port and metrics URL."""
+    """``epp serve`` in standalone mode over the pods with ``labels``, as child ``name``; gRPC port and metrics URL.
+
+    ``args``: more ``epp serve`` flags (e.g. ``--config-file``).
+    """
     grpc, health, metrics = free_port(), free_port(), free_port()
-    selector = ",".join(f"{k}={v}" for k, v in _POOL_LABELS.items())
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
     epp = python_child(
         work,
         name,
@@ -126,6 +137,7 @@ async def start_picker(
         "--health-checking=true",  # Envoy health-checks the ext_proc cluster over gRPC
         "--drain-timeout=0s",  # stopped after the runs: no drain window to wait out
         "--v=1",
+        *args,
         env=_CHILD_ENV,
     )
     await exit.enter_async_context(epp)

@@ -1,0 +1,63 @@
+"""One KV-event message into the index, and the counters every event source keeps per endpoint.
+
+Both topologies end here: a subscriber dialled to one pod (pod discovery) and the socket every
+engine connects to (central mode) hand each message's topic and payload to :func:`apply_message`
+under the endpoint it belongs to. The topic is llm-d's ``kv@<pod-id>@<model>``
+(:func:`topic_parts`); the model names a chain's first block unless the event carries a LoRA name.
+
+:class:`SourceCounts` holds what ``/metrics`` reports per endpoint (``EppMetrics.set_kv_events``),
+so both kinds of source count the same things the same way.
+"""
+
+from __future__ import annotations
+
+from epp.kvevents.decode import AllBlocksCleared, BlockRemoved, BlockStored, decode_batch
+from epp.kvevents.index import KvBlockIndex
+
+__all__ = ["SourceCounts", "apply_message", "topic_parts"]
+
+
+class SourceCounts:
+    """Counts since the source started, for ``pod`` (an endpoint key) heard from ``source``.
+
+    ``source`` is the ZMQ endpoint a subscriber dials, or the ``ip:port`` a central topic names.
+    """
+
+    def __init__(self, pod: str, source: str) -> None:
+        self.pod = pod
+        self.source = source
+        self.last_seq: int | None = None
+        """The sequence number of the last message applied (None before the first, or after a disconnect)."""
+        self.messages = 0
+        """Messages received live (malformed ones included; replayed ones are not)."""
+        self.gaps = 0
+        self.restarts = 0
+        self.decode_errors = 0
+        self.replays = 0
+        self.disconnects = 0
+        self.reconnections = 0
+        """Sockets rebuilt after a ZMQ error (ZMQ's own reconnects of a dropped peer are :attr:`disconnects`)."""
+
+
+def topic_parts(topic: bytes) -> tuple[str, str]:
+    """``(pod id, model)`` of a ``kv@<pod-id>@<model>`` topic; empty strings where it has none."""
+    parts = topic.decode("utf-8", "replace").split("@", 2)
+    if len(parts) != 3:
+        return "", ""
+    return parts[1], parts[2]
+
+
+def apply_message(index: KvBlockIndex, pod: str, topic: bytes, payload: bytes) -> None:
+    """Decode ``payload`` and apply its events to ``pod``'s entries; raises ``EventDecodeError``."""
+    batch = decode_batch(payload)
+    _, model = topic_parts(topic)
+    for event in batch.events:
+        if isinstance(event, BlockStored):
+            if event.lora_name or model:
+                index.stored(pod, model, event)
+            else:
+                index.skipped += 1
+        elif isinstance(event, BlockRemoved):
+            index.removed(pod, event.block_hashes)
+        elif isinstance(event, AllBlocksCleared):
+            index.clear(pod)
