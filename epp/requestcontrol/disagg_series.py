@@ -7,8 +7,10 @@ for every request a disaggregation handler scheduled (``decode-only``, ``prefill
 ``llm_d_epp_pd_decision_total``, the deprecated ``pd-profile-handler``'s. Each has a deprecated
 twin with the older prefix and two labels, ``llm_d_inference_scheduler_{disagg,pd}_decision_total
 {model_name, decision_type}``, emitted beside it (the llm-d router's dual emission): under
-``--metrics-naming`` it takes the place of a GIE name (GIE has no such series), so ``both`` (the
-default) emits both, ``llm-d`` the current name only.
+``--metrics-naming`` it takes the place of a GIE name, so ``both`` (the default) emits both,
+``llm-d`` the current name only, and ``gie`` neither (GIE has no such series, as for every
+llm-d-only one). The families are declared when a pool first disaggregates a request, so a pool
+without disaggregation shows none of them.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ class DisaggSeries:
 
     def __init__(self, metrics: EppMetrics) -> None:
         f = metrics.families
+        llm_d = metrics.naming != "gie"
         self._families: dict[str, CounterFamily] = {
             "disagg": f.counter(
                 Names(
-                    "llm_d_inference_scheduler_disagg_decision_total",
+                    "llm_d_inference_scheduler_disagg_decision_total" if llm_d else None,
                     "llm_d_epp_disagg_decision_total",
                     "Total number of disaggregation routing decisions made",
                     labels=_LABELS,
@@ -42,7 +45,7 @@ class DisaggSeries:
             ),
             "pd": f.counter(
                 Names(
-                    "llm_d_inference_scheduler_pd_decision_total",
+                    "llm_d_inference_scheduler_pd_decision_total" if llm_d else None,
                     "llm_d_epp_pd_decision_total",
                     "Total number of P/D disaggregation decisions made",
                     labels=_LABELS,

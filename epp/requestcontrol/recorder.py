@@ -95,7 +95,7 @@ class ServingRecorder:
         self._metrics = metrics
         self._cycle = CycleMetrics(metrics)
         self._fail_open = metrics.endpoint_health_fail_open.labels(pool_name)
-        self._disagg = metrics.series(DisaggSeries)
+        self._disagg: DisaggSeries | None = None  # declared at the first disaggregated request
 
     @property
     def cycle(self) -> CycleRecorder:
@@ -130,6 +130,8 @@ class ServingRecorder:
             observe(time.perf_counter() - start)
 
     def disaggregated(self, request: InferenceRequest, decision: Decision) -> None:
+        if self._disagg is None:
+            self._disagg = self._metrics.series(DisaggSeries)
         self._disagg.count(decision, request.target_model)
 
     def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:

@@ -29,10 +29,11 @@ class Harness:
         config_text: str | None = None,
         registry: PluginRegistry | None = None,
         options: RoutingOptions | None = None,
+        metrics: EppMetrics | None = None,
     ) -> None:
         self.store = store
         self.clock = ManualClock(start=NOW)
-        self.metrics = EppMetrics()
+        self.metrics = metrics or EppMetrics()
         if registry is None:
             registry = PluginRegistry()
             register_in_tree(registry)

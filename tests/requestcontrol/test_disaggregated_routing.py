@@ -12,6 +12,7 @@ from pool_harness import Harness
 from scheduling_builders import NOW, parsed
 
 from epp.config.loader import ConfigError
+from epp.config.options import MetricsNaming
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework import headers
@@ -23,6 +24,7 @@ from epp.framework.roles import ROLE_LABEL
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
 from epp.labels import Selector
 from epp.plugins import pd_deciders, role_filters
+from epp.telemetry.metrics import EppMetrics
 
 SELECTOR = Selector.from_match_labels({"app": "vllm"})
 PD_CONFIG = """\
@@ -222,6 +224,25 @@ async def test_long_uncached_prompt_goes_to_a_decode_pod_with_its_prefill_pod_na
         )
         == 1
     )
+
+
+@pytest.mark.parametrize(("naming", "current", "deprecated"), [("both", 1, 1), ("llm-d", 1, None), ("gie", None, None)])
+async def test_decision_series_appear_with_the_first_decision_under_each_naming(
+    naming: MetricsNaming, current: int | None, deprecated: int | None
+) -> None:
+    h = Harness(roles_store("prefill", "decode"), config_text=PD_CONFIG, metrics=EppMetrics(naming=naming))
+
+    def families() -> set[str]:
+        return {m.name for m in h.metrics.registry.collect()}
+
+    assert not {"llm_d_epp_disagg_decision", "llm_d_inference_scheduler_disagg_decision"} & families()
+    await h.decide(completion(LONG))
+    labels = {"model_name": "m", "decision_type": "prefill-decode"}
+    handler = {"plugin_name": "disagg-profile-handler", "plugin_type": "disagg-profile-handler"}
+    get = h.metrics.registry.get_sample_value
+    assert get("llm_d_epp_disagg_decision_total", {**handler, **labels}) == current
+    assert get("llm_d_inference_scheduler_disagg_decision_total", labels) == deprecated
+    assert ("llm_d_inference_scheduler_pd_decision" in families()) is (deprecated is not None)
 
 
 async def test_short_or_cached_prompts_are_decoded_only() -> None:
