@@ -8,7 +8,8 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
 # README.md is optional (the glob keeps COPY from failing without it); pyproject.toml names it.
-# setup.py compiles protos/ into epp/api/v1 while the wheel is built (the epp.v1 API).
+# setup.py generates epp/api/v1 (from protos/) and epp/extproc/envoy_api (Envoy's ext_proc API, from
+# the build requirement xds-protos, which pip installs in the build's own environment, not in /wheels).
 COPY pyproject.toml setup.py README.md* ./
 COPY protos ./protos
 COPY epp ./epp
@@ -20,11 +21,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 # The wheels are bind-mounted from the builder for this one step, so no layer keeps them.
-# xds-protos ships an older copy of opentelemetry-proto's modules and pip's order decides which copy
-# stays, so opentelemetry-proto is installed again last (the OTLP exporter needs its messages).
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels epp \
-    && pip install --no-index --find-links=/wheels --no-deps --force-reinstall opentelemetry-proto \
     && groupadd --system --gid 10001 epp \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin epp
 USER 10001:10001

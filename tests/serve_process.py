@@ -21,14 +21,18 @@ from epp.extproc import pb
 from epp_sim.ports import free_port
 from epp_sim.waits import wait_until
 
-__all__ = ["ServeProcess", "run_serve", "serve_process"]
+__all__ = ["IN_THIS_ENVIRONMENT", "ServeProcess", "run_serve", "serve_process"]
 
 
-async def _spawn(args: Sequence[str], env: Mapping[str, str] | None) -> asyncio.subprocess.Process:
+IN_THIS_ENVIRONMENT = (sys.executable, "-m", "epp")
+"""The ``epp`` command of the test's own environment (``command=`` names another, e.g. a venv's ``bin/epp``)."""
+
+
+async def _spawn(
+    args: Sequence[str], env: Mapping[str, str] | None, command: Sequence[str] = IN_THIS_ENVIRONMENT
+) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "epp",
+        *command,
         "serve",
         *args,
         stdout=asyncio.subprocess.DEVNULL,
@@ -87,7 +91,9 @@ class ServeProcess:
 
 
 @asynccontextmanager
-async def serve_process(*args: str, env: Mapping[str, str] | None = None) -> AsyncIterator[ServeProcess]:
+async def serve_process(
+    *args: str, env: Mapping[str, str] | None = None, command: Sequence[str] = IN_THIS_ENVIRONMENT
+) -> AsyncIterator[ServeProcess]:
     """``epp serve ARGS`` on free loopback ports (given after ARGS, so they win); SIGTERM on exit.
 
     On exit the process has ended and ``stderr`` holds every line it wrote; an exit code other
@@ -101,7 +107,7 @@ async def serve_process(*args: str, env: Mapping[str, str] | None = None) -> Asy
         f"--grpc-health-port={health_port}",
         f"--metrics-port={metrics_port}",
     )
-    proc = await _spawn([*args, *sandbox], env)
+    proc = await _spawn([*args, *sandbox], env, command)
     running = ServeProcess(proc, grpc_port, health_port, metrics_port)
     reader = asyncio.create_task(_collect(proc.stderr, running.stderr), name="epp-serve-stderr")
     try:

@@ -82,7 +82,12 @@ async def test_standalone_serve_goes_not_serving_to_serving_and_stops_on_sigterm
             assert '"status": "SERVING"' in liveness
             api.server.clear_faults()
             await wait_until(lambda: readiness('"status": "SERVING"'), timeout=30, message="SERVING after sync")
-            assert "envoy.service.ext_proc.v3.ExternalProcessor" in await _grpcurl(f"127.0.0.1:{grpc_port}", "list")
+            ext_proc = "envoy.service.ext_proc.v3.ExternalProcessor"
+            assert ext_proc in await _grpcurl(f"127.0.0.1:{grpc_port}", "list")
+            # Reflection serves the build's Envoy files (renamed into epp.extproc.envoy_api) with every
+            # import resolvable: grpcurl loads them all to describe the service.
+            service = await _grpcurl(f"127.0.0.1:{grpc_port}", "describe", ext_proc)
+            assert "rpc Process ( stream .envoy.service.ext_proc.v3.ProcessingRequest )" in service, service
         finally:
             proc.send_signal(signal.SIGTERM)
             rc = await asyncio.wait_for(proc.wait(), 30)

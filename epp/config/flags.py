@@ -168,7 +168,7 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         config,
         "--allow-experimental-plugins",
         False,
-        "allow plugin types upstream marks experimental (Alpha): session-affinity-scorer",
+        "allow plugin types upstream marks experimental (Alpha; docs/scheduling.md marks each)",
     )
     _switch(config, "--ha-enable-leader-election", False, "several replicas: only the Lease holder reports ready")
     _flag(

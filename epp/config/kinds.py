@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from epp.config.picker_config import ConfigError
+from epp.framework.admission import Admitter
 from epp.framework.datalayer import MetricsExtractor, MetricsSource
 from epp.framework.flowcontrol import FairnessPolicy, OrderingPolicy, UsageLimitPolicy
 from epp.framework.parsing import Parser
 from epp.framework.plugin import Plugin, PluginKind, declared_kinds
 from epp.framework.producers import DataProducer
+from epp.framework.response import ResponseComplete
 from epp.framework.saturation import SaturationDetector
 from epp.framework.scheduling import (
     Filter,
@@ -46,6 +48,8 @@ _CONTRACTS: Mapping[PluginKind, type] = {
     PluginKind.USAGE_LIMIT_POLICY: UsageLimitPolicy,
     PluginKind.DATA_SOURCE: MetricsSource,
     PluginKind.DATA_EXTRACTOR: MetricsExtractor,
+    PluginKind.ADMITTER: Admitter,
+    PluginKind.RESPONSE_STREAMING: ResponseComplete,
 }
 
 

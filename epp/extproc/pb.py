@@ -1,16 +1,24 @@
 """The only import point for generated protobuf and gRPC code (Envoy ext_proc, health, reflection).
 
-The ``xds-protos`` wheel ships the compiled Envoy API (upb-backed, ~1 µs to parse a header
-message); keeping every generated import here means a stub upgrade or a switch of proto package
+Envoy's ext_proc v3 messages and service are compiled by the ``epp`` build into
+:mod:`epp.extproc.envoy_api` (``setup.py``: xds-protos' descriptors, renamed into our package;
+upb-backed, ~1 µs to parse a header message); health and reflection come from grpcio's own
+packages. Keeping every generated import here means a regeneration or a switch of proto package
 touches one file, and the rest of ``extproc`` reads plain names.
 """
 
 from __future__ import annotations
 
-from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue, HeaderValueOption
-from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
-from envoy.service.ext_proc.v3 import external_processor_pb2 as _ext_proc
-from envoy.service.ext_proc.v3.external_processor_pb2 import (
+from google.protobuf.struct_pb2 import ListValue, Struct, Value  # type: ignore[import-untyped]
+from grpc_health.v1 import health_pb2
+from grpc_health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse, HealthListRequest, HealthListResponse
+from grpc_health.v1.health_pb2_grpc import HealthServicer, HealthStub, add_HealthServicer_to_server
+from grpc_reflection.v1alpha import reflection
+
+from epp.extproc.envoy_api import envoy_service_ext_proc_v3_external_processor_pb2 as _ext_proc
+from epp.extproc.envoy_api.envoy_config_core_v3_base_pb2 import HeaderMap, HeaderValue, HeaderValueOption
+from epp.extproc.envoy_api.envoy_extensions_filters_http_ext_proc_v3_processing_mode_pb2 import ProcessingMode
+from epp.extproc.envoy_api.envoy_service_ext_proc_v3_external_processor_pb2 import (
     BodyMutation,
     BodyResponse,
     CommonResponse,
@@ -26,17 +34,12 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
     StreamedBodyResponse,
     TrailersResponse,
 )
-from envoy.service.ext_proc.v3.external_processor_pb2_grpc import (
+from epp.extproc.envoy_api.envoy_service_ext_proc_v3_external_processor_pb2_grpc import (
     ExternalProcessorServicer,
     ExternalProcessorStub,
     add_ExternalProcessorServicer_to_server,
 )
-from envoy.type.v3.http_status_pb2 import HttpStatus
-from google.protobuf.struct_pb2 import ListValue, Struct, Value  # type: ignore[import-untyped]
-from grpc_health.v1 import health_pb2
-from grpc_health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse, HealthListRequest, HealthListResponse
-from grpc_health.v1.health_pb2_grpc import HealthServicer, HealthStub, add_HealthServicer_to_server
-from grpc_reflection.v1alpha import reflection
+from epp.extproc.envoy_api.envoy_type_v3_http_status_pb2 import HttpStatus
 
 __all__ = [
     "BODY_BUFFERED",

@@ -71,6 +71,14 @@ def _fill_metadata(response: pb.ProcessingResponse, destination: str, scores: Ma
             fields[hostport].number_value = score
 
 
+def add_dynamic_metadata(response: pb.ProcessingResponse, metadata: Mapping[str, Mapping[str, float]]) -> None:
+    """Put plugins' numbers (namespace → key → value) into ``response``'s dynamic metadata, beside what it has."""
+    for namespace, values in metadata.items():
+        fields = response.dynamic_metadata.fields[namespace].struct_value.fields
+        for key, value in values.items():
+            fields[key].number_value = value
+
+
 def routing_headers_response(
     headers: Mapping[str, str],
     destination: str,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Protocol
@@ -40,6 +40,7 @@ from epp.extproc.observe import RequestLabels, StreamMetrics
 from epp.extproc.replies import Replies
 from epp.extproc.response_relay import ResponseRelay
 from epp.extproc.responses import (
+    add_dynamic_metadata,
     body_chunks,
     error_response,
     headers_ack,
@@ -48,6 +49,7 @@ from epp.extproc.responses import (
 )
 from epp.extproc.served_endpoint import served_endpoint_echo
 from epp.extproc.subset_hint import subset_hint
+from epp.extproc.usage import Usage
 from epp.framework import headers as wire
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.requestcontrol.context import RequestContext
@@ -107,6 +109,12 @@ class RequestPipeline(Protocol):
 
     def route_headers_only(self, ctx: RequestContext) -> RoutingDecision:
         """Header-only request: a random endpoint; EppError(INTERNAL, 'no pods available in datastore') if none."""
+        ...
+
+    def response_complete(
+        self, ctx: RequestContext, usage: Usage | None, status: int
+    ) -> Mapping[str, Mapping[str, float]]:
+        """The response ended (before ``finished``): plugins read its usage; returns their dynamic metadata."""
         ...
 
     def finished(self, ctx: RequestContext, *, completed: bool, status: int = 0, gateway_reply: bool = False) -> None:
@@ -437,8 +445,17 @@ class Stream:
             labels = self._running or self._labels()
             duration = perf_counter() - self._t_start if self._t_start else 0.0
             self._p.observe.response_complete(labels, relay.size, duration, relay.usage)
+            self._tell_response(relay, answers)
             self._finish(completed=True)
         return answers
+
+    def _tell_response(self, relay: ResponseRelay, answers: Sequence[pb.ProcessingResponse]) -> None:
+        """The response plugins' dynamic metadata rides on the response's last answer."""
+        pipeline, ctx = self._pipeline, self._ctx
+        if pipeline is not None and ctx is not None:
+            metadata = pipeline.response_complete(ctx, relay.usage, relay.status)  # plugin errors are caught there
+            if metadata and answers:
+                add_dynamic_metadata(answers[-1], metadata)
 
     # -- shared --------------------------------------------------------------------------------
 

@@ -20,10 +20,11 @@ delta keeps the prompt counts it does not repeat. Total is input + output, as up
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from epp.framework.response import Usage
 
 __all__ = ["SseUsageScanner", "Usage", "usage_from_json", "usage_from_object"]
 
@@ -36,16 +37,6 @@ _MESSAGE_DELTA = "message_delta"
 _ANTHROPIC_TYPES = frozenset({"message", _MESSAGE_START, _MESSAGE_DELTA})
 # A line longer than this without a newline is not an SSE event we can use; drop it, not memory.
 _MAX_LINE = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts reported by the model server (0 when not reported)."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    total_tokens: int = 0
 
 
 def _count(value: Any) -> int:

@@ -220,6 +220,7 @@ class FlowController:
         future = item.future
         if not future.done():
             if outcome is Outcome.DISPATCHED:
+                item.request.queue_wait = self._clock.now() - item.enqueued_at
                 future.set_result(None)
             else:
                 future.set_exception(outcome.error())

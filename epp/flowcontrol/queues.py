@@ -76,6 +76,10 @@ class Flow:
         self._drop_dead()
         return self._heap[0][0]
 
+    def head(self) -> Item:
+        self._drop_dead()
+        return self._heap[0][2]
+
     def pop(self) -> Item:
         """Remove and return the head (the flow is not empty)."""
         self._drop_dead()

@@ -54,8 +54,17 @@ class FlowView(Protocol):
     @property
     def fairness_id(self) -> str: ...
 
+    @property
+    def count(self) -> int:
+        """Items queued in the flow."""
+        ...
+
     def head_key(self) -> tuple[float, ...]:
         """The ordering key of the item the flow would dispatch next (the flow is not empty)."""
+        ...
+
+    def head(self) -> QueuedRequest:
+        """The item the flow would dispatch next (the flow is not empty)."""
         ...
 
 

@@ -51,6 +51,8 @@ class PluginKind(enum.StrEnum):
     DATA_SOURCE = "DataSource"
     DATA_EXTRACTOR = "Extractor"
     ENDPOINT_SOURCE = "EndpointSource"
+    ADMITTER = "Admission"
+    RESPONSE_STREAMING = "ResponseStreaming"
 
 
 def declared_kinds(plugin: object) -> frozenset[PluginKind]:

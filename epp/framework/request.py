@@ -10,7 +10,12 @@ from typing import Any
 from epp.framework.endpoint import EndpointState, join_host_port
 from epp.framework.prompt import EMPTY_PROMPT, Prompt
 
-__all__ = ["ApiKind", "InferenceRequest", "RoutingDecision"]
+__all__ = ["ApiKind", "InferenceRequest", "RoutingDecision", "attribute_key"]
+
+
+def attribute_key(attribute: str, producer: str = "") -> str:
+    """The key of a request attribute: upstream's ``DataKey`` string, ``<attribute>/<producer>``."""
+    return f"{attribute}/{producer}"
 
 
 class ApiKind(enum.Enum):
@@ -48,6 +53,10 @@ class InferenceRequest:
     ``max_tokens`` field), None when it set none; ``in_flight_tokens`` is what the request added
     to its endpoint's in-flight token count, released with it. ``token_ids`` is the prompt as the
     engine tokenizes it, when a ``token-producer`` produced it before scheduling (else None).
+    ``queue_wait`` is the seconds the request waited in the flow-control queue before it was
+    dispatched (None when it was not queued). ``attributes`` are what plugins publish about the
+    request for other plugins (upstream's request attributes), keyed ``<attribute>/<producer>``
+    (:func:`attribute_key`).
     """
 
     request_id: str
@@ -65,6 +74,8 @@ class InferenceRequest:
     max_output_tokens: int | None = None
     in_flight_tokens: int = 0
     token_ids: Sequence[int] | None = None
+    queue_wait: float | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sheddable(self) -> bool:

@@ -18,6 +18,7 @@ from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 
 __all__ = [
+    "PEER_ENDPOINT",
     "CycleState",
     "EndpointsObserver",
     "Filter",
@@ -38,6 +39,13 @@ __all__ = [
 
 class CycleState(dict[str, Any]):
     """Scratch space for one scheduling cycle, shared by the plugins of that cycle."""
+
+
+PEER_ENDPOINT = "peer-endpoint"
+"""CycleState key of the :class:`EndpointState` picked in an earlier phase of the same cycle, which a
+profile handler publishes before running the next profile (upstream's ``peer-endpoint`` request
+attribute: ``disagg-profile-handler`` sets the decode pick before running ``prefill``). The topology
+affinity plugins read it; absent, they have no peer."""
 
 
 @dataclass(slots=True)

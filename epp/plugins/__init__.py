@@ -8,33 +8,52 @@ from __future__ import annotations
 
 from epp.framework.plugin import PluginFactory, PluginRegistry
 from epp.plugins import (
+    by_label_filter,
     concurrency_detector,
+    context_length_aware,
     core_metrics_extractor,
     data_parallel,
     disagg_headers,
     disagg_profile_handler,
+    endpoint_attribute_filter,
+    endpoint_attribute_scorer,
     endpoint_notification_source,
     flow_policies,
+    header_label_affinity_scorer,
+    header_profile_handler,
     inflight_load,
     inflight_scorers,
     kv_cache_scorer,
+    label_selector_filter,
     legacy_filter_tree,
+    load_aware_scorer,
     lora_affinity_scorer,
     metrics_data_source,
+    no_hit_lru_scorer,
     parsers,
     pd_deciders,
     pd_profile_handler,
     pickers,
     precise_prefix_producer,
     precise_prefix_scorer,
+    prefix_cache_affinity_filter,
     prefix_cache_scorer,
+    probabilistic_admitter,
+    program_aware_fairness,
     queue_scorer,
+    request_attribute_reporter,
     role_filters,
     running_requests_scorer,
+    session_affinity_filter,
     session_affinity_scorer,
     single_profile,
+    soft_reflective_ceiling,
     token_producer,
+    topology_affinity_filter,
+    topology_affinity_scorer,
+    topology_extractor,
     utilization_detector,
+    utilization_filter,
 )
 
 __all__ = ["register_in_tree"]
@@ -91,12 +110,49 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (parsers.ANTHROPIC_TYPE, parsers.create_anthropic),
     (parsers.VLLM_HTTP_TYPE, parsers.create_vllm_http),
     (parsers.PASSTHROUGH_TYPE, parsers.create_passthrough),
+    # llm-d router filters.
+    (label_selector_filter.TYPE, label_selector_filter.create),
+    (label_selector_filter.DEPRECATED_TYPE, label_selector_filter.create_deprecated),
+    (by_label_filter.TYPE, by_label_filter.create),
+    (session_affinity_filter.TYPE, session_affinity_filter.create),
+    (prefix_cache_affinity_filter.TYPE, prefix_cache_affinity_filter.create),
+    (utilization_filter.TYPE, utilization_filter.create),
+    (endpoint_attribute_filter.TYPE, endpoint_attribute_filter.create),
+    (topology_affinity_filter.TYPE, topology_affinity_filter.create),
+    # llm-d router scorers (context-length-aware is also a filter), and the topology they read.
+    (load_aware_scorer.TYPE, load_aware_scorer.create),
+    (no_hit_lru_scorer.TYPE, no_hit_lru_scorer.create),
+    (context_length_aware.TYPE, context_length_aware.create),
+    (header_label_affinity_scorer.TYPE, header_label_affinity_scorer.create),
+    (endpoint_attribute_scorer.TYPE, endpoint_attribute_scorer.create),
+    (topology_affinity_scorer.TYPE, topology_affinity_scorer.create),
+    (topology_extractor.TYPE, topology_extractor.create),
+    # Profile handler, admission plugin, response reporter, flow control.
+    (header_profile_handler.TYPE, header_profile_handler.create),
+    (probabilistic_admitter.TYPE, probabilistic_admitter.create),
+    (request_attribute_reporter.TYPE, request_attribute_reporter.create),
+    (program_aware_fairness.TYPE, program_aware_fairness.create),
+    (soft_reflective_ceiling.TYPE, soft_reflective_ceiling.create),
 )
 
 # Types the llm-d router registers with Alpha stability (cmd/epp/runner/runner.go): a configuration
 # may use them only with --allow-experimental-plugins. Every other type above is Beta there (or,
 # legacy-filter-tree, GIE v0.3's, which had no stability levels).
-_EXPERIMENTAL = frozenset({session_affinity_scorer.TYPE})
+_EXPERIMENTAL = frozenset(
+    {
+        session_affinity_scorer.TYPE,
+        session_affinity_filter.TYPE,
+        utilization_filter.TYPE,
+        endpoint_attribute_filter.TYPE,
+        topology_affinity_filter.TYPE,
+        header_label_affinity_scorer.TYPE,
+        endpoint_attribute_scorer.TYPE,
+        topology_affinity_scorer.TYPE,
+        topology_extractor.TYPE,
+        header_profile_handler.TYPE,
+        soft_reflective_ceiling.TYPE,
+    }
+)
 
 
 def register_in_tree(registry: PluginRegistry) -> None:

@@ -94,6 +94,26 @@ class Params:
             raise self._error(key, "must be a string", value)
         return value
 
+    def strings(self, key: str) -> list[str] | None:
+        """A list of strings; None when absent."""
+        value = self._get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._error(key, "must be a list of strings", value)
+        return list(value)
+
+    def string_map(self, key: str) -> dict[str, str] | None:
+        """A mapping of strings to strings; None when absent."""
+        value = self._get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise self._error(key, "must be a mapping of strings to strings", value)
+        return dict(value)
+
     def mappings(self, key: str) -> list[Params]:
         """A list of mappings (empty when absent), each as its own :class:`Params` named ``key[i]``."""
         value = self._get(key)

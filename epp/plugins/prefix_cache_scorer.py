@@ -14,9 +14,11 @@ Where ``match`` comes from:
   tokenization failed, or it carries a ``cache_salt``) is scored from the approximate index,
   which keeps learning from every decision for exactly that fallback.
 
-Whichever it used, it publishes each candidate's match in the cycle
-(:func:`~epp.framework.disaggregation.publish_match`): what ``prefix-based-pd-decider`` reads of
-the decode pod's cache.
+The scorer is itself a prefix-match info producer (``prefix_match``): upstream's scorer reads the
+info of ``approx-prefix-cache-producer``, which other plugins read too; here that index lives in
+the scorer, so they read it from the scorer. Whichever source it scored from, it publishes each
+candidate's match in the cycle (:func:`~epp.framework.disaggregation.publish_match`): what
+``prefix-based-pd-decider`` reads of the decode pod's cache.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from epp.framework.disaggregation import PrefixMatch, publish_match
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
-from epp.framework.producers import PrefixMatchInfoProducer
+from epp.framework.producers import PrefixMatchInfo, PrefixMatchInfoProducer
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._params import Params
@@ -84,6 +86,10 @@ class PrefixCacheScorer(NamedPlugin):
         if not name:
             return
         plugin = lookup(f"{TYPE}.parameters.prefixMatchInfoProducerName", name)
+        if isinstance(plugin, PrefixCacheScorer):  # it reads the producer it names: a chain of scorers would loop
+            raise PluginConfigError(
+                f"prefixMatchInfoProducerName: plugin {name!r} is a {TYPE}, not a producer of prefix-match info"
+            )
         if not isinstance(plugin, PrefixMatchInfoProducer):
             raise PluginConfigError(
                 f"prefixMatchInfoProducerName: plugin {name!r} (type {plugin.typed_name.type!r}) "
@@ -91,20 +97,29 @@ class PrefixCacheScorer(NamedPlugin):
             )
         self.producer = plugin
 
-    def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
+    def prefix_match(
+        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
+    ) -> PrefixMatchInfo:
+        """Leading prompt blocks each candidate holds: the named producer's, else the approximate index's.
+
+        This is what the scorer scores, and what plugins reading prefix-match info from this scorer
+        (``no-hit-lru-scorer``, ``prefix-cache-affinity-filter``) see.
+        """
         producer = self.producer
         if producer is not None:
             info = producer.prefix_match(cycle, request, candidates)
             if info is not None:
-                _publish(cycle, candidates, info.match_blocks, info.total_blocks, info.block_size_tokens)
-                return self._scores(info.match_blocks, info.total_blocks, info.block_size_tokens)
+                return info
         hashes = self.hashes(cycle, request, candidates)
-        if not hashes:
-            return [0.0] * len(candidates)
         match = self.index.match
-        matches = [match(c.endpoint.key, hashes) for c in candidates]
-        _publish(cycle, candidates, matches, len(hashes), self._block_tokens(candidates))
-        return self._scores(matches, len(hashes), self.block_size_tokens)
+        matches = [match(c.endpoint.key, hashes) for c in candidates] if hashes else [0] * len(candidates)
+        return PrefixMatchInfo(matches, len(hashes), self._block_tokens(candidates))
+
+    def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
+        info = self.prefix_match(cycle, request, candidates)
+        if info.total_blocks > 0:
+            _publish(cycle, candidates, info)
+        return self._scores(info.match_blocks, info.total_blocks, info.block_size_tokens)
 
     def _scores(self, matches: Sequence[int], total: int, block_size: int) -> list[float]:
         if total <= 0:
@@ -134,12 +149,10 @@ class PrefixCacheScorer(NamedPlugin):
         return len(self.index)
 
 
-def _publish(
-    cycle: CycleState, candidates: Sequence[EndpointState], matches: Sequence[int], total: int, block_tokens: int
-) -> None:
+def _publish(cycle: CycleState, candidates: Sequence[EndpointState], info: PrefixMatchInfo) -> None:
     """Tell the cycle what each candidate holds (the P/D decider reads the decode pick's)."""
-    for state, blocks in zip(candidates, matches, strict=True):
-        publish_match(cycle, state, PrefixMatch(blocks, total, block_tokens))
+    for state, blocks in zip(candidates, info.match_blocks, strict=True):
+        publish_match(cycle, state, PrefixMatch(blocks, info.total_blocks, info.block_size_tokens))
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrefixCacheScorer:

@@ -25,8 +25,11 @@ one of its API's). ``route`` then runs the stages in upstream's order (llm-d rou
    (``healthy.py``): in service, else degraded, else all (fail open);
 5. **data producers** (``token-producer``), awaited in configuration order; a producer that fails
    leaves the request without its data;
-6. **schedule**: no candidates → 503; the scheduling cycle (429 when nothing fits);
-7. **pre-request**: PreRequest plugins learn the decision; the response headers plugins contribute,
+6. **admission plugins** (upstream's ``runAdmissionPlugins``, e.g. ``probabilistic-admitter``), in
+   configuration order over the candidates: the first denial ends the request with upstream's 500
+   "request cannot be admitted: <the plugin's error>"; one that fails is logged and admits;
+7. **schedule**: no candidates → 503; the scheduling cycle (429 when nothing fits);
+8. **pre-request**: PreRequest plugins learn the decision; the response headers plugins contribute,
    and so do the plugins that tell the model server something on the forwarded request (a
    disaggregation handler names the prefill pod; a client's copy of such a header is removed);
    a disaggregation handler's decision goes to the recorder; with ``--emit-endpoint-scores``, the
@@ -38,6 +41,8 @@ Every effect (counting, queueing, timing, PreRequest) goes through the context's
 that records. ``finished``, called once per served request however it ends, releases the in-flight
 load, feeds the response's status back to the endpoint's health (a 5xx counts as a failure, Envoy's
 own 502/503 makes it unreachable at once, anything else is a success) and runs PostResponse plugins.
+Before it, a response seen to its end is handed to the ResponseStreaming plugins
+(``response_complete``: its usage in, dynamic metadata out).
 """
 
 from __future__ import annotations
@@ -50,15 +55,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from epp.clock import Clock
+from epp.config.kinds import playing
 from epp.config.loader import LoadedConfig
 from epp.datastore.types import DatastoreReader
 from epp.errors import EppError, ErrorCode
 from epp.flowcontrol.controller import FlowController
 from epp.framework import headers
+from epp.framework.admission import Admitter
 from epp.framework.endpoint import EndpointState
 from epp.framework.health import Health
 from epp.framework.parsing import request_path
+from epp.framework.plugin import PluginKind
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
+from epp.framework.response import CompletedResponse, ResponseComplete, Usage
 from epp.framework.scheduling import CycleState, PostResponse, UpstreamHeaderContributor
 from epp.requestcontrol.admission import AdmissionStage, NoAdmission, QueueAdmission, SaturationAdmission
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
@@ -102,7 +111,17 @@ class PoolParts:
 class Pipeline:
     """One pool's pipeline under one configuration; immutable once built."""
 
-    __slots__ = ("_admission", "_pool", "_post_response", "_pre_request", "_producers", "_upstream_headers", "config")
+    __slots__ = (
+        "_admission",
+        "_admitters",
+        "_pool",
+        "_post_response",
+        "_pre_request",
+        "_producers",
+        "_response_complete",
+        "_upstream_headers",
+        "config",
+    )
 
     def __init__(self, pool: PoolParts, config: LoadedConfig, metrics: EppMetrics | None) -> None:
         self.config = config
@@ -116,8 +135,18 @@ class Pipeline:
         self._producers = tuple(
             (p, plugin_observer(metrics, "PrepareData", p.typed_name)) for p in config.data_producers
         )
+        self._admitters = tuple(
+            (p, plugin_observer(metrics, "Admission", p.typed_name))
+            for p in playing(config.plugins.values(), PluginKind.ADMITTER)
+            if isinstance(p, Admitter)
+        )
         self._pre_request: tuple[TimedPreRequest, ...] = tuple(
             (p, plugin_observer(metrics, "PreRequest", p.typed_name)) for p in config.pre_request
+        )
+        self._response_complete = tuple(
+            (p, plugin_observer(metrics, "ResponseStreaming", p.typed_name))
+            for p in playing(config.plugins.values(), PluginKind.RESPONSE_STREAMING)
+            if isinstance(p, ResponseComplete)
         )
         self._post_response: tuple[tuple[PostResponse, Observe], ...] = tuple(
             (p, plugin_observer(metrics, "PostResponse", p.typed_name)) for p in config.post_response
@@ -171,6 +200,8 @@ class Pipeline:
                 )
                 if self._producers:
                     await self._produce(request, recorder)
+                if self._admitters:
+                    self._admit(request, candidates, recorder)
                 decision = self._schedule(request, candidates, recorder)
             recorder.routed(request, decision, self.config.in_flight)
         ctx.decision = decision
@@ -263,6 +294,19 @@ class Pipeline:
                 log.exception("data producer failed", extra={"plugin": str(producer.typed_name)})
             recorder.timed(observe, time.perf_counter() - start)
 
+    def _admit(self, request: InferenceRequest, candidates: Sequence[EndpointState], recorder: Recorder) -> None:
+        """The admission plugins, in order; the first denial raises upstream's Internal (500)."""
+        for admitter, observe in self._admitters:
+            start = time.perf_counter()
+            try:
+                denial = admitter.admit(request, candidates)
+            except Exception:  # a plugin bug must not refuse every request: it admits
+                log.exception("admission plugin failed", extra={"plugin": str(admitter.typed_name)})
+                denial = None
+            recorder.timed(observe, time.perf_counter() - start)
+            if denial is not None:
+                raise EppError(ErrorCode.INTERNAL, f"request cannot be admitted: {denial}")
+
     def _schedule(
         self, request: InferenceRequest, candidates: Sequence[EndpointState], recorder: Recorder
     ) -> RoutingDecision:
@@ -290,6 +334,23 @@ class Pipeline:
         return decision
 
     # -- the end -----------------------------------------------------------------------------------
+
+    def response_complete(self, ctx: RequestContext, usage: Usage | None, status: int) -> dict[str, dict[str, float]]:
+        """The response reached its end: the ResponseStreaming plugins read its ``usage`` (zeros when it carried
+        none, as upstream's); returns the dynamic metadata they set, for the response's last answer."""
+        plugins = self._response_complete
+        if not plugins:
+            return {}
+        request, recorder = ctx.request, ctx.recorder
+        response = CompletedResponse(usage or Usage(), status)
+        for plugin, observe in plugins:
+            start = time.perf_counter()
+            try:
+                plugin.response_complete(request, response)
+            except Exception:  # the response is already on its way; log and keep the stream alive
+                log.exception("response plugin failed", extra={"plugin": str(plugin.typed_name)})
+            recorder.timed(observe, time.perf_counter() - start)
+        return response.dynamic_metadata
 
     def finished(self, ctx: RequestContext, *, completed: bool, status: int = 0, gateway_reply: bool = False) -> None:
         """The response ended (``completed``) or the stream stopped early: release the request's in-flight

@@ -3,8 +3,8 @@
 The pipeline decides; the recorder it is given acts. Every point where routing touches the world
 goes through it: a model-rewrite decision counted, a fail-open counted, the conformance hooks'
 round-robin turn taken, the request admitted (which may mean waiting in the flow-control queue), a
-data producer or PreRequest plugin timed, a disaggregation handler's decision counted, the request
-counted in flight on its target, and the scheduling cycle's steps
+data producer, admission plugin or PreRequest plugin timed, a disaggregation handler's decision
+counted, the request counted in flight on its target, and the scheduling cycle's steps
 (:class:`~epp.scheduling.recorder.CycleRecorder`).
 
 - :class:`ServingRecorder`, one per pool, shared by its requests and holding no per-request state,
@@ -68,7 +68,7 @@ class Recorder(Protocol):
         ...
 
     def timed(self, observe: Observe, seconds: float) -> None:
-        """A data producer ran for ``seconds``."""
+        """A data producer or an admission plugin ran for ``seconds``."""
         ...
 
     def pre_request(

@@ -342,20 +342,38 @@ def _sampler(settings: TracingSettings) -> Sampler:
     return sampling.ParentBased(base) if name.startswith("parentbased_") else base
 
 
-def _require_current_otlp_messages() -> None:
-    """Refuse, naming the fix, when opentelemetry-proto's modules are xds-protos' older copy.
+_OTLP_COMMON = "opentelemetry/proto/common/v1/common_pb2.py"
 
-    Both wheels install ``opentelemetry/proto/...``; whichever pip installs last owns the files, and
-    the OTLP exporter cannot import from the copy that lacks ``InstrumentationScope``.
+
+def _require_current_otlp_messages() -> None:
+    """Refuse, naming who overwrote them and the fix, when opentelemetry-proto's modules are an older copy.
+
+    epp depends on nothing else that ships ``opentelemetry/proto/...``, but a distribution installed
+    beside it may (xds-protos does): whichever pip installs last owns the files, and the OTLP
+    exporter cannot import from a copy that lacks ``InstrumentationScope``.
     """
     from opentelemetry.proto.common.v1 import common_pb2
 
-    if not hasattr(common_pb2, "InstrumentationScope"):
-        raise TracingError(
-            f"OTLP export needs opentelemetry-proto's messages, but {common_pb2.__file__} is an older "
-            "copy (installed over it by xds-protos); run: pip install --no-deps --force-reinstall "
-            "opentelemetry-proto"
-        )
+    if hasattr(common_pb2, "InstrumentationScope"):
+        return
+    others = _other_owners(_OTLP_COMMON)
+    culprit = f"installed over it by {', '.join(others)}" if others else "no other installed distribution claims it"
+    raise TracingError(
+        f"OTLP export needs opentelemetry-proto's messages, but {common_pb2.__file__} is an older copy ({culprit}); "
+        "run: pip install --no-deps --force-reinstall opentelemetry-proto"
+    )
+
+
+def _other_owners(path: str) -> list[str]:
+    """``name version`` of each installed distribution but opentelemetry-proto whose RECORD lists ``path``."""
+    import importlib.metadata
+
+    owners = set()
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if name.lower() != "opentelemetry-proto" and any(str(f) == path for f in dist.files or ()):
+            owners.add(f"{name} {dist.version}")
+    return sorted(owners)
 
 
 def _resource() -> Resource:

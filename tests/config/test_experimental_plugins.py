@@ -1,8 +1,9 @@
 """``--allow-experimental-plugins``: types upstream marks Alpha load only with the flag, as upstream.
 
 The llm-d router registers each plugin type with a stability level and refuses a configuration
-naming an Alpha one unless the flag is set (``ValidatePluginStability``). Our in-tree type that is
-Alpha there is ``session-affinity-scorer``; any registered type can be marked the same way.
+naming an Alpha one unless the flag is set (``ValidatePluginStability``). Our in-tree types that
+are Alpha there (``cmd/epp/runner/runner.go``) are experimental here; any registered type can be
+marked the same way.
 """
 
 from __future__ import annotations
@@ -40,7 +41,19 @@ def _registry() -> PluginRegistry:
 
 def test_the_in_tree_types_upstream_marks_alpha_are_the_experimental_ones() -> None:
     registry = _registry()
-    assert [t for t in registry.types() if registry.is_experimental(t)] == ["session-affinity-scorer"]
+    assert [t for t in registry.types() if registry.is_experimental(t)] == [
+        "endpoint-attribute-filter",
+        "endpoint-attribute-scorer",
+        "header-label-affinity-scorer",
+        "header-profile-handler",
+        "session-affinity-filter",
+        "session-affinity-scorer",
+        "soft-reflective-ceiling-policy",
+        "topology-affinity-filter",
+        "topology-affinity-scorer",
+        "topology-extractor",
+        "utilization-filter",
+    ]
 
 
 def test_an_experimental_plugin_needs_the_flag() -> None:

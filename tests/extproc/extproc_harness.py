@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +12,7 @@ from epp.extproc.server import ExtProcServer
 from epp.framework.endpoint import Endpoint, EndpointState
 from epp.framework.parsing import ParserTable, request_path
 from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.framework.response import Usage
 from epp.plugins.parsers import DEFAULT_PARSER_TYPES, parser_of_type
 from epp.requestcontrol.context import RequestContext
 from epp.requestcontrol.pools import PoolDispatcher
@@ -59,6 +60,9 @@ class RecordingPipeline:
     routed: list[tuple[InferenceRequest, frozenset[str] | None]] = field(default_factory=list)
     headers_only: list[tuple[InferenceRequest, frozenset[str] | None]] = field(default_factory=list)
     finished_calls: list[FinishedCall] = field(default_factory=list)
+    completed_responses: list[tuple[Usage | None, int]] = field(default_factory=list)
+    response_metadata: dict[str, dict[str, float]] = field(default_factory=dict)
+    """What ``response_complete`` returns: the dynamic metadata for the response's last answer."""
     parsers: ParserTable = field(default_factory=lambda: ParserTable(parser_of_type(t) for t in DEFAULT_PARSER_TYPES))
     recorder: ServingRecorder = field(default_factory=lambda: ServingRecorder(EppMetrics(), "pool"))
 
@@ -101,6 +105,12 @@ class RecordingPipeline:
             raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
         decision = ctx.decision = self._decide(ctx.subset)
         return decision
+
+    def response_complete(
+        self, ctx: RequestContext, usage: Usage | None, status: int
+    ) -> Mapping[str, Mapping[str, float]]:
+        self.completed_responses.append((usage, status))
+        return self.response_metadata
 
     def finished(self, ctx: RequestContext, *, completed: bool, status: int = 0, gateway_reply: bool = False) -> None:
         self.finished_calls.append(FinishedCall(ctx.request, ctx.decision, completed, status, gateway_reply))

@@ -226,3 +226,34 @@ async def test_oversized_json_response_is_passed_through_instead_of_held(start_s
     assert streamed(await call.recv_one(), request=False) == (b'c"}', True)
     assert await call.end() == []
     assert [f.completed for f in running.pipeline.finished_calls] == [True]
+
+
+async def test_response_plugins_metadata_rides_on_the_last_answer_only(running: Running) -> None:
+    pipeline = running.pipeline
+    pipeline.response_metadata = {"envoy.lb": {"x-gateway-inference-request-cost": 17.0}}
+    call = await _routed(running, {**CHAT, "stream": True})
+    await call.send(response_headers({":status": "200", "content-type": "text/event-stream"}))
+    assert not (await call.recv_one()).HasField("dynamic_metadata")
+    usage = (
+        b'data: {"object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":6}}\n\n'
+    )
+    await call.send(response_body(b'data: {"choices":[]}\n\n'))
+    assert not (await call.recv_one()).HasField("dynamic_metadata")
+    await call.send(response_body(usage + b"data: [DONE]\n\n", eos=True))
+    last = await call.recv_one()
+    fields = last.dynamic_metadata.fields["envoy.lb"].struct_value.fields
+    assert fields["x-gateway-inference-request-cost"].number_value == 17.0
+    await call.end()
+    (seen_usage, status), *_ = pipeline.completed_responses
+    assert (seen_usage.prompt_tokens, seen_usage.completion_tokens, status) == (11, 6, 200)
+
+
+async def test_a_response_that_never_completes_tells_no_response_plugin(running: Running) -> None:
+    pipeline = running.pipeline
+    call = await _routed(running, CHAT)
+    await call.send(response_headers({":status": "200", "content-type": "application/json"}))
+    await call.recv_one()
+    await call.send(response_body(b'{"partial":'))
+    await call.end()
+    await wait_until(lambda: len(pipeline.finished_calls) == 1)
+    assert pipeline.completed_responses == []

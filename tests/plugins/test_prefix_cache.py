@@ -155,5 +155,5 @@ def test_match_info_producer_scores_and_the_approximate_index_is_the_fallback() 
     # No tokens (tokenization failed): the approximate index, which learnt from the last decision.
     _route(scorer, _chat("x" * 400), cands, pick=0)
     assert scorer.score(CycleState(), _chat("x" * 400), cands)[0] > 0
-    with pytest.raises(PluginConfigError, match="produces no prefix-match info"):
+    with pytest.raises(PluginConfigError, match="not a producer of prefix-match info"):
         scorer.resolve_references(lambda where, name: prefix_cache_scorer.create("other", {}, PluginContext()))

@@ -30,6 +30,7 @@ class Harness:
         registry: PluginRegistry | None = None,
         options: RoutingOptions | None = None,
         metrics: EppMetrics | None = None,
+        allow_experimental_plugins: bool = False,
     ) -> None:
         self.store = store
         self.clock = ManualClock(start=NOW)
@@ -43,7 +44,13 @@ class Harness:
         if config_text is None:
             config = load_default_config(registry, context, metrics=self.metrics)
         else:
-            config = load_config(config_text, registry, context, metrics=self.metrics)
+            config = load_config(
+                config_text,
+                registry,
+                context,
+                metrics=self.metrics,
+                allow_experimental_plugins=allow_experimental_plugins,
+            )
         self.routing = PoolRouting(
             ("default", "pool"),
             store,

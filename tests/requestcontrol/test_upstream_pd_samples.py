@@ -6,12 +6,13 @@ pipeline over labelled pods (one prefill, two decode, one encode pod): a long un
 for the E/P/D samples a prompt with an image, whose routing is checked against what the sample is
 for (the decode pod serves; the prefill and encode pods are named in their headers).
 
-Some samples also name plugin types another issue builds (issue 21: ``approx-prefix-cache-producer``,
-the ``topology-*`` plugins, ``label-selector-filter``) or a plugin configured in a way refused here
-(a bare ``token-producer`` asks for upstream's ``estimate`` backend). Such a sample must be refused
-naming that type, and then route with those entries left out (``prefix-cache-scorer`` keeps its own
-approximate index, which is what upstream's approximate producer feeds it). When those types land,
-the sample loads whole and the same routing is checked.
+Samples naming upstream's Alpha types (the ``topology-*`` plugins) load as upstream deploys them,
+with ``--allow-experimental-plugins``, and are refused without it. Some samples also name a plugin
+type another issue builds (issue 21: ``approx-prefix-cache-producer``) or a plugin configured in a
+way refused here (a bare ``token-producer`` asks for upstream's ``estimate`` backend). Such a
+sample must be refused naming that type, and then route with those entries left out
+(``prefix-cache-scorer`` keeps its own approximate index, which is what upstream's approximate
+producer feeds it). When that type lands, the sample loads whole and the same routing is checked.
 """
 
 from __future__ import annotations
@@ -35,13 +36,7 @@ from epp.framework.roles import ROLE_LABEL
 from epp.labels import Selector
 from epp.plugins import register_in_tree
 
-OTHER_ISSUES = {
-    "approx-prefix-cache-producer": "issue 21",
-    "topology-extractor": "issue 21",
-    "topology-affinity-filter": "issue 21",
-    "topology-affinity-scorer": "issue 21",
-    "label-selector-filter": "issue 21",
-}
+OTHER_ISSUES = {"approx-prefix-cache-producer": "issue 21"}
 """Types a sample names that another issue builds (the registry of every upstream plugin type)."""
 REFUSED_AS_CONFIGURED = {"token-producer": "token-producer.parameters: set vllm"}
 """A plugin the sample configures in a way refused here, and the refusal's words."""
@@ -536,10 +531,10 @@ def pool(*, ports: tuple[int, ...] = (8000,), labelled: bool = True) -> Datastor
     return store
 
 
-def _registered() -> frozenset[str]:
+def _registry() -> PluginRegistry:
     registry = PluginRegistry()
     register_in_tree(registry)
-    return frozenset(registry.types())
+    return registry
 
 
 def _without(text: str, types: set[str]) -> str:
@@ -555,7 +550,8 @@ def _without(text: str, types: set[str]) -> str:
 def _loadable(sample: Sample) -> str:
     """The sample's text as it loads here: whole, or, when it names types built elsewhere, without them."""
     declared = [p["type"] for p in yaml.safe_load(sample.text)["plugins"]]
-    missing = [t for t in declared if t not in _registered()]
+    registered = _registry().types()
+    missing = [t for t in declared if t not in registered]
     elsewhere = [t for t in declared if t in REFUSED_AS_CONFIGURED]
     if not missing and not elsewhere:
         return sample.text
@@ -563,10 +559,15 @@ def _loadable(sample: Sample) -> str:
         f"{sample.source}: no issue builds {sorted(set(missing) - OTHER_ISSUES.keys())}"
     )
     with pytest.raises(ConfigError) as refused:
-        Harness(pool(), config_text=sample.text)
+        Harness(pool(), config_text=sample.text, allow_experimental_plugins=True)
     named = missing[0] if missing else REFUSED_AS_CONFIGURED[elsewhere[0]]
     assert named in str(refused.value), f"{sample.source}: refused for {refused.value}, not naming {named}"
     return _without(sample.text, {*missing, *elsewhere})
+
+
+def _experimental(text: str) -> set[str]:
+    registry = _registry()
+    return {p["type"] for p in yaml.safe_load(text)["plugins"] if registry.is_experimental(p["type"])}
 
 
 def _request(body: Mapping[str, Any], path: str) -> InferenceRequest:
@@ -577,7 +578,11 @@ def _request(body: Mapping[str, Any], path: str) -> InferenceRequest:
 async def test_the_sample_loads_and_routes(sample: Sample) -> None:
     text = _loadable(sample)
     ports = (8000, 8001) if sample.primary_port else (8000,)
-    h = Harness(pool(ports=ports), config_text=text)
+    alpha = _experimental(text)
+    if alpha:  # upstream's deployment runs the picker with --allow-experimental-plugins=true
+        with pytest.raises(ConfigError, match="--allow-experimental-plugins"):
+            Harness(pool(ports=ports), config_text=text)
+    h = Harness(pool(ports=ports), config_text=text, allow_experimental_plugins=bool(alpha))
     decision = await h.decide(_request({"model": "m", "prompt": LONG, "max_tokens": 4}, "/v1/completions"))
     _check_roles(text, decision)
     prefill = decision.upstream_headers.get(headers.PREFILLER_HOST_PORT)

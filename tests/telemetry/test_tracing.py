@@ -11,17 +11,13 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
-import grpc
 import pytest
 import pytest_asyncio
-from aiohttp import web
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanPb
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
+from otlp_receiver import Collector, grpc_receiver, http_receiver
 
 from epp.config.defaults import DEFAULT_PROFILE_NAME, DEFAULT_SCORERS
 from epp.telemetry.tracing import (
@@ -45,108 +41,16 @@ SERVER = SpanPb.SpanKind.SPAN_KIND_SERVER
 INTERNAL = SpanPb.SpanKind.SPAN_KIND_INTERNAL
 
 
-def _value(value: AnyValue) -> Any:
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [_value(v) for v in value.array_value.values]
-    return getattr(value, kind) if kind else None
-
-
-@dataclass
-class Received:
-    """One exported span, with its resource and scope."""
-
-    name: str
-    kind: int
-    trace_id: str
-    span_id: str
-    parent_id: str
-    attributes: dict[str, Any]
-    status: Status
-    scope: str
-    resource: dict[str, Any]
-
-
-@dataclass
-class Collector:
-    """What a receiver got; ``endpoint`` is what OTEL_EXPORTER_OTLP_ENDPOINT should say."""
-
-    endpoint: str = ""
-    spans: list[Received] = field(default_factory=list)
-
-    def take(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
-        for resource_spans in request.resource_spans:
-            resource = {kv.key: _value(kv.value) for kv in resource_spans.resource.attributes}
-            for scope_spans in resource_spans.scope_spans:
-                for s in scope_spans.spans:
-                    self.spans.append(
-                        Received(
-                            name=s.name,
-                            kind=s.kind,
-                            trace_id=s.trace_id.hex(),
-                            span_id=s.span_id.hex(),
-                            parent_id=s.parent_span_id.hex(),
-                            attributes={kv.key: _value(kv.value) for kv in s.attributes},
-                            status=s.status,
-                            scope=scope_spans.scope.name,
-                            resource=resource,
-                        )
-                    )
-
-    def named(self, name: str) -> list[Received]:
-        return [s for s in self.spans if s.name == name]
-
-    def one(self, name: str) -> Received:
-        (found,) = self.named(name)
-        return found
-
-
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
-    def __init__(self, collector: Collector) -> None:
-        self._collector = collector
-
-    async def Export(self, request: Any, context: Any) -> trace_service_pb2.ExportTraceServiceResponse:  # noqa: N802
-        self._collector.take(request)
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-
 @pytest_asyncio.fixture
 async def otlp_grpc() -> AsyncIterator[Collector]:
-    """An OTLP/gRPC receiver (the collector's TraceService) on a free loopback port."""
-    collector = Collector()
-    server = grpc.aio.server()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(collector), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    collector.endpoint = f"http://127.0.0.1:{port}"
-    try:
+    async with grpc_receiver() as collector:
         yield collector
-    finally:
-        await server.stop(None)
 
 
 @pytest_asyncio.fixture
 async def otlp_http() -> AsyncIterator[Collector]:
-    """An OTLP/HTTP receiver (``POST /v1/traces``, protobuf) on a free loopback port."""
-    collector = Collector()
-
-    async def export(request: web.Request) -> web.Response:
-        collector.take(trace_service_pb2.ExportTraceServiceRequest.FromString(await request.read()))
-        answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-        return web.Response(body=answer, content_type="application/x-protobuf")
-
-    app = web.Application()
-    app.router.add_post("/v1/traces", export)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    collector.endpoint = f"http://127.0.0.1:{port}"
-    try:
+    async with http_receiver() as collector:
         yield collector
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
@@ -399,20 +303,32 @@ def test_settings_the_picker_cannot_honour_are_errors(environ: dict[str, str], m
     assert str(err.value).startswith(message)
 
 
-def test_otlp_refused_with_the_fix_when_xds_protos_overwrote_the_otlp_messages(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """xds-protos ships an older ``opentelemetry.proto`` copy; installed last, it breaks the exporter."""
+def _stale_otlp_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``opentelemetry.proto`` as another distribution's older copy leaves it: no ``InstrumentationScope``."""
     from opentelemetry.proto.common.v1 import common_pb2
 
     monkeypatch.delattr(common_pb2, "InstrumentationScope")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
-    with pytest.raises(TracingError, match="pip install --no-deps --force-reinstall opentelemetry-proto"):
+
+
+def test_otlp_refused_naming_the_distribution_that_overwrote_the_otlp_messages(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """epp no longer depends on xds-protos, but a user's environment may hold it: the error names it."""
+    _stale_otlp_messages(monkeypatch)
+    info = tmp_path / "xds_protos-1.85.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: xds-protos\nVersion: 1.85.0\n")
+    (info / "RECORD").write_text("opentelemetry/proto/common/v1/common_pb2.py,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TracingError) as err:
         Tracing.from_environment()
+    message = str(err.value)
+    assert "common_pb2.py is an older copy (installed over it by xds-protos 1.85.0)" in message
+    assert message.endswith("run: pip install --no-deps --force-reinstall opentelemetry-proto")
 
 
-def test_the_installed_otlp_messages_are_opentelemetry_protos_own() -> None:
-    """The set-up (scripts/bootstrap, the Dockerfile) leaves opentelemetry-proto's copy in place."""
-    from opentelemetry.proto.common.v1 import common_pb2
-
-    assert hasattr(common_pb2, "InstrumentationScope")
+def test_otlp_refused_when_the_messages_are_stale_and_nobody_else_claims_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    _stale_otlp_messages(monkeypatch)
+    with pytest.raises(TracingError, match=r"older copy \(no other installed distribution claims it\); run: pip"):
+        Tracing.from_environment()

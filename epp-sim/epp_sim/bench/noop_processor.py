@@ -1,6 +1,6 @@
 """A no-op ext_proc server: the benchmark baseline for "what does a Python processor cost".
 
-Same stack as the picker (grpc.aio, the xds-protos upb messages) but no decision: every phase is
+Same stack as the picker (grpc.aio, the upb messages of :mod:`epp.extproc.pb`) but no decision: every phase is
 answered with the CONTINUE-equivalent response, so Envoy + this server measures the ext_proc
 round trips alone. In FULL_DUPLEX_STREAMED every body chunk must still be answered, so each one
 is echoed back as a streamed body response; in BUFFERED (or STREAMED) an empty BodyResponse
@@ -23,13 +23,10 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
-from envoy.config.core.v3 import base_pb2
-from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from epp.extproc import pb
 from epp.framework.endpoint import join_host_port
 from epp.framework.headers import DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE
 
@@ -37,17 +34,16 @@ __all__ = ["NoopProcessor"]
 
 log = logging.getLogger(__name__)
 
-_EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
-_FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+_FULL_DUPLEX = pb.BODY_FULL_DUPLEX_STREAMED
 
 
 def _headers_response(destination: str | None) -> pb.ProcessingResponse:
     if destination is None:
         return pb.ProcessingResponse(request_headers=pb.HeadersResponse())
-    header = base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=DESTINATION_ENDPOINT, raw_value=destination.encode()),
+    header = pb.HeaderValueOption(
+        header=pb.HeaderValue(key=DESTINATION_ENDPOINT, raw_value=destination.encode()),
         # Overwrite whatever the client sent under the same name.
-        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+        append_action=pb.OVERWRITE_IF_EXISTS_OR_ADD,
     )
     response = pb.ProcessingResponse(
         request_headers=pb.HeadersResponse(
@@ -71,7 +67,7 @@ def _echo(body: pb.HttpBody) -> pb.BodyResponse:
     )
 
 
-class _Servicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+class _Servicer(pb.ExternalProcessorServicer):  # type: ignore[misc]
     def __init__(self, destinations: Sequence[str]) -> None:
         routes = [_headers_response(d) for d in destinations] or [_headers_response(None)]
         self._request_headers = itertools.cycle(routes)
@@ -141,9 +137,9 @@ class NoopProcessor:
             raise RuntimeError("NoopProcessor already started")
         # so_reuseport off: a port already in use must fail, not be silently shared.
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_ExternalProcessorServicer_to_server(self._servicer, server)
+        pb.add_ExternalProcessorServicer_to_server(self._servicer, server)
         health = health_aio.HealthServicer()
-        await health.set(_EXT_PROC_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        await health.set(pb.EXT_PROC_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         address = join_host_port(host, port)
         bound = (
