@@ -30,6 +30,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -51,8 +52,19 @@ _READY_TIMEOUT = 600.0  # two servers starting at once on two busy cores take mi
 class VllmServer:
     """One vLLM API server (and its engine core and worker) on ``host:port``."""
 
-    def __init__(self, install: EngineInstall, *, name: str, host: str, port: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        install: EngineInstall,
+        *,
+        name: str,
+        host: str,
+        port: int,
+        log_path: Path,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.install = install
+        self.extra_args = tuple(extra_args)
+        """More vLLM flags (the P/D test's ``--kv-transfer-config``)."""
         self.name = name
         self.host = host
         self.port = port
@@ -95,6 +107,7 @@ class VllmServer:
             "--enable-scale-out",
             "--disable-uvicorn-access-log",
             *("--kv-events-config", json.dumps(kv_events)),
+            *self.extra_args,
         ]
         env = dict(
             os.environ,
