@@ -1,18 +1,19 @@
 """``epp sidecar`` between two real vLLM engines moving a prompt's KV cache with a real KV connector.
 
-vLLM on CPU runs ``ExampleConnector`` (vLLM's reference connector, formerly
-``SharedStorageConnector``: the prefill engine writes each layer's KV of the prompt's full blocks
-to a shared directory, an engine that later meets the same prompt loads it instead of computing
-it), which is what the sidecar's ``shared-storage`` protocol drives. ``NixlConnector`` needs the
-``nixl`` package and a device buffer, neither of which vLLM's CPU build has, so ``nixlv2`` is
-tested against the simulator only (``hermetic_tests/test_disaggregated_serving.py``).
+Both of the sidecar's protocols, each over the vLLM connector it drives, on vLLM's CPU build:
 
-Two engines with the connector (the session fleet is stopped first: four engines do not fit two
-cores), a prefill engine and a decode engine, and the sidecar in front of the decode engine. A
-long prompt sent with ``x-prefiller-host-port`` is computed by the prefill engine (its
-``vllm:prompt_tokens`` grow) and its KV loaded by the decode engine
-(``vllm:external_prefix_cache_hits`` grow by the prompt's full blocks), JSON and SSE; a dead
-prefiller is retried and then prefilled locally by the decode engine.
+- ``shared-storage``: ``ExampleConnector`` (vLLM's reference connector, formerly
+  ``SharedStorageConnector``): the prefill engine writes each layer's KV of the prompt's full
+  blocks to a shared directory; the decode engine, meeting the same prompt, loads it;
+- ``nixlv2``: ``NixlConnector`` with ``kv_buffer_device: cpu`` over NIXL's UCX backend
+  (``provision_nixl`` puts PyPI's NIXL on the engines' ``PYTHONPATH``): the prefill answers with
+  ``kv_transfer_params`` naming its engine and blocks, and the decode engine pulls them.
+
+Per protocol, two engines with the connector (the session fleet is stopped first: four engines
+do not fit two cores) and the sidecar in front of the decode engine. A long prompt sent with
+``x-prefiller-host-port`` is computed by the prefill engine (its ``vllm:prompt_tokens`` grow)
+and its KV loaded by the decode engine (``vllm:external_prefix_cache_hits`` grow), JSON and SSE;
+a dead prefiller is retried and then prefilled locally by the decode engine.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from engine_load import engine_counter
 
 from epp.sidecar.server import Sidecar
 from epp_sim.ports import common_free_port, free_port
+from epp_sim.realengine.provision import provision_nixl
 from epp_sim.realengine.servers import MODEL, VllmFleet, VllmServer
 from epp_sim.stack.sidecars import sidecar_for
 
@@ -41,30 +43,40 @@ def _prompt(topic: str) -> str:
     return f"{topic}: " + " ".join(f"Line {i} of the {topic} report says the figures rose again." for i in range(60))
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
+_TRANSFER = {
+    "shared-storage": {"kv_connector": "ExampleConnector", "kv_role": "kv_both"},
+    "nixlv2": {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"},
+}
+"""The sidecar's ``--kv-connector`` → the engines' ``--kv-transfer-config``."""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session", params=sorted(_TRANSFER))
 async def pd_pod(
-    _epp_vllm_fleet: VllmFleet, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, _epp_vllm_fleet: VllmFleet, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[tuple[VllmServer, VllmServer, Sidecar]]:
-    """(prefill engine, decode engine, the decode pod's sidecar), the engines sharing one KV directory."""
+    """(prefill engine, decode engine, the decode pod's sidecar) for one protocol."""
+    protocol: str = request.param
     await _epp_vllm_fleet.stop()  # this module runs last (conftest); the fleet would restart if asked
-    tmp_path = tmp_path_factory.mktemp("pd")
-    store = tmp_path / "kv"
-    store.mkdir()
-    transfer: dict[str, object] = {
-        "kv_connector": "ExampleConnector",
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": {"shared_storage_path": str(store)},
-    }
+    install = _epp_vllm_fleet.install
+    tmp_path = tmp_path_factory.mktemp(protocol)
+    transfer: dict[str, object] = dict(_TRANSFER[protocol])
+    env: dict[str, str] = {}
+    if protocol == "nixlv2":
+        env["PYTHONPATH"] = str(await provision_nixl(install))
+    else:
+        transfer["kv_connector_extra_config"] = {"shared_storage_path": str(tmp_path)}
     hosts = ["127.0.0.230", "127.0.0.231"]
     port = common_free_port(hosts)
+    side_channel = common_free_port(hosts)
     prefill, decode = (
         VllmServer(
-            _epp_vllm_fleet.install,
+            install,
             name=f"vllm-{role}",
             host=host,
             port=port,
             log_path=tmp_path / f"vllm-{role}.log",
             extra_args=("--kv-transfer-config", json.dumps(transfer)),
+            extra_env={**env, "VLLM_NIXL_SIDE_CHANNEL_HOST": host, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_channel)},
         )
         for role, host in zip(("prefill", "decode"), hosts, strict=True)
     )
@@ -73,7 +85,7 @@ async def pd_pod(
             await server.start(_NO_EVENTS)
         for server in (prefill, decode):
             await server.wait_ready()
-        args = ("--kv-connector=shared-storage", "--prefill-max-retries=1", "--prefill-retry-backoff=10ms")
+        args = (f"--kv-connector={protocol}", "--prefill-max-retries=1", "--prefill-retry-backoff=10ms")
         async with sidecar_for(decode.host, free_port(decode.host), port, 1, args) as sidecar:
             yield prefill, decode, sidecar
     finally:
