@@ -40,6 +40,7 @@ from epp.api.service import ApiSources, add_api
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
 from epp.config.compat import log_notices
+from epp.config.installed_plugins import discover, import_named
 from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.config.options import ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
@@ -189,7 +190,10 @@ class Runtime(Service):
     async def start(self) -> None:
         o = self.options
         keys = self._pool_keys()
+        # Installed distributions' plugin types: their metadata only, off the loop (a clash fails here).
+        await asyncio.to_thread(discover, self.registry)
         text = await asyncio.to_thread(self._config_text)
+        await asyncio.to_thread(import_named, self.registry, text)  # the installed types it names, off the loop
         self.configs = ConfigHolder(self._load_configs(text, keys))  # a bad config fails before binding
         if o.tracing:  # a bad OTEL_* variable fails here too; imports and exporter set-up off the loop
             self.tracing = await asyncio.to_thread(Tracing.from_environment)
@@ -263,6 +267,7 @@ class Runtime(Service):
                 clock=self.clock,
                 metrics=self.metrics,
                 on_swap=self._apply_reload,
+                prepare=lambda t: import_named(self.registry, t),
             )
             await self._watcher.start(text)
         self._readiness = start_guarded(self._follow_readiness(), name="epp-readiness")

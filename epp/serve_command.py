@@ -9,6 +9,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 from typing import Any
 
 from epp.config.flags import add_serve_flags, logging_options_from_args, no_effect_flags, options_from_args
@@ -90,9 +91,33 @@ async def _serve(options: ServeOptions) -> None:
         await runtime.stop(grace)
 
 
+def list_plugins() -> int:
+    """``--list-plugins``: every type a configuration may name, where it comes from, whether it loads."""
+    from epp.config.installed_plugins import PluginClashError, discover, listing
+    from epp.framework.plugin import PluginRegistry
+    from epp.plugins import register_in_tree
+
+    registry = PluginRegistry()
+    register_in_tree(registry)
+    try:
+        installed = discover(registry)
+    except PluginClashError as exc:
+        print(f"epp serve: {exc}", file=sys.stderr)
+        return 1
+    rows = listing(registry, installed)
+    width = max(len(row.type_name) for row in rows)
+    print(f"{'TYPE':<{width}}  {'STABILITY':<12}  FROM")
+    for row in rows:
+        line = f"{row.type_name:<{width}}  {'experimental' if row.experimental else 'stable':<12}  {row.origin}"
+        print(f"{line}: {row.note}" if row.note else line)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from epp.telemetry.logs import level_for, setup_logging
 
+    if args.list_plugins:
+        return list_plugins()
     try:
         options = options_from_args(args)
     except OptionsError as e:

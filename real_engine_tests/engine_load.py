@@ -51,15 +51,27 @@ async def engine_state(http: aiohttp.ClientSession, server: VllmServer) -> Engin
 
 @asynccontextmanager
 async def busy(
-    server: VllmServer, *, requests: int, max_tokens: int, model: str = MODEL, prompt: str = "Tell me a long story"
+    server: VllmServer,
+    *,
+    requests: int,
+    max_tokens: int,
+    model: str = MODEL,
+    prompt: str = "Tell me a long story",
+    sustained: bool = False,
 ) -> AsyncIterator[list[asyncio.Task[int]]]:
-    """``requests`` completions running against ``server`` (straight, not through the picker) while inside."""
+    """``requests`` completions running against ``server`` (straight, not through the picker) while inside.
+
+    ``sustained`` sends each one again as soon as it finishes, so the load (and a queue beyond
+    ``--max-num-seqs``) lasts as long as the block, however slowly the block's checks run.
+    """
 
     async def one(http: aiohttp.ClientSession, i: int) -> int:
         body = {"model": model, "prompt": f"{prompt} number {i}", "max_tokens": max_tokens, "ignore_eos": True}
-        async with http.post(f"{server.url}/v1/completions", json=body) as resp:
-            await resp.read()
-            return resp.status
+        while True:
+            async with http.post(f"{server.url}/v1/completions", json=body) as resp:
+                await resp.read()
+                if not sustained:
+                    return resp.status
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
         tasks = [asyncio.create_task(one(http, i), name=f"load {server.name} {i}") for i in range(requests)]

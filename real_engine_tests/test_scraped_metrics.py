@@ -1,7 +1,8 @@
 """The picker's scraped queue, KV use and LoRA adapters equal what vLLM's /metrics says, under load, over time.
 
-Load goes straight to the servers (more requests than ``--max-num-seqs``, so a real queue
-forms; adapter requests on the second server). Each sample reads vLLM's page, waits for the
+Load goes straight to the servers (more requests than ``--max-num-seqs``, each sent again as
+it finishes, so a real queue lasts however slowly the samples come; adapter requests on the
+second server). Each sample reads vLLM's page, waits for the
 picker's next scrape of that server, and reads the page again: when both reads agree (the
 engine's state held still across the scrape), the picker's snapshot must equal them exactly.
 """
@@ -27,8 +28,8 @@ async def test_scraped_queue_kv_and_adapters_equal_vllm_metrics_under_load(
     first, second = pool.servers
     compared: dict[str, list[EngineState]] = {first.name: [], second.name: []}
     async with (
-        busy(first, requests=MAX_NUM_SEQS + 3, max_tokens=48),
-        busy(second, requests=MAX_NUM_SEQS + 2, max_tokens=32, model=adapter_on_second),
+        busy(first, requests=MAX_NUM_SEQS + 3, max_tokens=48, sustained=True),
+        busy(second, requests=MAX_NUM_SEQS + 2, max_tokens=32, model=adapter_on_second, sustained=True),
         aiohttp.ClientSession() as http,
     ):
 
@@ -48,7 +49,11 @@ async def test_scraped_queue_kv_and_adapters_equal_vllm_metrics_under_load(
                 await compare(server)
             return all(sum(1 for s in states if s.waiting > 0) >= SAMPLES for states in compared.values())
 
-        await wait_until(sampled_enough, timeout=300, interval=0.1, message="plateaus with a queue on both servers")
+        try:
+            await wait_until(sampled_enough, timeout=300, interval=0.1)
+        except TimeoutError as timeout:
+            queues = {name: [s.waiting for s in states] for name, states in compared.items()}
+            raise AssertionError(f"not {SAMPLES} plateaus with a queue on both servers; queues: {queues}") from timeout
     first_states, second_states = compared[first.name], compared[second.name]
     print(f"compared {len(first_states)} + {len(second_states)} samples; last {first_states[-1]}, {second_states[-1]}")
     assert any(s.kv_usage > 0 for s in first_states + second_states)

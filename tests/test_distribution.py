@@ -76,6 +76,7 @@ def _entry_points(files: dict[str, bytes]) -> str:
 def test_picker_wheel_holds_the_picker_and_nothing_else(wheels: dict[str, dict[str, bytes]]) -> None:
     names = list(wheels["epp"])
     assert "epp/runtime.py" in names and "epp/autoscale/controller.py" in names
+    assert "epp/py.typed" in names  # PEP 561: a plugin author's mypy reads epp.plugin_api's types
     # The epp.v1 API's modules, compiled from protos/ by the wheel build itself, and Envoy's ext_proc
     # API, compiled from xds-protos' descriptors into our own package (never a top-level envoy/).
     assert {"epp/api/v1/endpoints_pb2.py", "epp/api/v1/explain_pb2_grpc.py", "epp/api/v1/config_pb2.py"} <= set(names)

@@ -129,6 +129,10 @@ def render(answer: Any, out: TextIO) -> None:
             out.write(f"  picker {profile.picker}: {', '.join(profile.targets)}\n")
     if answer.HasField("disaggregation"):
         _stages(answer.disaggregation, out)
+    for failure in answer.plugin_failures:
+        out.write(f"\nplugin {failure.plugin} ({failure.extension_point}) failed, {failure.reason}: {failure.detail}")
+    if answer.plugin_failures:
+        out.write("\n")
     if answer.HasField("failure"):
         out.write(f"\nfails with {answer.failure.http_status}: {answer.failure.message}\n")
         return

@@ -106,6 +106,10 @@ def explanation_message(pool: str, explanation: Explanation) -> pb.ExplainRespon
         profiles=[_profile_message(p) for p in explanation.scheduling.profiles],
         destination=explanation.destination,
         upstream_headers=explanation.upstream_headers,
+        plugin_failures=[
+            pb.PluginFailure(plugin=str(f.plugin), extension_point=f.extension_point, reason=f.reason, detail=f.detail)
+            for f in explanation.scheduling.failures
+        ],
     )
     decision = explanation.disaggregation
     if decision is not None:

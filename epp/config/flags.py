@@ -170,6 +170,12 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         False,
         "allow plugin types upstream marks experimental (Alpha; docs/scheduling.md marks each)",
     )
+    config.add_argument(
+        "--list-plugins",
+        action="store_true",
+        help="print every plugin type (in-tree, and those of installed distributions: the epp.plugins entry "
+        "points, each imported to say whether it loads) with where it comes from, then exit",
+    )
     _switch(config, "--ha-enable-leader-election", False, "several replicas: only the Lease holder reports ready")
     _flag(
         config,

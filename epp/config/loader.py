@@ -5,7 +5,8 @@ Stages (upstream ``pkg/epp/config/loader``):
 1. decode (``picker_config.decode_config``): strict YAML, unknown fields are errors; then the
    llm-d spelling (``compat.normalized``: deprecated keys copied to their new places);
 2. static checks: feature gates known (``compat.feature_gates``), plugin names unique (a name
-   defaults to its type), types registered, profile names unique, profile references defined;
+   defaults to its type), types registered (an installed distribution's type is imported here,
+   ``installed_plugins``), profile names unique, profile references defined;
    no experimental (upstream Alpha) type unless ``--allow-experimental-plugins``;
 3. instantiate every plugin through the registry (factories validate their parameters);
 4. system defaults (upstream ``applySystemDefaults``): a "default" profile holding every
@@ -62,7 +63,7 @@ from epp.config.picker_config import (
 )
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.parsing import Parser, ParserTable
-from epp.framework.plugin import Plugin, PluginContext, PluginKind, PluginRegistry
+from epp.framework.plugin import Plugin, PluginConfigError, PluginContext, PluginKind, PluginRegistry
 from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
@@ -216,6 +217,10 @@ def _check_static(config: EndpointPickerConfig, registry: PluginRegistry) -> Non
         names[spec.name] = i
         if spec.type not in known_types:
             raise ConfigError(f"plugins[{i}].type: unknown plugin type {spec.type!r} (known: {sorted(known_types)})")
+        try:  # an installed distribution's type is imported now, when a configuration first names it
+            registry.load(spec.type)
+        except PluginConfigError as exc:
+            raise ConfigError(f"plugins[{i}] ({spec.name!r}, type {spec.type!r}): {exc}") from exc
     profiles: dict[str, int] = {}
     for i, profile in enumerate(config.scheduling_profiles):
         if profile.name in profiles:

@@ -55,6 +55,7 @@ class ConfigWatcher(Generic[T]):
         metrics: EppMetrics,
         interval: float = 1.0,
         on_swap: Callable[[T, T], None] | None = None,
+        prepare: Callable[[str], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.holder = holder
@@ -63,6 +64,8 @@ class ConfigWatcher(Generic[T]):
         self._metrics = metrics
         self.interval = interval
         self._on_swap = on_swap
+        self._prepare = prepare
+        """Blocking work a changed text needs before ``load`` (plugin imports), run in a thread."""
         self._digest = ""
         self._task: asyncio.Task[None] | None = None
         self.last_error = ""
@@ -87,6 +90,8 @@ class ConfigWatcher(Generic[T]):
         if digest == self._digest:
             return None
         try:
+            if self._prepare is not None:
+                await asyncio.to_thread(self._prepare, text)
             new = self._load(text)
         except Exception as e:  # any loader failure keeps the last good config
             return self._reject(str(e), digest=digest)

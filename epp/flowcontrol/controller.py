@@ -18,7 +18,9 @@ as upstream's ticker; the loop sleeps on an event when the queue is empty). Each
    (an empty pool reads 1.0, so nothing dispatches: the waiting room for scale-from-zero); with
    disaggregated serving, the busier of the prefill and decode stages
    (:func:`~epp.framework.saturation.stage_saturation`, upstream's rule), each stage's value in
-   ``flow_control_pool_saturation{stage}`` (a stage no pod serves has no series);
+   ``flow_control_pool_saturation{stage}`` (a stage no pod serves has no series). A detector
+   that fails is counted per plugin and read as 0 (1.0 while the pool is empty), and the
+   policies are contained by ``Queues`` (``epp.scheduling.plugin_errors``);
 3. releases at most one item (``Queues.next_item``: strict priority, head-of-line blocking at a
    band's ceiling, the band's fairness and ordering policies).
 
@@ -45,6 +47,7 @@ from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import SaturationDetector, stage_saturation
+from epp.scheduling.plugin_errors import plugin_errors, read_saturation
 from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.families import GaugeChild
 from epp.telemetry.metrics import EppMetrics
@@ -79,7 +82,8 @@ class FlowController:
         self._clock = clock
         self._metrics = metrics
         self._tick = tick
-        self._queues = Queues(settings)
+        self._errors = plugin_errors(metrics)
+        self._queues = Queues(settings, self._errors.failed)
         self._arrivals: OrderedDict[int, Item] = OrderedDict()
         """Live items in enqueue order (the TTL sweep reads the front)."""
         self._seq = itertools.count()
@@ -175,7 +179,10 @@ class FlowController:
             self._regime_since = now
         self._expire(now)
         if self._queues.count:
-            saturation = stage_saturation(self._detector(), endpoints, now)
+            detector, failed, fallback = self._detector(), self._errors.failed, 1.0 if empty else 0.0
+            saturation = stage_saturation(
+                lambda some: read_saturation(detector, some, now, failed, fallback=fallback), endpoints
+            )
             self._saturation.set(saturation.effective)
             self._record_stage("prefill", saturation.prefill)
             self._record_stage("decode", saturation.decode)
@@ -249,7 +256,7 @@ class FlowController:
             await clock.sleep(self._tick)
             try:
                 self.cycle()
-            except Exception:  # a detector or policy bug must not stop dispatching for good
+            except Exception:  # a bug must not stop dispatching for good (plugins are contained before this)
                 if not self._failing:  # once per streak, not a thousand lines a second
                     log.exception("flow-control dispatch cycle failed")
                 self._failing = True

@@ -6,16 +6,25 @@ each a heap ordered by the band's ordering policy. Counts and bytes are kept per
 total, for the capacity check at enqueue (``maxRequests``/``maxBytes``, 0 = no limit) and the
 gauges. An item that leaves early (cancelled, expired) is marked dead and its slot freed at once;
 its heap entry is dropped when it reaches the head. An empty flow is forgotten.
+
+The policies are plugins, perhaps installed ones, and are contained like every plugin
+(docs/plugins.md, "When a plugin fails"): a failure is told to ``failed`` (counted in
+``epp_plugin_errors_total`` and logged) and the queue goes on by a fixed rule. An ordering policy
+that raises or answers no tuple of numbers orders that item first come, first served (its arrival
+number as the key); a fairness policy that raises or answers no flow of those given is replaced by
+round-robin (the next fairness id after the last dispatched); a usage-limit policy that raises or
+answers no number per band gives every band the ceiling 1.0 (dispatch while not saturated).
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from epp.config.flow_control import BandSettings, FlowControlSettings
 from epp.framework.request import InferenceRequest
+from epp.scheduling.plugin_errors import EXCEPTION, MALFORMED, PluginFailed, Reason
 
 __all__ = ["Band", "Flow", "Item", "Queues"]
 
@@ -111,10 +120,11 @@ class Band:
 class Queues:
     """Every band, highest priority first, with the global totals."""
 
-    __slots__ = ("_settings", "bands", "bytes", "count", "order")
+    __slots__ = ("_failed", "_settings", "bands", "bytes", "count", "order")
 
-    def __init__(self, settings: FlowControlSettings) -> None:
+    def __init__(self, settings: FlowControlSettings, failed: PluginFailed) -> None:
         self._settings = settings
+        self._failed = failed
         self.bands: dict[int, Band] = {}
         self.order: list[Band] = []
         """Bands by priority, highest first."""
@@ -148,7 +158,7 @@ class Queues:
         flow = band.flows.get(item.fairness_id)
         if flow is None:
             flow = band.flows[item.fairness_id] = Flow(item.fairness_id)
-        flow.push(band.settings.ordering.key(item), item)
+        flow.push(self._key(band, item), item)
         band.count += 1
         band.bytes += item.size
         self.count += 1
@@ -180,16 +190,61 @@ class Queues:
         removes it). A band whose policy picks nothing is skipped.
         """
         order = self.order
-        ceilings = self._settings.usage_limit.ceilings(saturation, [b.priority for b in order])
-        for band, ceiling in zip(order, ceilings, strict=True):
+        for band, ceiling in zip(order, self._ceilings(saturation), strict=True):
             if not band.count:
                 continue
             if saturation >= ceiling:
                 return None
-            flow = band.settings.fairness.pick(band.nonempty_flows(), band.last)
+            flow = self._pick(band)
             if flow is None:
                 continue
-            assert isinstance(flow, Flow)
             band.last = flow.fairness_id
             return flow.pop()
         return None
+
+    # -- the policies, contained (see the module docstring) ---------------------------------------
+
+    def _key(self, band: Band, item: Item) -> tuple[float, ...]:
+        policy = band.settings.ordering
+        try:
+            key = policy.key(item)
+            if isinstance(key, tuple) and all(isinstance(k, int | float) for k in key):
+                return key
+            self._failed("OrderingPolicy", policy.typed_name, MALFORMED, _malformed(key, "a tuple of numbers"), None)
+        except Exception as exc:
+            self._failed("OrderingPolicy", policy.typed_name, EXCEPTION, _raised(exc), exc)
+        return (item.seq,)
+
+    def _ceilings(self, saturation: float) -> Sequence[float]:
+        policy, order = self._settings.usage_limit, self.order
+        try:
+            ceilings = policy.ceilings(saturation, [b.priority for b in order])
+            if len(ceilings) == len(order) and all(isinstance(c, int | float) for c in ceilings):
+                return ceilings
+            detail = _malformed(ceilings, f"{len(order)} numbers (one per band)")
+            self._failed("UsageLimitPolicy", policy.typed_name, MALFORMED, detail, None)
+        except Exception as exc:
+            self._failed("UsageLimitPolicy", policy.typed_name, EXCEPTION, _raised(exc), exc)
+        return [1.0] * len(order)
+
+    def _pick(self, band: Band) -> Flow | None:
+        policy, flows, last = band.settings.fairness, band.nonempty_flows(), band.last
+        reason: Reason = MALFORMED
+        error: Exception | None = None
+        try:
+            flow = policy.pick(flows, last)
+            if flow is None or (isinstance(flow, Flow) and flow in flows):
+                return flow
+            detail = _malformed(flow, "one of the flows it was given, or None")
+        except Exception as exc:
+            reason, error, detail = EXCEPTION, exc, _raised(exc)
+        self._failed("FairnessPolicy", policy.typed_name, reason, detail, error)
+        return next((f for f in flows if last is None or f.fairness_id > last), flows[0] if flows else None)
+
+
+def _malformed(answer: object, expected: str) -> str:
+    return f"returned {type(answer).__name__} {answer!r:.80}, not {expected}"
+
+
+def _raised(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"

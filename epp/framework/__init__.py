@@ -1,4 +1,5 @@
 """Contracts between the picker's layers: endpoints, requests, plugins, scheduling, saturation.
 
-Nothing here does I/O; it imports nothing from epp but ``errors`` and ``clock``.
+Nothing here does I/O; it imports nothing from epp but ``errors``, ``clock`` and ``durations``.
+The public plugin API (:mod:`epp.plugin_api`) is a chosen part of it.
 """

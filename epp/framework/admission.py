@@ -34,6 +34,8 @@ class Denial:
 
 @runtime_checkable
 class Admitter(Protocol):
+    """Admits or denies a request over its candidates, after the data producers (upstream's Admitter)."""
+
     @property
     def typed_name(self) -> TypedName: ...
 

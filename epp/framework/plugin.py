@@ -100,7 +100,9 @@ class StatefulPlugin(Protocol):
     loop step as the swap, so requests routed before the reload are still counted after it.
     """
 
-    def inherit(self, previous: Plugin) -> None: ...
+    def inherit(self, previous: Plugin) -> None:
+        """Take over ``previous``'s state (the instance of the same name and type being replaced)."""
+        ...
 
 
 class PluginConfigError(ValueError):
@@ -125,26 +127,50 @@ class PluginRegistry:
 
     A type registered ``experimental`` (upstream's Alpha stability) is one a configuration may
     use only when the picker runs with ``--allow-experimental-plugins``; the loader checks it.
+    A *deferred* type (an installed distribution's, ``config.installed_plugins``) is known by name
+    only until :meth:`load` first asks for it: its ``load`` callback then imports it and registers
+    it here, so only the types a configuration names are ever imported.
     """
 
     def __init__(self) -> None:
         self._factories: dict[str, PluginFactory] = {}
         self._experimental: set[str] = set()
+        self._deferred: dict[str, Callable[[PluginRegistry], None]] = {}
 
     def register(self, type_name: str, factory: PluginFactory, *, experimental: bool = False) -> None:
-        if type_name in self._factories:
+        if type_name in self._factories or type_name in self._deferred:
             raise ValueError(f"plugin type {type_name!r} registered twice")
         self._factories[type_name] = factory
         if experimental:
             self._experimental.add(type_name)
 
+    def defer(self, type_name: str, load: Callable[[PluginRegistry], None]) -> None:
+        """Know ``type_name`` now; ``load(self)`` registers it, or raises :class:`PluginConfigError`, when it is
+        first needed (:meth:`load`)."""
+        if type_name in self._factories or type_name in self._deferred:
+            raise ValueError(f"plugin type {type_name!r} registered twice")
+        self._deferred[type_name] = load
+
+    def load(self, type_name: str) -> None:
+        """Make a deferred ``type_name`` usable (a no-op for any other); a failure is raised again on every call."""
+        load = self._deferred.pop(type_name, None)  # popped first: register() refuses a name still deferred
+        if load is None:
+            return
+        try:
+            load(self)
+        except BaseException:
+            self._deferred[type_name] = load
+            raise
+
     def is_experimental(self, type_name: str) -> bool:
+        self.load(type_name)
         return type_name in self._experimental
 
     def types(self) -> Iterable[str]:
-        return sorted(self._factories)
+        return sorted({*self._factories, *self._deferred})
 
     def create(self, type_name: str, name: str, parameters: Mapping[str, Any], context: PluginContext) -> Plugin:
+        self.load(type_name)
         factory = self._factories.get(type_name)
         if factory is None:
             known = ", ".join(self.types())

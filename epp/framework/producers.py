@@ -35,6 +35,8 @@ __all__ = [
 
 @runtime_checkable
 class DataProducer(Protocol):
+    """Prepares data for a request before its (synchronous) scheduling cycle; may await I/O."""
+
     @property
     def typed_name(self) -> TypedName: ...
 
@@ -66,6 +68,8 @@ class PrefixMatchInfoProducer(Protocol):
 
 @runtime_checkable
 class PluginReferrer(Protocol):
+    """A plugin whose parameters name other plugins of the configuration."""
+
     def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
         """Resolve plugin names from parameters; ``lookup(parameter_path, name)`` raises when undefined."""
         ...
@@ -78,6 +82,8 @@ class EndpointsAddedObserver(Protocol):
 
 @runtime_checkable
 class AsyncClosable(Protocol):
+    """A plugin holding background resources, closed when its configuration is replaced or the picker stops."""
+
     async def aclose(self) -> None:
         """Release background resources (tasks, sockets, clients); safe to call twice."""
         ...

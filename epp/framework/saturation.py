@@ -21,11 +21,12 @@ the whole pool, as before.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.plugin import TypedName
 from epp.framework.roles import Stage, saturation_stages
 
 __all__ = ["Aggregation", "SaturationDetector", "SelfAdmitting", "StageSaturation", "Thresholds", "stage_saturation"]
@@ -64,6 +65,9 @@ class Thresholds:
 class SaturationDetector(Protocol):
     """Decides whether a pool can take more sheddable work."""
 
+    @property
+    def typed_name(self) -> TypedName: ...
+
     def saturation(self, candidates: Sequence[EndpointState], now: float) -> float:
         """The pool's saturation over ``candidates``; 1.0 when there are none."""
         ...
@@ -85,8 +89,14 @@ class StageSaturation:
     decode: float | None = None
 
 
-def stage_saturation(detector: SaturationDetector, endpoints: Sequence[EndpointState], now: float) -> StageSaturation:
-    """The larger of the prefill pods' and the decode pods' saturation (see the module docstring)."""
+def stage_saturation(
+    read: Callable[[Sequence[EndpointState]], float], endpoints: Sequence[EndpointState]
+) -> StageSaturation:
+    """The larger of the prefill pods' and the decode pods' saturation (see the module docstring).
+
+    ``read`` is the detector's saturation of a set of endpoints, as the caller reads it (the
+    pipeline and the queue contain a failing detector their own way).
+    """
     prefill: list[EndpointState] = []
     decode: list[EndpointState] = []
     for state in endpoints:
@@ -96,10 +106,10 @@ def stage_saturation(detector: SaturationDetector, endpoints: Sequence[EndpointS
         if Stage.PREFILL in stages:
             prefill.append(state)
     if not prefill and not decode:
-        return StageSaturation(detector.saturation(endpoints, now))
+        return StageSaturation(read(endpoints))
     if not prefill:
-        whole = detector.saturation(decode, now)
+        whole = read(decode)
         return StageSaturation(whole, decode=whole)
-    p = detector.saturation(prefill, now)
-    d = detector.saturation(decode, now) if decode else None
+    p = read(prefill)
+    d = read(decode) if decode else None
     return StageSaturation(p if d is None else max(p, d), prefill=p, decode=d)

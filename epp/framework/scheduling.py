@@ -87,6 +87,8 @@ class SchedulingResult:
 
 @runtime_checkable
 class Filter(Protocol):
+    """Narrows the candidates (upstream's Filter); runs first, in profile order, on the event loop."""
+
     @property
     def typed_name(self) -> TypedName: ...
 
@@ -99,6 +101,8 @@ class Filter(Protocol):
 
 @runtime_checkable
 class Scorer(Protocol):
+    """Scores each candidate in [0, 1] (upstream's Scorer); the profile adds the scores times the scorer's weight."""
+
     @property
     def typed_name(self) -> TypedName: ...
 
@@ -111,6 +115,8 @@ class Scorer(Protocol):
 
 @runtime_checkable
 class Picker(Protocol):
+    """Chooses the target(s) from the candidates and their weighted totals (upstream's Picker)."""
+
     @property
     def typed_name(self) -> TypedName: ...
 
@@ -128,6 +134,8 @@ class SchedulerProfileView(Protocol):
 
 @runtime_checkable
 class ProfileHandler(Protocol):
+    """Decides which profiles run, in rounds, and which result is primary (upstream's ProfileHandler)."""
+
     @property
     def typed_name(self) -> TypedName: ...
 
@@ -168,7 +176,9 @@ class PreRequest(Protocol):
     @property
     def typed_name(self) -> TypedName: ...
 
-    def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None: ...
+    def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:
+        """The request is routed to ``result``'s primary targets; same ``cycle`` as the scheduling cycle."""
+        ...
 
 
 @runtime_checkable
@@ -178,14 +188,18 @@ class PostResponse(Protocol):
     @property
     def typed_name(self) -> TypedName: ...
 
-    def post_response(self, request: InferenceRequest, endpoint: EndpointState | None) -> None: ...
+    def post_response(self, request: InferenceRequest, endpoint: EndpointState | None) -> None:
+        """The response ended (complete or not) at ``endpoint`` (None: the request was never routed)."""
+        ...
 
 
 @runtime_checkable
 class EndpointsObserver(Protocol):
     """Plugins that keep per-endpoint state implement this to free it when endpoints leave."""
 
-    def endpoints_removed(self, keys: Collection[str]) -> None: ...
+    def endpoints_removed(self, keys: Collection[str]) -> None:
+        """These endpoints (their ``Endpoint.key``) left the pool: forget what is kept for them."""
+        ...
 
 
 @runtime_checkable
@@ -207,4 +221,6 @@ class UpstreamHeaderContributor(Protocol):
 class ResponseHeaderContributor(Protocol):
     """Plugins that hand the client something on the response (session affinity's token)."""
 
-    def response_headers(self, request: InferenceRequest, result: SchedulingResult) -> Mapping[str, str]: ...
+    def response_headers(self, request: InferenceRequest, result: SchedulingResult) -> Mapping[str, str]:
+        """Headers to add to the response the client receives for ``request``."""
+        ...

@@ -1,6 +1,6 @@
 """In-tree plugins and the one list that registers them by their upstream type names.
 
-Each plugin module imports only ``epp.framework`` (and the ``_params`` helper); nothing registers
+Each plugin module imports only ``epp.framework``; nothing registers
 itself on import. The runtime (and tests) call :func:`register_in_tree` on a registry they own.
 """
 

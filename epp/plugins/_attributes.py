@@ -13,8 +13,8 @@ A helper, not a plugin.
 from __future__ import annotations
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import PluginConfigError
-from epp.plugins._params import Params
 
 __all__ = ["CORE_EXTRACTOR", "attribute_name", "read_attribute"]
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import Plugin, PluginConfigError
 from epp.framework.producers import PrefixMatchInfo, PrefixMatchInfoProducer
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
-from epp.plugins._params import Params
 
 __all__ = ["PrefixMatchReader"]
 

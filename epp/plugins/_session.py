@@ -27,10 +27,10 @@ from typing import Any
 
 from epp.clock import Clock
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError
 from epp.framework.request import InferenceRequest, attribute_key
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins._params import Params
 
 __all__ = [
     "ENCODED_ENDPOINT_HEADER",

@@ -14,10 +14,10 @@ import enum
 from collections.abc import Callable
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import Plugin, PluginConfigError
 from epp.framework.scheduling import PEER_ENDPOINT, CycleState
 from epp.framework.topology import Topology, TopologyProducer
-from epp.plugins._params import Params
 
 __all__ = ["Level", "TopologyReader", "common_level"]
 

@@ -37,8 +37,8 @@ from epp.framework.engine_metrics import (
     EngineTable,
 )
 from epp.framework.metric_spec import MetricSelector, SelectorError, parse_selector
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "CoreMetricsExtractor", "create"]
 

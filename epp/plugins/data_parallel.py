@@ -24,10 +24,10 @@ from typing import Any
 
 from epp.errors import EppError, ErrorCode
 from epp.framework import headers
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulerProfileView, SchedulingResult
-from epp.plugins._params import Params
 
 __all__ = ["RANK_HEADERS", "TYPE", "DataParallelProfileHandler", "create", "primary_port", "rank_header"]
 

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from epp.framework import headers
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import SchedulingResult
-from epp.plugins._params import Params
 
 __all__ = ["ALIAS_TYPE", "STAGE_HEADERS", "TYPE", "DisaggHeadersHandler", "create", "create_alias", "stage_headers"]
 

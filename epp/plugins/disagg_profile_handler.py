@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epp.framework.disaggregation import PEER_ENDPOINT, Decider, Decision, StageOutcome, Verdict, decision_type
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.roles import Stage
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulerProfileView, SchedulingResult
-from epp.plugins._params import Params
 from epp.plugins.disagg_headers import STAGE_HEADERS, stage_headers
 
 __all__ = ["DisaggProfileHandler", "StageProfiles", "TYPE", "create", "resolve_decider"]

@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._attributes import attribute_name, read_attribute
-from epp.plugins._params import Params
 
 __all__ = ["OPERATORS", "TYPE", "EndpointAttributeFilter", "create"]
 

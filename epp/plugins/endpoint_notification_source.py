@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "EndpointNotificationSource", "create"]
 

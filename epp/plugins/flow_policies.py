@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.flowcontrol import FlowView, QueuedRequest
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
-from epp.plugins._params import Params
 
 __all__ = [
     "EDF_TYPE",

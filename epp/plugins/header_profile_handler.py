@@ -16,10 +16,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulerProfileView, SchedulingResult
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "HeaderProfileHandler", "create"]
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
-from epp.plugins._params import Params
 
 __all__ = ["BYTES_PER_TOKEN", "TYPE", "InFlightLoadProducer", "create"]
 

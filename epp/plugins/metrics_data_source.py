@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from epp.framework.datalayer import MetricsSourceSpec
+from epp.framework.params import Params, parse_duration
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
-from epp.plugins._params import Params, parse_duration
 
 __all__ = ["TYPE", "MetricsDataSource", "create"]
 

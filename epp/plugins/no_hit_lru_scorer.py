@@ -17,10 +17,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins._params import Params
 from epp.plugins._prefix_match import PrefixMatchReader
 
 __all__ = ["TYPE", "NoHitLruScorer", "create"]

@@ -33,10 +33,10 @@ from typing import Any
 
 from epp.framework.disaggregation import PrefixMatch, Verdict, prefix_match
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins._params import Params
 from epp.plugins.prefix_index import PrefixIndex, block_tokens, prompt_hashes
 
 __all__ = [

@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from epp.framework.disaggregation import PREFILL_DECODE
+from epp.framework.params import Params
 from epp.framework.plugin import Plugin, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.roles import Stage
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
-from epp.plugins._params import Params
 from epp.plugins.data_parallel import RANK_HEADERS, primary_port, rank_header
 from epp.plugins.disagg_headers import STAGE_HEADERS
 from epp.plugins.disagg_profile_handler import DisaggProfileHandler, StageProfiles, resolve_decider

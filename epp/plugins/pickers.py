@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any, ClassVar
 
+from epp.framework.params import Params
 from epp.framework.plugin import PluginContext, PluginKind, TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, ScoredEndpoint
-from epp.plugins._params import Params
 
 __all__ = [
     "MAX_SCORE_TYPE",

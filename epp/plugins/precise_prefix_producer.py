@@ -31,6 +31,7 @@ from typing import Any
 import zmq.asyncio
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
@@ -40,7 +41,6 @@ from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
 from epp.kvevents.ingest import SourceCounts
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
-from epp.plugins._params import Params
 
 __all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]
 

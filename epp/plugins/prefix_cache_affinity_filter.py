@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
-from epp.plugins._params import Params
 from epp.plugins._prefix_match import PrefixMatchReader
 
 __all__ = ["TYPE", "PrefixCacheAffinityFilter", "create"]

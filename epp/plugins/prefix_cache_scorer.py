@@ -28,11 +28,11 @@ from typing import Any
 
 from epp.framework.disaggregation import PrefixMatch, publish_match
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo, PrefixMatchInfoProducer
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins._params import Params
 from epp.plugins.prefix_index import PrefixIndex, block_tokens, prompt_hashes
 
 __all__ = ["PrefixCacheScorer"]

@@ -19,9 +19,9 @@ from typing import Any
 
 from epp.framework.admission import Denial
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "ProbabilisticAdmitter", "create"]
 

@@ -33,11 +33,11 @@ from epp.clock import Clock
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.flowcontrol import FlowView
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.response import CompletedResponse
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "Program", "ProgramAwareFairness", "create"]
 

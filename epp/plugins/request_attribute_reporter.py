@@ -20,10 +20,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.response import CompletedResponse, Usage
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "RequestAttributeReporter", "create"]
 

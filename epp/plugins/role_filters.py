@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginFactory, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.roles import DECODE_SELECTOR, ENCODE_SELECTOR, PREFILL_SELECTOR, RoleSelector
 from epp.framework.scheduling import CycleState
-from epp.plugins._params import Params
 
 __all__ = [
     "DECODE_TYPE",

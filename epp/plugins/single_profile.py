@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulerProfileView, SchedulingResult
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "SingleProfileHandler", "create"]
 

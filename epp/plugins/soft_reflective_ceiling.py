@@ -18,8 +18,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "SoftReflectiveCeiling", "create"]
 

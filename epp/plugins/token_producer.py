@@ -32,9 +32,9 @@ from typing import Any
 import httpx
 import orjson
 
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import ApiKind, InferenceRequest
-from epp.plugins._params import Params
 
 __all__ = ["LocalTokenizer", "TokenProducer", "create"]
 

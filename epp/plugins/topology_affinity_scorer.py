@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
-from epp.plugins._params import Params
 from epp.plugins._topology import Level, TopologyReader, common_level
 
 __all__ = ["LEVEL_SCORES", "TYPE", "TopologyAffinityScorer", "create"]

@@ -17,9 +17,9 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext
 from epp.framework.topology import Topology
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "TopologyExtractor", "create"]
 

@@ -20,11 +20,11 @@ from typing import Any
 
 from epp.clock import Clock
 from epp.framework.endpoint import EndpointState
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import Aggregation, Thresholds
 from epp.framework.scheduling import CycleState
-from epp.plugins._params import Params
 
 __all__ = ["TYPE", "UtilizationDetector", "create"]
 

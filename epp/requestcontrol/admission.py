@@ -10,7 +10,8 @@ Which one a pipeline has is decided once, when it is built from its configuratio
   (:func:`~epp.framework.saturation.stage_saturation`; upstream's legacy admission reads the
   candidates whole). Priority >= 0 is never
   shed here and its saturation is not even computed; that work either gets an endpoint or fails
-  later with 503/429 from candidate selection or scheduling;
+  later with 503/429 from candidate selection or scheduling. A detector that raises, or answers
+  something else than a number, admits the request (fail open) and is told to ``failed``;
 - :class:`QueueAdmission` (the ``flowControl`` gate): every request is queued; one the queue holds
   waits until it is dispatched (or leaves with its outcome's error), and is scheduled on the pool
   as it is by then;
@@ -32,6 +33,7 @@ from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import SaturationDetector, stage_saturation
+from epp.scheduling.plugin_errors import PluginFailed, read_saturation
 
 __all__ = [
     "SHED_MESSAGE",
@@ -63,11 +65,13 @@ Verdict = tuple[Admission, EppError | None]
 
 
 class AdmissionStage(Protocol):
-    async def admit(self, request: InferenceRequest, candidates: Candidates) -> Sequence[EndpointState]:
+    async def admit(
+        self, request: InferenceRequest, candidates: Candidates, failed: PluginFailed
+    ) -> Sequence[EndpointState]:
         """The endpoints to schedule ``request`` on once admitted (possibly after a wait); EppError to refuse."""
         ...
 
-    def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> Verdict:
+    def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState], failed: PluginFailed) -> Verdict:
         """What :meth:`admit` would say now, without any effect."""
         ...
 
@@ -75,10 +79,12 @@ class AdmissionStage(Protocol):
 class NoAdmission:
     __slots__ = ()
 
-    async def admit(self, request: InferenceRequest, candidates: Candidates) -> Sequence[EndpointState]:
+    async def admit(
+        self, request: InferenceRequest, candidates: Candidates, failed: PluginFailed
+    ) -> Sequence[EndpointState]:
         return candidates()
 
-    def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> Verdict:
+    def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState], failed: PluginFailed) -> Verdict:
         return Admission.NOT_CHECKED, None
 
 
@@ -89,17 +95,23 @@ class SaturationAdmission:
         self._detector = detector
         self._clock = clock
 
-    async def admit(self, request: InferenceRequest, candidates: Candidates) -> Sequence[EndpointState]:
+    async def admit(
+        self, request: InferenceRequest, candidates: Candidates, failed: PluginFailed
+    ) -> Sequence[EndpointState]:
         endpoints = candidates()
-        admission, refusal = self.verdict(request, endpoints)
+        admission, refusal = self.verdict(request, endpoints, failed)
         if refusal is not None:
             raise refusal
         return endpoints
 
-    def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> Verdict:
-        if request.priority < 0 and stage_saturation(self._detector, candidates, self._clock.now()).effective >= 1.0:
+    def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState], failed: PluginFailed) -> Verdict:
+        if request.priority < 0 and self._saturation(candidates, failed) >= 1.0:
             return Admission.SHED, EppError(ErrorCode.RESOURCE_EXHAUSTED, SHED_MESSAGE)
         return Admission.ADMITTED, None
+
+    def _saturation(self, candidates: Sequence[EndpointState], failed: PluginFailed) -> float:
+        detector, now = self._detector, self._clock.now()
+        return stage_saturation(lambda some: read_saturation(detector, some, now, failed), candidates).effective
 
 
 class QueueAdmission:
@@ -108,10 +120,12 @@ class QueueAdmission:
     def __init__(self, flow_control: FlowController) -> None:
         self._flow_control = flow_control
 
-    async def admit(self, request: InferenceRequest, candidates: Candidates) -> Sequence[EndpointState]:
+    async def admit(
+        self, request: InferenceRequest, candidates: Candidates, failed: PluginFailed
+    ) -> Sequence[EndpointState]:
         flow_control = self._flow_control
         await flow_control.wait(flow_control.enqueue(request))  # a request dispatched at once does not suspend
         return candidates()
 
-    def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> Verdict:
+    def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState], failed: PluginFailed) -> Verdict:
         return Admission.NOT_CHECKED, None

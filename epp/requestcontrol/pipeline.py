@@ -5,7 +5,8 @@ and never changes; a request takes the pool's pipeline of the moment and keeps i
 configuration is read once per request and a reload lands between requests, never inside one.
 
 ``parse`` reads the body with the parser that claims the request's path (400 when the body is not
-one of its API's). ``route`` then runs the stages in upstream's order (llm-d router
+one of its API's; 500 naming the parser when it raises anything else). ``route`` then runs the
+stages in upstream's order (llm-d router
 ``requestcontrol/director.go``, plus v0.3's InferenceModel path for ``v1alpha2`` pools):
 
 1. **resolve**: target model — header ``x-llm-d-model-name-rewrite`` (or ``x-gateway-…``), else the
@@ -27,7 +28,7 @@ one of its API's). ``route`` then runs the stages in upstream's order (llm-d rou
    leaves the request without its data;
 6. **admission plugins** (upstream's ``runAdmissionPlugins``, e.g. ``probabilistic-admitter``), in
    configuration order over the candidates: the first denial ends the request with upstream's 500
-   "request cannot be admitted: <the plugin's error>"; one that fails is logged and admits;
+   "request cannot be admitted: <the plugin's error>"; one that fails admits;
 7. **schedule**: no candidates → 503; the scheduling cycle (429 when nothing fits);
 8. **pre-request**: PreRequest plugins learn the decision; the response headers plugins contribute,
    and so do the plugins that tell the model server something on the forwarded request (a
@@ -36,6 +37,7 @@ one of its API's). ``route`` then runs the stages in upstream's order (llm-d rou
    primary profile's weighted score of every candidate; the request counts in flight on its
    target until ``finished``.
 
+Every plugin failure is counted in ``epp_plugin_errors_total`` and logged (``scheduling.plugin_errors``).
 Every effect (counting, queueing, timing, PreRequest) goes through the context's
 :class:`~epp.requestcontrol.recorder.Recorder`, so ``Explain`` runs this same code with a recorder
 that records. ``finished``, called once per served request however it ends, releases the in-flight
@@ -48,7 +50,6 @@ Before it, a response seen to its end is handed to the ResponseStreaming plugins
 from __future__ import annotations
 
 import functools
-import logging
 import random
 import time
 from collections.abc import Sequence
@@ -64,7 +65,7 @@ from epp.framework import headers
 from epp.framework.admission import Admitter
 from epp.framework.endpoint import EndpointState
 from epp.framework.health import Health
-from epp.framework.parsing import request_path
+from epp.framework.parsing import Parser, request_path
 from epp.framework.plugin import PluginKind
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.framework.response import CompletedResponse, ResponseComplete, Usage
@@ -76,6 +77,7 @@ from epp.requestcontrol.healthy import healthy_candidates
 from epp.requestcontrol.in_flight import count_out
 from epp.requestcontrol.recorder import Recorder, ServingRecorder, TimedPreRequest
 from epp.requestcontrol.rewrites import ModelRewriter, weighted_target
+from epp.scheduling.plugin_errors import EXCEPTION
 from epp.scheduling.profile import plugin_observer
 from epp.scheduling.recorder import Observe
 from epp.telemetry.metrics import EppMetrics
@@ -83,7 +85,6 @@ from epp.telemetry.tracing import REQUEST_CONTROL_SCOPE, span
 
 __all__ = ["CRITICALITY_PRIORITY", "NO_CANDIDATES", "Pipeline", "PoolParts"]
 
-log = logging.getLogger(__name__)
 
 CRITICALITY_PRIORITY = {"Critical": 1, "Standard": 0, "Sheddable": -1}
 NO_CANDIDATES = "failed to find endpoint candidates for serving the request"
@@ -171,9 +172,14 @@ class Pipeline:
         """Read ``raw`` with the parser that claims the request's path; ``EppError(BAD_REQUEST)`` when it is
         not a body of that parser's API (or no parser claims the path)."""
         parser, api = self.config.parsers.resolve(request_path(request.headers))
-        parsed = parser.parse(raw, api)
-        parsed.apply_to(request, len(raw))
         ctx = self.context(request, subset, recorder)
+        try:
+            parsed = parser.parse(raw, api)
+        except EppError:
+            raise
+        except Exception as exc:  # a parser bug: 500 naming it, not the stream's anonymous one
+            raise _parser_failed(parser, exc, ctx.recorder) from exc
+        parsed.apply_to(request, len(raw))
         ctx.parsed, ctx.parser = parsed, parser
         return ctx
 
@@ -259,7 +265,10 @@ class Pipeline:
         target = request.target_model
         if parsed is None or parser is None or not target or target == request.model:
             return None
-        return parser.with_model(parsed, target)
+        try:
+            return parser.with_model(parsed, target)
+        except Exception as exc:
+            raise _parser_failed(parser, exc, ctx.recorder) from exc
 
     def _test_selection(self, request: InferenceRequest, recorder: Recorder) -> EndpointState | None:
         """The endpoint ``test-epp-endpoint-selection`` names next; None without it or without the hooks."""
@@ -290,8 +299,9 @@ class Pipeline:
             start = time.perf_counter()
             try:
                 await producer.produce(request)
-            except Exception:  # a producer bug must not fail the request: it is scheduled without the data
-                log.exception("data producer failed", extra={"plugin": str(producer.typed_name)})
+            except Exception as exc:  # a producer bug must not fail the request: it is scheduled without the data
+                detail = f"{type(exc).__name__}: {exc}"
+                recorder.cycle.plugin_failed("PrepareData", producer.typed_name, EXCEPTION, detail, exc)
             recorder.timed(observe, time.perf_counter() - start)
 
     def _admit(self, request: InferenceRequest, candidates: Sequence[EndpointState], recorder: Recorder) -> None:
@@ -300,8 +310,9 @@ class Pipeline:
             start = time.perf_counter()
             try:
                 denial = admitter.admit(request, candidates)
-            except Exception:  # a plugin bug must not refuse every request: it admits
-                log.exception("admission plugin failed", extra={"plugin": str(admitter.typed_name)})
+            except Exception as exc:  # a plugin bug must not refuse every request: it admits
+                detail = f"{type(exc).__name__}: {exc}"
+                recorder.cycle.plugin_failed("Admission", admitter.typed_name, EXCEPTION, detail, exc)
                 denial = None
             recorder.timed(observe, time.perf_counter() - start)
             if denial is not None:
@@ -347,8 +358,9 @@ class Pipeline:
             start = time.perf_counter()
             try:
                 plugin.response_complete(request, response)
-            except Exception:  # the response is already on its way; log and keep the stream alive
-                log.exception("response plugin failed", extra={"plugin": str(plugin.typed_name)})
+            except Exception as exc:  # the response is already on its way; count, log and keep the stream alive
+                detail = f"{type(exc).__name__}: {exc}"
+                recorder.cycle.plugin_failed("ResponseStreaming", plugin.typed_name, EXCEPTION, detail, exc)
             recorder.timed(observe, time.perf_counter() - start)
         return response.dynamic_metadata
 
@@ -365,15 +377,16 @@ class Pipeline:
                 health = endpoint.health
                 if status >= 500 or health.state is not Health.HEALTHY or health.failures:
                     self._tell_health(endpoint, status, gateway_reply)
+        errors = self._pool.recorder.errors
         for plugin, observe in self._post_response:
             start = time.perf_counter()
             try:
                 plugin.post_response(request, endpoint)
-            except Exception:  # the response is already on its way; log and keep the stream alive
-                log.exception(
-                    "PostResponse plugin failed", extra={"plugin": str(plugin.typed_name), "completed": completed}
-                )
-            observe(time.perf_counter() - start)
+            except Exception as exc:  # the response is already on its way; count, log and keep the stream alive
+                errors.failed("PostResponse", plugin.typed_name, EXCEPTION, f"{type(exc).__name__}: {exc}", exc)
+            elapsed = time.perf_counter() - start
+            observe(elapsed)
+            errors.timed("PostResponse", plugin.typed_name, elapsed)
 
     def _tell_health(self, endpoint: EndpointState, status: int, gateway_reply: bool) -> None:
         """5xx: a failure (Envoy's own 502/503: unreachable at once); anything else: a success."""
@@ -385,3 +398,10 @@ class Pipeline:
             health.unreachable(f"Envoy answered {status} itself: could not reach it", now)
         else:
             health.response_failed(f"HTTP {status}", now)
+
+
+def _parser_failed(parser: Parser, exc: Exception, recorder: Recorder) -> EppError:
+    """A parser that raised something else than its API's 400: told to the recorder, 500 naming the parser."""
+    detail = f"{type(exc).__name__}: {exc}"
+    recorder.cycle.plugin_failed("Parser", parser.typed_name, EXCEPTION, detail, exc)
+    return EppError(ErrorCode.INTERNAL, f"parser {parser.typed_name} failed: {detail}")

@@ -17,7 +17,6 @@ So Explain runs the code a request runs, and the hot path pays for no dry-run br
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -31,13 +30,13 @@ from epp.requestcontrol.conformance import RoundRobin
 from epp.requestcontrol.disagg_series import DisaggSeries
 from epp.requestcontrol.explain import Explanation
 from epp.requestcontrol.in_flight import count_in
+from epp.scheduling.plugin_errors import EXCEPTION
 from epp.scheduling.recorder import CycleMetrics, CycleRecorder, Observe
 from epp.scheduling.trace import SchedulingTrace
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["ExplainRecorder", "Recorder", "ServingRecorder", "TimedPreRequest"]
 
-log = logging.getLogger(__name__)
 
 TimedPreRequest = tuple[PreRequest, Observe]
 """A PreRequest plugin and its duration histogram child."""
@@ -89,13 +88,15 @@ class Recorder(Protocol):
 class ServingRecorder:
     """The effects of a served request; one per pool."""
 
-    __slots__ = ("_cycle", "_disagg", "_fail_open", "_metrics")
+    __slots__ = ("_cycle", "_disagg", "_fail_open", "_metrics", "errors")
 
     def __init__(self, metrics: EppMetrics, pool_name: str) -> None:
         self._metrics = metrics
         self._cycle = CycleMetrics(metrics)
         self._fail_open = metrics.endpoint_health_fail_open.labels(pool_name)
         self._disagg: DisaggSeries | None = None  # declared at the first disaggregated request
+        self.errors = self._cycle.errors
+        """Where plugin failures outside the scheduling cycle are counted (PostResponse)."""
 
     @property
     def cycle(self) -> CycleRecorder:
@@ -113,7 +114,7 @@ class ServingRecorder:
     async def admit(
         self, stage: AdmissionStage, request: InferenceRequest, candidates: Callable[[], Sequence[EndpointState]]
     ) -> Sequence[EndpointState]:
-        return await stage.admit(request, candidates)
+        return await stage.admit(request, candidates, self._cycle.plugin_failed)
 
     def timed(self, observe: Observe, seconds: float) -> None:
         observe(seconds)
@@ -121,13 +122,16 @@ class ServingRecorder:
     def pre_request(
         self, plugins: Sequence[TimedPreRequest], cycle: CycleState, request: InferenceRequest, result: SchedulingResult
     ) -> None:
+        errors = self.errors
         for plugin, observe in plugins:
             start = time.perf_counter()
             try:
                 plugin.pre_request(cycle, request, result)
-            except Exception:  # a plugin bug must not fail a request that already has a target
-                log.exception("PreRequest plugin failed", extra={"plugin": str(plugin.typed_name)})
-            observe(time.perf_counter() - start)
+            except Exception as exc:  # a plugin bug must not fail a request that already has a target
+                errors.failed("PreRequest", plugin.typed_name, EXCEPTION, f"{type(exc).__name__}: {exc}", exc)
+            elapsed = time.perf_counter() - start
+            observe(elapsed)
+            errors.timed("PreRequest", plugin.typed_name, elapsed)
 
     def disaggregated(self, request: InferenceRequest, decision: Decision) -> None:
         if self._disagg is None:
@@ -164,7 +168,7 @@ class ExplainRecorder:
     ) -> Sequence[EndpointState]:
         endpoints = candidates()
         explanation = self.explanation
-        explanation.admission, refusal = stage.verdict(request, endpoints)
+        explanation.admission, refusal = stage.verdict(request, endpoints, explanation.scheduling.plugin_failed)
         if refusal is not None:
             explanation.admission_reason = refusal.msg
             raise refusal

@@ -3,8 +3,13 @@
 The runner enforces the plugin contracts instead of trusting them (upstream
 ``scheduler_profile.go``): a filter that empties the set fails the profile ("no endpoints
 available for the given request"); every score is clamped to [0, 1] (NaN counts as 0) before it
-is multiplied by the scorer's weight; a scorer returning the wrong number of scores, or a picker
-returning nothing, fails the profile. Each plugin call is timed into
+is multiplied by the scorer's weight; a picker returning nothing fails the profile. A plugin that
+breaks its contract does not fail the request (docs/plugins.md, "When a plugin fails"): a filter
+that raises or returns something else than a list is skipped (its input passes on), a scorer that
+raises or returns the wrong number of scores, or anything but numbers, adds nothing, a picker that
+raises or returns no ``ProfileResult`` is replaced by the best total; each is told to the recorder
+(``plugin_failed``, counted as ``epp_plugin_errors_total``), and so is a scorer whose scores had to be
+clamped. Each plugin call is timed into
 ``inference_extension_plugin_duration_seconds{extension_point, plugin_type, plugin_name}``
 through a histogram child resolved once at build time, so timing costs one ``observe`` per call.
 
@@ -28,6 +33,7 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, Filter, Picker, ProfileResult, ScoredEndpoint, Scorer
+from epp.scheduling.plugin_errors import EXCEPTION, MALFORMED, OUT_OF_RANGE
 from epp.scheduling.recorder import CycleRecorder, Observe, accumulate, discard
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.tracing import SCHEDULING_SCOPE, Span, span
@@ -43,6 +49,7 @@ __all__ = [
 NO_ENDPOINTS = "no endpoints available for the given request"
 
 _TRACED_TOP_ENDPOINTS = 5  # upstream's maxTracedEndpointScores: the pick span names the best few
+_NO_SCORE = float("nan")  # what Explain shows as the raw score of a scorer that failed (it adds 0)
 
 
 def plugin_observer(metrics: EppMetrics | None, extension_point: str, typed_name: TypedName) -> Observe:
@@ -131,7 +138,18 @@ class SchedulerProfile:
                 _request_attributes(stage, request)
             for plugin, observe in self._filters:
                 start = clock()
-                endpoints = plugin.filter(cycle, request, endpoints)
+                kept: Sequence[EndpointState]
+                try:
+                    kept = plugin.filter(cycle, request, endpoints)
+                except Exception as exc:  # a failing filter is skipped: its input passes on
+                    recorder.plugin_failed("Filter", plugin.typed_name, EXCEPTION, _described(exc), exc)
+                    kept = endpoints
+                else:
+                    if not isinstance(kept, list | tuple):
+                        detail = f"returned a {type(kept).__name__}, not a list of endpoints"
+                        recorder.plugin_failed("Filter", plugin.typed_name, MALFORMED, detail, None)
+                        kept = endpoints
+                endpoints = kept
                 recorder.filtered(plugin.typed_name, observe, endpoints, clock() - start)
                 if not endpoints:
                     break
@@ -159,16 +177,25 @@ class SchedulerProfile:
             for scorer, weight, observe, span_name in self._scorers:
                 with span(span_name, SCHEDULING_SCOPE) as scorer_span:
                     start = clock()
-                    scores = scorer.score(cycle, request, endpoints)
+                    try:
+                        scores = scorer.score(cycle, request, endpoints)
+                    except Exception as exc:  # a failing scorer adds nothing
+                        elapsed = clock() - start
+                        recorder.plugin_failed("Scorer", scorer.typed_name, EXCEPTION, _described(exc), exc)
+                        recorder.scored(scorer.typed_name, observe, weight, [_NO_SCORE] * count, elapsed)
+                        continue
                     elapsed = clock() - start
+                    malformed = _malformed(scores, count)
+                    if malformed:
+                        recorder.plugin_failed("Scorer", scorer.typed_name, MALFORMED, malformed, None)
+                        recorder.scored(scorer.typed_name, observe, weight, [_NO_SCORE] * count, elapsed)
+                        continue
                     if scorer_span is not None:
                         _scorer_attributes(scorer_span, scorer.typed_name, weight, count, scores)
-                if len(scores) != count:
-                    raise ProfileError(
-                        f"scorer {scorer.typed_name} returned {len(scores)} scores for {count} endpoints"
-                    )
                 recorder.scored(scorer.typed_name, observe, weight, scores, elapsed)
-                accumulate(totals, scores, weight)
+                if not accumulate(totals, scores, weight):
+                    detail = "returned scores outside [0, 1], clamped: " + _outside(scores)
+                    recorder.plugin_failed("Scorer", scorer.typed_name, OUT_OF_RANGE, detail, None)
         return totals
 
     def _pick(
@@ -185,7 +212,16 @@ class SchedulerProfile:
             if stage is not None:  # before the pick: pickers may reorder ``scored``
                 _picker_attributes(stage, request, scored)
             start = time.perf_counter()
-            result = picker.pick(cycle, request, scored)
+            try:
+                result = picker.pick(cycle, request, scored)
+            except Exception as exc:  # a failing picker's choice is the best total
+                recorder.plugin_failed("Picker", picker.typed_name, EXCEPTION, _described(exc), exc)
+                result = _best(endpoints, totals)
+            else:
+                if not isinstance(result, ProfileResult):
+                    detail = f"returned a {type(result).__name__}, not a ProfileResult"
+                    recorder.plugin_failed("Picker", picker.typed_name, MALFORMED, detail, None)
+                    result = _best(endpoints, totals)
             recorder.picked(picker.typed_name, observe, endpoints, totals, result.targets, time.perf_counter() - start)
         if not result.targets:
             raise ProfileError(f"picker {picker.typed_name} returned no endpoints")
@@ -197,6 +233,36 @@ class SchedulerProfile:
         filters = ", ".join(str(f.typed_name) for f in self.filters)
         picker = self.picker.typed_name
         return f"SchedulerProfile({self._name!r}, filters=[{filters}], scorers=[{scorers}], picker={picker})"
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _malformed(scores: Sequence[float], count: int) -> str:
+    """Why ``scores`` cannot be used for ``count`` endpoints ("" when they can)."""
+    try:
+        if len(scores) != count:
+            return f"returned {len(scores)} scores for {count} endpoints"
+        sum(scores)  # one C loop: anything but numbers fails here, before a score is added to a total
+    except TypeError:
+        return f"returned {type(scores).__name__} {_preview(scores)}, not a sequence of numbers"
+    return ""
+
+
+def _outside(scores: Sequence[float]) -> str:
+    return _preview([s for s in scores if not 0.0 <= s <= 1.0])
+
+
+def _preview(values: object) -> str:
+    text = repr(values)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _best(endpoints: Sequence[EndpointState], totals: Sequence[float]) -> ProfileResult:
+    """The endpoint with the highest total (the first of equals): a failed picker's stand-in."""
+    best = max(range(len(endpoints)), key=totals.__getitem__)
+    return ProfileResult([endpoints[best]])
 
 
 def _request_attributes(stage: Span, request: InferenceRequest) -> None:

@@ -7,20 +7,27 @@ series; :class:`~epp.scheduling.trace.SchedulingTrace`, Explain's, keeps each st
 and observes nothing. That is the whole difference between a real cycle and a dry one: the runner
 has no flag and no branch for it.
 
-``accumulate`` is the one place where a scorer's raw scores become its weighted contribution.
+``accumulate`` is the one place where a scorer's raw scores become its weighted contribution. A plugin
+that breaks its contract is told with ``plugin_failed`` (counted and logged by the serving recorder,
+``plugin_errors``; kept in Explain's answer); the serving recorder also counts a call that held the loop
+too long (``slow``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
+from epp.scheduling.plugin_errors import Reason, plugin_errors
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["QUIET", "CycleMetrics", "CycleRecorder", "Observe", "QuietCycle", "accumulate", "discard"]
+
+log = logging.getLogger(__name__)
 
 Observe = Callable[[float], None]
 """Records one duration in seconds (a plugin's histogram child)."""
@@ -31,11 +38,20 @@ def discard(_: float) -> None:
     return None
 
 
-def accumulate(totals: list[float], scores: Sequence[float], weight: float) -> None:
-    """Add each score, clamped to [0, 1] (NaN and negatives add nothing), times ``weight`` to ``totals``."""
+def accumulate(totals: list[float], scores: Sequence[float], weight: float) -> bool:
+    """Add each score, clamped to [0, 1] (NaN and negatives add nothing), times ``weight`` to ``totals``;
+    False when a score had to be clamped (it was above 1, negative or NaN)."""
+    in_range = True
     for i, score in enumerate(scores):
         if score > 0.0:
-            totals[i] += weight if score >= 1.0 else score * weight
+            if score < 1.0:
+                totals[i] += score * weight
+            else:
+                totals[i] += weight
+                in_range = in_range and score == 1.0
+        elif score != 0.0:  # negative, or NaN
+            in_range = False
+    return in_range
 
 
 class CycleRecorder(Protocol):
@@ -66,6 +82,12 @@ class CycleRecorder(Protocol):
 
     def profile_failed(self, name: str, reason: str) -> None: ...
 
+    def plugin_failed(
+        self, extension_point: str, plugin: TypedName, reason: Reason, detail: str, error: BaseException | None
+    ) -> None:
+        """A plugin broke its contract (``plugin_errors.REASONS``); the caller went on by its extension point's rule."""
+        ...
+
     def handler_ran(self, observe: Observe, seconds: float) -> None:
         """The profile handler picked profiles or combined their results."""
         ...
@@ -80,17 +102,19 @@ class CycleRecorder(Protocol):
 class CycleMetrics:
     """The serving recorder: plugin durations and upstream's ``scheduler_e2e`` / ``scheduler_attempts`` series."""
 
-    __slots__ = ("_attempts", "_e2e")
+    __slots__ = ("_attempts", "_e2e", "errors")
 
     def __init__(self, metrics: EppMetrics) -> None:
         self._e2e = metrics.scheduler_e2e
         self._attempts = metrics.scheduler_attempts
+        self.errors = plugin_errors(metrics)
 
     def profile_started(self, name: str) -> None:
         return None
 
     def filtered(self, plugin: TypedName, observe: Observe, kept: Sequence[EndpointState], seconds: float) -> None:
         observe(seconds)
+        self.errors.timed("Filter", plugin, seconds)
 
     def scored(
         self,
@@ -101,6 +125,7 @@ class CycleMetrics:
         seconds: float,
     ) -> None:
         observe(seconds)
+        self.errors.timed("Scorer", plugin, seconds)
 
     def picked(
         self,
@@ -112,9 +137,15 @@ class CycleMetrics:
         seconds: float,
     ) -> None:
         observe(seconds)
+        self.errors.timed("Picker", plugin, seconds)
 
     def profile_failed(self, name: str, reason: str) -> None:
         return None
+
+    def plugin_failed(
+        self, extension_point: str, plugin: TypedName, reason: Reason, detail: str, error: BaseException | None
+    ) -> None:
+        self.errors.failed(extension_point, plugin, reason, detail, error)
 
     def handler_ran(self, observe: Observe, seconds: float) -> None:
         observe(seconds)
@@ -131,7 +162,8 @@ class CycleMetrics:
 
 
 class QuietCycle:
-    """A recorder that keeps nothing: a scheduler built without metrics, asked without a recorder."""
+    """A recorder that keeps nothing (a plugin failure is only logged): a scheduler built without metrics,
+    asked without a recorder."""
 
     __slots__ = ()
 
@@ -159,6 +191,14 @@ class QuietCycle:
 
     def profile_failed(self, name: str, reason: str) -> None:
         return None
+
+    def plugin_failed(
+        self, extension_point: str, plugin: TypedName, reason: Reason, detail: str, error: BaseException | None
+    ) -> None:
+        log.warning(
+            "plugin failed",
+            extra={"extension_point": extension_point, "plugin": str(plugin), "reason": reason, "detail": detail},
+        )
 
     def handler_ran(self, observe: Observe, seconds: float) -> None:
         return None

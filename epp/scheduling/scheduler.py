@@ -2,7 +2,8 @@
 
 ``Scheduler.schedule`` is synchronous and runs on the event loop between two awaits, so every
 plugin of a cycle sees the same metrics snapshots. It fails with ``ResourceExhausted`` (429)
-"failed to find target endpoint: ..." when no profile ran or the primary profile failed. Each step
+"failed to find target endpoint: ..." when no profile ran or the primary profile failed, and with
+500 naming the profile handler when the handler raises (counted, as every plugin failure). Each step
 and the cycle's end go to the :class:`~epp.scheduling.recorder.CycleRecorder` it is given: for a
 served request that records ``inference_extension_scheduler_e2e_duration_seconds`` and
 ``inference_extension_scheduler_attempts_total``; for ``Explain``, the steps.
@@ -18,6 +19,7 @@ from epp.errors import EppError, ErrorCode
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileHandler, ProfileResult, SchedulingResult
+from epp.scheduling.plugin_errors import EXCEPTION
 from epp.scheduling.profile import ProfileError, SchedulerProfile, plugin_observer
 from epp.scheduling.recorder import QUIET, CycleMetrics, CycleRecorder
 from epp.telemetry.metrics import EppMetrics
@@ -95,7 +97,10 @@ class Scheduler:
         failures: dict[str, str] = {}
         for _ in range(_MAX_ROUNDS):
             start = clock()
-            names = handler.pick_profiles(cycle, request, profiles, results)
+            try:
+                names = handler.pick_profiles(cycle, request, profiles, results)
+            except Exception as exc:
+                raise _handler_failed(handler, "ProfilePicker", exc, recorder) from exc
             recorder.handler_ran(self._pick_observe, clock() - start)
             if not names:
                 break
@@ -117,12 +122,22 @@ class Scheduler:
         if not results:
             raise _failed(f"failed to run any scheduler profile for request {request.request_id}")
         start = clock()
-        result = handler.process_results(cycle, request, results)
+        try:
+            result = handler.process_results(cycle, request, results)
+        except Exception as exc:
+            raise _handler_failed(handler, "ProcessProfilesResults", exc, recorder) from exc
         recorder.handler_ran(self._process_observe, clock() - start)
         return result, failures
 
     def __repr__(self) -> str:
         return f"Scheduler(handler={self._handler.typed_name}, profiles={list(self.profiles.values())!r})"
+
+
+def _handler_failed(handler: ProfileHandler, step: str, exc: Exception, recorder: CycleRecorder) -> EppError:
+    """A profile handler that raises: told to the recorder; the request gets 500 naming it (nothing to route by)."""
+    detail = f"{type(exc).__name__}: {exc}"
+    recorder.plugin_failed(step, handler.typed_name, EXCEPTION, detail, exc)
+    return EppError(ErrorCode.INTERNAL, f"profile handler {handler.typed_name} failed: {detail}")
 
 
 def _failed(reason: str) -> EppError:

@@ -2,7 +2,8 @@
 
 A cycle given a :class:`SchedulingTrace` (instead of the serving :class:`~epp.scheduling.recorder.CycleMetrics`)
 runs the same code as a real one; the trace keeps each profile's filter results, every scorer's raw
-scores and weighted contributions and the pick, and observes no duration. The request-level steps
+scores and weighted contributions and the pick, and the plugins that broke their contract (neither
+counted nor logged), and observes no duration. The request-level steps
 around the cycle are the request pipeline's (``requestcontrol.recorder``).
 """
 
@@ -14,9 +15,10 @@ from dataclasses import dataclass, field
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
+from epp.scheduling.plugin_errors import Reason
 from epp.scheduling.recorder import Observe, accumulate
 
-__all__ = ["FilterStep", "ProfileTrace", "SchedulingTrace", "ScorerStep"]
+__all__ = ["FilterStep", "PluginFailure", "ProfileTrace", "SchedulingTrace", "ScorerStep"]
 
 
 @dataclass(slots=True)
@@ -54,12 +56,23 @@ class ProfileTrace:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class PluginFailure:
+    """A plugin that broke its contract during the dry run (the run went on by its extension point's rule)."""
+
+    extension_point: str
+    plugin: TypedName
+    reason: Reason
+    detail: str
+
+
 @dataclass(slots=True)
 class SchedulingTrace:
-    """Every profile run of one cycle, in order, and the primary profile the handler named."""
+    """Every profile run of one cycle, in order, the primary profile the handler named, and the plugins that failed."""
 
     profiles: list[ProfileTrace] = field(default_factory=list)
     primary_profile: str = ""
+    failures: list[PluginFailure] = field(default_factory=list)
 
     @property
     def _current(self) -> ProfileTrace:
@@ -98,6 +111,11 @@ class SchedulingTrace:
 
     def profile_failed(self, name: str, reason: str) -> None:
         self._current.error = reason
+
+    def plugin_failed(
+        self, extension_point: str, plugin: TypedName, reason: Reason, detail: str, error: BaseException | None
+    ) -> None:
+        self.failures.append(PluginFailure(extension_point, plugin, reason, detail))
 
     def handler_ran(self, observe: Observe, seconds: float) -> None:
         return None

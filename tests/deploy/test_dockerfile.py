@@ -39,9 +39,11 @@ def _instructions(text: str) -> list[tuple[str, str]]:
     return [(kw.upper(), rest.strip()) for kw, _, rest in (line.partition(" ") for line in logical)]
 
 
-def _stages() -> list[Stage]:
+def _stages(dockerfile: Path = ROOT / "Dockerfile") -> list[Stage]:
     stages: list[Stage] = []
-    for keyword, rest in _instructions((ROOT / "Dockerfile").read_text()):
+    for keyword, rest in _instructions(dockerfile.read_text()):
+        if keyword == "ARG" and not stages:  # a global build argument, for FROM lines
+            continue
         if keyword == "FROM":
             parts = rest.split()
             alias = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
@@ -91,3 +93,14 @@ def test_dockerignore_keeps_the_context_small_but_keeps_the_sources() -> None:
     }
     assert {".git", ".venv", "tests"} <= ignored
     assert not ignored & {"epp", "pyproject.toml", "epp/", "*.py", "README.md"}
+
+
+def test_a_plugin_image_is_ours_plus_one_pip_install_layer() -> None:
+    """docs/plugins.md: deploying a plugin distribution is one ``pip install`` on top of the picker's image."""
+    (image,) = _stages(ROOT / "examples" / "zone-plugins" / "Dockerfile")
+    assert image.base == "${EPP_IMAGE}"
+    (run,) = image.args("RUN")
+    assert " pip install --no-cache-dir /src" in run and not BUILD_TOOLS.search(run)
+    ours = _stages()[-1].args("USER")
+    assert image.args("USER") == ["root", *ours]  # back to the picker's non-root user after the install
+    assert image.args("ENTRYPOINT") == [] and image.args("EXPOSE") == []  # `epp serve` and the ports: ours

@@ -6,10 +6,10 @@ import pytest
 from scheduling_builders import request, state
 
 from epp.framework.datalayer import MetricsSource
+from epp.framework.params import Params, parse_duration
 from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistry
 from epp.framework.scheduling import CycleState, ProfileHandler, ProfileResult
 from epp.plugins import register_in_tree, single_profile
-from epp.plugins._params import Params, parse_duration
 
 
 class _View:

@@ -327,12 +327,19 @@ async def test_pre_request_and_post_response_plugins_run() -> None:
     assert get(count, {"extension_point": "PostResponse", "plugin_type": "hooks", "plugin_name": "h"}) == 2
 
 
-async def test_failing_hooks_are_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+async def test_failing_hooks_are_counted_and_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     h, _ = hooks_harness(fail=True)
-    with caplog.at_level(logging.ERROR, logger="epp.requestcontrol"):
+    with caplog.at_level(logging.ERROR, logger="epp.scheduling.plugin_errors"):
         await h.route()
         h.finished(h.ctx, completed=True)
-    assert [r.getMessage() for r in caplog.records] == ["PreRequest plugin failed", "PostResponse plugin failed"]
+    assert [(r.getMessage(), getattr(r, "extension_point", "")) for r in caplog.records] == [
+        ("plugin failed; the request goes on by the extension point's rule", "PreRequest"),
+        ("plugin failed; the request goes on by the extension point's rule", "PostResponse"),
+    ]
+    errors = "epp_plugin_errors_total"
+    for point in ("PreRequest", "PostResponse"):
+        labels = {"extension_point": point, "plugin_type": "hooks", "plugin_name": "h", "reason": "exception"}
+        assert h.metrics.registry.get_sample_value(errors, labels) == 1
 
 
 async def test_config_swap_applies_to_the_next_request() -> None:

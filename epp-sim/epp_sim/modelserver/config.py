@@ -9,8 +9,10 @@ values a test forces into ``/metrics`` regardless of what the performance model 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any
 
 from .kv_events import KvEventsConfig
@@ -32,6 +34,9 @@ class Pins:
     running_loras: tuple[str, ...] | None = None
     waiting_loras: tuple[str, ...] | None = None
     max_lora: int | None = None
+    gauges: Mapping[str, float] | None = None
+    """Gauges vLLM does not have, added to ``/metrics`` unlabelled (name → value): the custom metrics a
+    plugin reads (``core-metrics-extractor``'s ``customMetrics``)."""
 
     def __post_init__(self) -> None:
         for name in ("waiting", "running", "max_lora"):
@@ -47,6 +52,8 @@ class Pins:
             value = getattr(self, name)
             if value is not None and not all(isinstance(v, str) and v and "," not in v for v in value):
                 raise PinsError(f"pin {name} must be adapter names without commas, got {value!r}")
+        if self.gauges is not None:
+            _check_gauges(self.gauges)
 
     def updated(self, doc: object) -> Pins:
         """These pins with the fields of a ``POST /_sim/pin`` body applied (``null`` unpins a field).
@@ -63,6 +70,9 @@ class Pins:
         for name, value in doc.items():
             if name in ("running_loras", "waiting_loras") and value is not None:
                 value = _adapter_list(name, value)
+            if name == "gauges" and value is not None:
+                _check_gauges(value)
+                value = MappingProxyType(dict(value))
             values[name] = value
         return Pins(**values)
 
@@ -72,8 +82,21 @@ class Pins:
         for f in fields(self):
             value = getattr(self, f.name)
             if value is not None:
-                out[f.name] = list(value) if isinstance(value, tuple) else value
+                out[f.name] = list(value) if isinstance(value, tuple) else dict(value) if f.name == "gauges" else value
         return out
+
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def _check_gauges(gauges: object) -> None:
+    if not isinstance(gauges, Mapping):
+        raise PinsError(f"pin gauges must be an object of metric name to number, got {gauges!r}")
+    for name, value in gauges.items():
+        if not isinstance(name, str) or not _METRIC_NAME.fullmatch(name):
+            raise PinsError(f"pin gauges: {name!r} is not a Prometheus metric name")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise PinsError(f"pin gauges.{name} must be a finite number, got {value!r}")
 
 
 def _adapter_list(name: str, value: object) -> tuple[str, ...]:

@@ -287,6 +287,7 @@ class Engine:
             waiting=waiting,
             kv_cache_usage=self._pool.usage if p.kv_cache_usage is None else p.kv_cache_usage,
             deferred=deferred,
+            extra=p.gauges or {},
         )
 
     def render_metrics(self) -> bytes:

@@ -152,7 +152,8 @@ class ModelServer:
 
     def pin(self, **fields: Any) -> Pins:
         """Pin reported values (``waiting``, ``running``, ``kv_cache_usage``, ``running_loras``,
-        ``waiting_loras``, ``max_lora``); ``None`` unpins one field. Returns the pins now in force."""
+        ``waiting_loras``, ``max_lora``, and ``gauges``: extra gauges by name); ``None`` unpins one field.
+        Returns the pins now in force."""
         self.engine.set_pins(self.engine.pins.updated(fields))
         return self.engine.pins
 

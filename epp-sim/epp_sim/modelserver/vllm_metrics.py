@@ -17,7 +17,7 @@ conveniently first. How the text is written is ``exposition``'s business.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .default_families import HttpMetrics, ProcessMetrics
 from .exposition import (
@@ -91,6 +91,8 @@ class GaugeValues:
     kv_cache_usage: float
     deferred: int = 0
     """Of ``waiting``, the requests held back by a transient constraint (their adapter not loaded)."""
+    extra: Mapping[str, float] = field(default_factory=dict)
+    """Pinned gauges vLLM does not have (``Pins.gauges``), rendered last, unlabelled."""
 
 
 class VllmMetrics:
@@ -363,6 +365,8 @@ class VllmMetrics:
         self.http.render(out)
         for counter in (self._remote_decodes, self._remote_prefills, self._pulled_tokens):
             counter.render(out)
+        for name, pinned in gauges.extra.items():
+            gauge(out, name, "A gauge pinned by a test (POST /_sim/pin).", "", pinned)
         return "".join(out).encode()
 
 

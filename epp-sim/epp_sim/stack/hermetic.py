@@ -203,6 +203,20 @@ class HermeticPool(LocalStack):
 
         await wait_until(matches, timeout=10, message=f"picker scraped pins {pins}")
 
+    async def label_pods(self, labels: Sequence[Mapping[str, str]]) -> None:
+        """Add ``labels[i]`` to pod ``i``'s labels (e.g. each pod's zone) and wait until the picker's endpoints
+        carry them: what a plugin reading ``Endpoint.labels`` sees."""
+        for pod, added in zip(self.pods, labels, strict=True):
+            patch = {"metadata": {"labels": dict(added)}}
+            await self.cluster.patch("v1", "Pod", pod.name, patch, namespace=self.pool.namespace)
+        wanted = {pod.ip: added for pod, added in zip(self.pods, labels, strict=True)}
+
+        def carried() -> bool:
+            seen = {e.endpoint.address: e.endpoint.labels for e in self.endpoints()}
+            return all(all(seen.get(ip, {}).get(k) == v for k, v in added.items()) for ip, added in wanted.items())
+
+        await wait_until(carried, timeout=10, message=f"picker's endpoints carry the labels {list(labels)}")
+
     async def wait_for_addresses(self, expected: set[str], *, timeout: float = 10.0) -> None:
         """Until the picker's endpoints are exactly ``expected`` (after pods changed)."""
         await wait_until(lambda: self.addresses() == expected, timeout=timeout, message=f"endpoints == {expected}")

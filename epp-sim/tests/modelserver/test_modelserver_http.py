@@ -263,6 +263,17 @@ async def test_pins_over_http_appear_exactly(server: ModelServer, http: aiohttp.
 
     status, err = await _post(http, server.url + "/_sim/pin", {"kv_cache_usage": 2})
     assert status == 400 and "kv_cache_usage" in err["error"]["message"]
+    status, body = await _post(http, server.url + "/_sim/pin", {"gauges": {"acme:gpu_power_watts": 312.5}})
+    assert status == 200 and body["pins"]["gauges"] == {"acme:gpu_power_watts": 312.5}
+    assert (await _metrics(http, server))["acme:gpu_power_watts"].samples[
+        0
+    ].value == 312.5  # custom metrics a plugin reads
+    for bad, message in (
+        ({"9x": 1}, "'9x' is not a Prometheus metric name"),
+        ({"g": "hot"}, "gauges.g must be a finite"),
+    ):
+        status, err = await _post(http, server.url + "/_sim/pin", {"gauges": bad})
+        assert status == 400 and message in err["error"]["message"]
     status, err = await _post(http, server.url + "/_sim/pin", {"queue": 1})
     assert status == 400 and "unknown pin fields" in err["error"]["message"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext
-from epp.plugins._params import Params
 from epp.plugins.parsers import anthropic, openai, passthrough, vllm_http
 
 __all__ = [

@@ -1,9 +1,9 @@
 """Reading a plugin's ``parameters`` mapping: typed getters that name the field and the bad value.
 
-Shared by the in-tree factories so every plugin validates the same way: unknown keys are an
-error (a misspelt option must not silently fall back to its default), numbers are range-checked
-and durations accept Go's ``time.ParseDuration`` syntax (``"200ms"``, ``"1.5s"``, ``"1m30s"``).
-This is a helper, not a plugin: it imports nothing but the framework.
+Shared by every plugin factory, in-tree or installed (it is part of :mod:`epp.plugin_api`), so
+every plugin validates the same way: unknown keys are an error (a misspelt option must not
+silently fall back to its default), numbers are range-checked and durations accept Go's
+``time.ParseDuration`` syntax (``"200ms"``, ``"1.5s"``, ``"1m30s"``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class Params:
         return self._raw.get(key)
 
     def integer(self, key: str, default: int, *, minimum: int | None = None) -> int:
+        """An integer (not a bool), at least ``minimum``; ``default`` when absent."""
         value = self._get(key)
         if value is None:
             return default
@@ -55,6 +56,7 @@ class Params:
         maximum: float | None = None,
         exclusive_minimum: bool = False,
     ) -> float:
+        """A finite number within the bounds (``exclusive_minimum``: above ``minimum``); ``default`` when absent."""
         value = self._get(key)
         if value is None:
             return default
@@ -68,6 +70,7 @@ class Params:
         return number
 
     def boolean(self, key: str, default: bool) -> bool:
+        """A boolean; ``default`` when absent."""
         value = self.optional_boolean(key)
         return default if value is None else value
 
