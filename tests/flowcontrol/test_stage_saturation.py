@@ -8,7 +8,7 @@ serves the stage. Admission without flow control sheds on the same value.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
@@ -16,7 +16,7 @@ from epp.clock import ManualClock
 from epp.config.loader import load_config
 from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
-from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.plugin import PluginContext, PluginRegistry, TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.roles import ROLE_LABEL
 from epp.framework.saturation import StageSaturation, stage_saturation
@@ -35,29 +35,58 @@ def pod(i: int, role: str | None, queue: int) -> EndpointState:
     return EndpointState(endpoint, MetricsSnapshot(waiting_queue=queue, updated_at=NOW))
 
 
+def read(endpoints: Sequence[EndpointState]) -> float:
+    return DETECTOR.saturation(endpoints, NOW)
+
+
 def test_the_busier_stage_decides() -> None:
     # queueDepthThreshold 5: a queue of 5 is utilisation 1.0; the detector averages within a stage.
     pods = [pod(0, "prefill", 5), pod(1, "prefill", 5), pod(2, "decode", 0), pod(3, "decode", 1)]
-    assert stage_saturation(DETECTOR, pods, NOW) == StageSaturation(1.0, prefill=1.0, decode=0.1)
+    assert stage_saturation(read, pods) == StageSaturation(1.0, prefill=1.0, decode=0.1)
     assert DETECTOR.saturation(pods, NOW) == pytest.approx(0.55)  # the whole pool's average hides it
 
 
 def test_interleaved_encode_and_unlabelled_pods() -> None:
     pods = [pod(0, "prefill-decode", 5), pod(1, "decode", 0), pod(2, "encode", 5), pod(3, "bogus", 5)]
-    assert stage_saturation(DETECTOR, pods, NOW) == StageSaturation(1.0, prefill=1.0, decode=0.5)
+    assert stage_saturation(read, pods) == StageSaturation(1.0, prefill=1.0, decode=0.5)
     plain = [pod(0, None, 5), pod(1, None, 0)]  # an aggregated pool: all decode, read whole
-    assert stage_saturation(DETECTOR, plain, NOW) == StageSaturation(0.5, decode=0.5)
+    assert stage_saturation(read, plain) == StageSaturation(0.5, decode=0.5)
     encoders = [pod(0, "encode", 0), pod(1, "encode", 5)]  # no stage served: the whole pool
-    assert stage_saturation(DETECTOR, encoders, NOW) == StageSaturation(0.5)
+    assert stage_saturation(read, encoders) == StageSaturation(0.5)
 
 
 def test_admission_sheds_on_the_busier_stage() -> None:
     admission = SaturationAdmission(DETECTOR, ManualClock(NOW))
     sheddable = InferenceRequest("r", priority=-1)
     pods = [pod(0, "prefill", 5), pod(1, "decode", 0), pod(2, "decode", 0), pod(3, "decode", 0)]
-    _, refusal = admission.verdict(sheddable, pods)
+    failures: list[tuple[str, str]] = []
+
+    def failed(point: str, plugin: TypedName, reason: str, detail: str, exc: BaseException | None) -> None:
+        failures.append((point, reason))
+
+    _, refusal = admission.verdict(sheddable, pods, failed)
     assert refusal is not None and refusal.code.http_status == 429
-    assert admission.verdict(InferenceRequest("r", priority=0), pods)[1] is None  # only sheddable work is shed
+    assert admission.verdict(InferenceRequest("r", priority=0), pods, failed)[1] is None  # only sheddable work is shed
+    assert failures == []
+
+
+class _Raising:
+    typed_name = TypedName("broken-detector", "broken")
+
+    def saturation(self, candidates: Sequence[EndpointState], now: float) -> float:
+        raise RuntimeError("no data")
+
+
+def test_a_failing_detector_admits_and_is_reported_once_per_stage() -> None:
+    admission = SaturationAdmission(_Raising(), ManualClock(NOW))
+    failures: list[tuple[str, str]] = []
+
+    def failed(point: str, plugin: TypedName, reason: str, detail: str, exc: BaseException | None) -> None:
+        failures.append((point, str(plugin)))
+
+    pods = [pod(0, "prefill", 5), pod(1, "decode", 0)]
+    assert admission.verdict(InferenceRequest("r", priority=-1), pods, failed)[1] is None  # fail open
+    assert failures == [("SaturationDetector", "broken/broken-detector")] * 2  # the prefill and the decode read
 
 
 @pytest.fixture
