@@ -60,6 +60,8 @@ INTERNAL = {
     "epp.framework.scheduling.InFlightEstimator": "inflight-load-producer, wired by the loader",
     "epp.framework.request.attribute_key": "request attributes, being reworked by the data-producer declarations",
     "epp.framework.headers": "the picker's wire header names",
+    "epp.framework.disaggregation": "P/D stages, deciders and prefix matches (issue 25), in-tree only",
+    "epp.framework.roles": "the llm-d.ai/role label's stages, shared by the role filters and stage-aware saturation",
     "epp.kvevents": "the KV-event subscribers and index",
     "epp.labels": "label selectors (the precise producer's pod discovery)",
 }
