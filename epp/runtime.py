@@ -40,15 +40,18 @@ from epp.api.service import ApiSources, add_api
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
 from epp.config.compat import log_notices
+from epp.config.data_scope_series import DataScopeViolations
+from epp.config.discovery_mode import check_discovery_options, discovery_configured, discovery_refusal
 from epp.config.installed_plugins import discover, import_named
 from epp.config.loader import LoadedConfig, load_config, load_default_config
-from epp.config.options import ServeOptions
+from epp.config.options import OptionsError, ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
 from epp.datalayer.pool_gauges import PoolGauges
 from epp.datalayer.scrape_process import make_scrapers
 from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.datalayer.scraper import Scrapers
+from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME, DiscoveryReconciler
 from epp.datastore.store import Datastore
 from epp.extproc.cert_reload import CertReloader
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
@@ -61,9 +64,9 @@ from epp.kube.leader import LeaderElector, lease_name
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
 from epp.kube.standalone import standalone_pool_name
 from epp.plugins import register_in_tree
+from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
 from epp.tasks import Service, cancel_and_wait, start_guarded
@@ -97,7 +100,7 @@ class PoolRuntime:
 
     key: PoolKey
     datastore: Datastore
-    reconciler: PoolReconcilers | StandaloneReconciler
+    reconciler: PoolReconcilers | StandaloneReconciler | DiscoveryReconciler
     scrapers: Scrapers
     gauges: PoolGauges
     routing: PoolRouting
@@ -123,6 +126,7 @@ class Runtime(Service):
         self.options = options
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
+        self.scope_violations = DataScopeViolations(self.metrics, options.metrics_naming)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
         register_in_tree(self.registry)
@@ -152,10 +156,18 @@ class Runtime(Service):
         synced = bool(self.pools) and all(p.synced for p in self.pools)
         return synced and (self.elector is None or self.elector.is_leader)
 
-    def _pool_keys(self) -> list[PoolKey]:
+    def _pool_keys(self, text: str) -> list[PoolKey]:
         o = self.options
+        if discovery_configured(text):
+            check_discovery_options(o)
+            return [(o.pool_namespace, o.pool_names[0] if o.pool_names else DEFAULT_POOL_NAME)]
         if o.standalone:
             return [(o.pool_namespace, standalone_pool_name(os.environ.get("POD_NAME")))]
+        if not o.pool_names:
+            raise OptionsError(
+                "exactly one of --pool-name or --endpoint-selector must be set (or a configuration whose "
+                "dataLayer.discovery lists the endpoints)"
+            )
         return [(o.pool_namespace, name) for name in o.pool_names]
 
     def _config_text(self) -> str:
@@ -185,20 +197,23 @@ class Runtime(Service):
                     self.registry, context, metrics=self.metrics, build_scrape=build_scrape
                 )
         log_notices(notice for config in configs.values() for notice in config.notices)
+        for config in configs.values():
+            self.scope_violations.watch(config.data_scopes)
         return configs
 
     async def start(self) -> None:
         o = self.options
-        keys = self._pool_keys()
         # Installed distributions' plugin types: their metadata only, off the loop (a clash fails here).
         await asyncio.to_thread(discover, self.registry)
         text = await asyncio.to_thread(self._config_text)
+        keys = self._pool_keys(text)
         await asyncio.to_thread(import_named, self.registry, text)  # the installed types it names, off the loop
         self.configs = ConfigHolder(self._load_configs(text, keys))  # a bad config fails before binding
         if o.tracing:  # a bad OTEL_* variable fails here too; imports and exporter set-up off the loop
             self.tracing = await asyncio.to_thread(Tracing.from_environment)
-        self._api = await make_api(o.kubeconfig or None)
         holder = self.configs
+        if holder.current[keys[0]].discovery is None:  # with dataLayer.discovery: no Kubernetes at all
+            self._api = await make_api(o.kubeconfig or None)
         for key in keys:
             self.pools.append(self._build_pool(key, holder))
         for pool in self.pools:
@@ -206,7 +221,7 @@ class Runtime(Service):
             await pool.scrapers.start()
             await pool.gauges.start()
             await pool.routing.start()
-        if o.leader_election:
+        if o.leader_election and self._api is not None:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
             self.elector = LeaderElector(
@@ -230,7 +245,7 @@ class Runtime(Service):
             stream_metrics=o.enable_grpc_stream_metrics,
         )
         endpoint = o.metrics_endpoint
-        auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth else None
+        auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth and self._api is not None else None
         api = self._api_services(pipelines, holder, auth)
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
@@ -286,7 +301,9 @@ class Runtime(Service):
         """A changed config file, loaded; refused when it changes flow control, which is read once at startup."""
         configs = self._load_configs(text, keys)
         for pool in self.pools:
-            refusal = pool.routing.refusal(configs[pool.key])
+            refusal = pool.routing.refusal(configs[pool.key]) or discovery_refusal(
+                self.configs.current[pool.key] if self.configs is not None else None, configs[pool.key]
+            )
             if refusal is not None:
                 raise refusal
         return configs
@@ -326,13 +343,17 @@ class Runtime(Service):
 
     def _build_pool(self, key: PoolKey, holder: ConfigHolder[Configs]) -> PoolRuntime:
         o = self.options
-        assert self._api is not None
         health = HealthRecorder(self.metrics, key[1])
         datastore = Datastore(
             metrics_port=o.model_server_metrics.port or 0, health=HealthPolicy(on_transition=health.transition)
         )
-        reconciler: PoolReconcilers | StandaloneReconciler
-        if o.standalone:
+        reconciler: PoolReconcilers | StandaloneReconciler | DiscoveryReconciler
+        discovery = holder.current[key].discovery
+        if discovery is not None:
+            reconciler = DiscoveryReconciler(discovery, datastore, pool_name=key[1], namespace=key[0])
+        elif self._api is None:
+            raise RuntimeError("the Kubernetes API client is not made")
+        elif o.standalone:
             reconciler = StandaloneReconciler(
                 self._api,
                 datastore,
@@ -400,7 +421,7 @@ class Runtime(Service):
                 for plugin in config.plugins.values():
                     parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
                     for p in parts:
-                        if isinstance(p, PrefixCacheScorer | PrecisePrefixCacheProducer):
+                        if isinstance(p, ApproxPrefixCacheProducer | PrecisePrefixCacheProducer):
                             key = (p.typed_name.name, p.typed_name.type)
                             sizes[key] = sizes.get(key, 0) + p.index_size
                         if isinstance(p, PrecisePrefixCacheProducer):

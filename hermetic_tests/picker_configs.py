@@ -20,8 +20,9 @@ schedulingProfiles:
 PD = """apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
 plugins:
-- type: prefix-cache-scorer
+- type: approx-prefix-cache-producer
   parameters: {autoTune: false, blockSizeTokens: 16}
+- type: prefix-cache-scorer
 - type: queue-scorer
 - type: prefill-filter
 - type: decode-filter

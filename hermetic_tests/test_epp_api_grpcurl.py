@@ -71,7 +71,7 @@ async def test_grpcurl_lists_describes_and_calls_each_method(epp_pool: PoolFacto
     assert "metrics_stale" not in first  # false is left out of grpcurl's JSON
     assert 0 <= first["metrics_age_seconds"] < 2 and first["engine"] == "vllm"
     assert 0 < first["scrape_interval_seconds"] < 2  # the harness scrapes every 20 ms
-    assert pool["prefix_index_sizes"] == {"prefix-cache-scorer": "0"}  # the default config's scorer
+    assert pool["prefix_index_sizes"] == {"approx-prefix-cache-producer": "0"}  # the default config's index
 
     config = await call(target, "epp.v1.Config/GetConfig", {})
     assert config["source"] == "default" and config["generation"] == "1"

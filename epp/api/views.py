@@ -18,8 +18,7 @@ from epp.api import pb
 from epp.config.loader import LoadedConfig
 from epp.framework.disaggregation import Decision
 from epp.framework.endpoint import EndpointState
-from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
+from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp.requestcontrol.admission import Admission
 from epp.requestcontrol.explain import Explanation
 from epp.scheduling.trace import ProfileTrace
@@ -70,12 +69,8 @@ def endpoint_message(state: EndpointState, now: float, staleness_threshold: floa
 
 
 def prefix_index_sizes(config: LoadedConfig) -> dict[str, int]:
-    """Entries of each prefix-cache-scorer's index (the all-in-one's included), by plugin name."""
-    sizes = {name: p.index_size for name, p in config.plugins.items() if isinstance(p, PrefixCacheScorer)}
-    sizes.update(
-        (name, p.scorer.index_size) for name, p in config.plugins.items() if isinstance(p, PrecisePrefixCacheScorer)
-    )
-    return sizes
+    """Entries of each approximate prefix index (``approx-prefix-cache-producer``), by plugin name."""
+    return {name: p.index_size for name, p in config.plugins.items() if isinstance(p, ApproxPrefixCacheProducer)}
 
 
 def config_message(namespace: str, name: str, config: LoadedConfig) -> pb.PoolConfig:

@@ -54,6 +54,7 @@ FEATURE_GATES: Mapping[str, bool] = MappingProxyType(
 """Known ``featureGates`` and whether each is on when the config does not name it."""
 
 _PRECISE_PREFIX_PRODUCER = "precise-prefix-cache-producer"
+_RENAMED_TYPES = {"tokenizer": "token-producer"}  # upstream's deprecated type names still loaded, and their successors
 _PRECISE_PREFIX_SCORER = "precise-prefix-cache-scorer"  # llm-d's deprecated all-in-one form of the producer chain
 _METRICS_DATA_SOURCE = "metrics-data-source"
 _DEPRECATED_TYPES: Mapping[str, str] = MappingProxyType(
@@ -75,6 +76,7 @@ IGNORABLE_SETTINGS = (
     "featureGates.haPopulateNonLeaderDatastore",
     "dataLayer",
     "indexerConfig.kvBlockIndexConfig.enableMetrics",
+    "kvEventsConfig.concurrency",
 )
 """Settings :func:`ignored_settings` may report (the gauge has a series for each)."""
 
@@ -122,6 +124,15 @@ def normalized(config: EndpointPickerConfig) -> tuple[EndpointPickerConfig, list
             ConfigNotice("apiVersion", f"{LEGACY_API_VERSION} is deprecated, use {API_VERSION}", deprecated=True)
         )
     for i, plugin in enumerate(config.plugins):
+        renamed = _RENAMED_TYPES.get(plugin.type)
+        if renamed is not None:
+            notices.append(
+                ConfigNotice(
+                    f"plugins[{i}].type",
+                    f"plugin {plugin.name or plugin.type!r}: {plugin.type} is deprecated, use {renamed}",
+                    deprecated=True,
+                )
+            )
         replacement = _DEPRECATED_TYPES.get(plugin.type)
         if replacement is not None:
             notices.append(
@@ -197,8 +208,16 @@ def ignored_settings(
                 ConfigNotice(
                     "indexerConfig.kvBlockIndexConfig.enableMetrics",
                     f"plugin {plugin.name or plugin.type!r}: the llm_d_epp_kv_cache_index_* lookup, admission "
-                    "and eviction series are not emitted here; the index size is in "
-                    "llm_d_epp_prefix_indexer_size and epp_kv_events_index_blocks",
+                    "and eviction series are not emitted (nor logged every metricsLoggingInterval) here; the "
+                    "index size is in llm_d_epp_prefix_indexer_size and epp_kv_events_index_blocks",
+                )
+            )
+        if precise and _sets_event_concurrency(plugin.parameters):
+            notices.append(
+                ConfigNotice(
+                    "kvEventsConfig.concurrency",
+                    f"plugin {plugin.name or plugin.type!r}: there is no worker pool to size here; each "
+                    "endpoint's events are applied in order by its own subscriber task on the event loop",
                 )
             )
     return notices
@@ -208,6 +227,11 @@ def _enables_index_metrics(parameters: Any) -> bool:
     indexer = parameters.get("indexerConfig") if isinstance(parameters, Mapping) else None
     block_index = indexer.get("kvBlockIndexConfig") if isinstance(indexer, Mapping) else None
     return isinstance(block_index, Mapping) and block_index.get("enableMetrics") is True
+
+
+def _sets_event_concurrency(parameters: Any) -> bool:
+    events = parameters.get("kvEventsConfig") if isinstance(parameters, Mapping) else None
+    return isinstance(events, Mapping) and "concurrency" in events
 
 
 def log_notices(notices: Iterable[ConfigNotice]) -> None:

@@ -19,6 +19,9 @@ that). A data-layer plugin the wiring leaves out has no effect, as upstream; the
 each one (``dataLayer`` in ``epp_config_ignored_settings``), as it does settings without effect
 (a CA bundle while the certificate is not checked, TLS files over plain HTTP).
 
+``dataLayer.discovery`` names the plugin that lists the endpoints when the picker runs without
+Kubernetes (``file-discovery``): :func:`discovery_plugin` checks it; the runtime runs it.
+
 An ``endpoint-notification-source`` entry (upstream's way of telling extractors such as the
 ``precise-prefix-cache-producer`` of endpoints joining and leaving) is not a metrics source and
 does not count toward the one: its extractors must be plugins with endpoint hooks, which the
@@ -41,6 +44,7 @@ from epp.config.picker_config import (
     PluginRef,
 )
 from epp.framework.datalayer import MetricsExtractor, MetricsSource, MetricsSourceSpec, ScrapeSpec
+from epp.framework.discovery import EndpointDiscovery
 from epp.framework.engine_metrics import EngineTable
 from epp.framework.plugin import Plugin, PluginKind, declared_kinds
 from epp.framework.producers import EndpointsAddedObserver
@@ -48,7 +52,7 @@ from epp.framework.scheduling import EndpointsObserver
 from epp.plugins import core_metrics_extractor, metrics_data_source
 from epp.plugins.endpoint_notification_source import TYPE as _ENDPOINT_SOURCE
 
-__all__ = ["NOTICE_SETTING", "ScrapeBuilder", "data_layer_scrape", "default_sources"]
+__all__ = ["NOTICE_SETTING", "ScrapeBuilder", "data_layer_scrape", "default_sources", "discovery_plugin"]
 
 ScrapeBuilder = Callable[[MetricsSourceSpec | None, EngineTable | None], ScrapeSpec]
 """(source, engine table; None: not configured) → the scrape; raises ValueError naming the parameter."""
@@ -81,6 +85,18 @@ def default_sources(
     source = DataLayerSource(plugin_ref=_SOURCE, extractors=(PluginRef(plugin_ref=_EXTRACTOR),))
     section = section or DataLayerConfig()
     return section.model_copy(update={"sources": (*section.sources, source)})
+
+
+def discovery_plugin(config: EndpointPickerConfig, ref: Callable[[str, str], Plugin]) -> EndpointDiscovery | None:
+    """``dataLayer.discovery``'s plugin (endpoints without Kubernetes), defined and of that kind; None when unset."""
+    section = config.data_layer
+    if section is None or section.discovery is None or not section.discovery.plugin_ref:
+        return None
+    where = "dataLayer.discovery.pluginRef"
+    plugin = ref(where, section.discovery.plugin_ref)
+    if not plays(plugin, PluginKind.ENDPOINT_DISCOVERY) or not isinstance(plugin, EndpointDiscovery):
+        raise _kind_error(where, plugin, "an endpoint discovery plugin")
+    return plugin
 
 
 def _kind_error(where: str, plugin: Plugin, kind: str) -> ConfigError:

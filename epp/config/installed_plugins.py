@@ -115,7 +115,7 @@ def _installed(dists: Iterable[Distribution]) -> list[InstalledPlugin]:
 def discover(registry: PluginRegistry, dists: Iterable[Distribution] | None = None) -> InstalledPlugins:
     """Register every installed plugin type on ``registry``, deferred (nothing is imported); raises
     :class:`PluginClashError` when a type name is taken. ``dists``: where to look (default: ``sys.path``)."""
-    in_tree = set(registry.types())
+    in_tree = {name for name in registry.types() if registry.refusal(name) is None}  # a refused type may be provided
     taken: dict[str, InstalledPlugin] = {}
     for plugin in _installed(distributions() if dists is None else dists):
         name = plugin.type_name
@@ -212,7 +212,7 @@ def _checked(plugin: InstalledPlugin, factory: PluginFactory) -> PluginFactory:
 def listing(registry: PluginRegistry, installed: InstalledPlugins) -> list[ListedPlugin]:
     """Every type on ``registry``: in-tree ones, then installed ones, each imported to say whether it loads."""
     rows = [
-        ListedPlugin(name, IN_TREE, registry.is_experimental(name))
+        ListedPlugin(name, IN_TREE, registry.is_experimental(name), _refused_note(registry.refusal(name)))
         for name in registry.types()
         if name not in installed.plugins
     ]
@@ -225,3 +225,8 @@ def listing(registry: PluginRegistry, installed: InstalledPlugins) -> list[Liste
         built_for = installed.definitions[name].api_version
         rows.append(ListedPlugin(name, plugin.origin, experimental, f"plugin API {built_for}"))
     return rows
+
+
+def _refused_note(reason: str | None) -> str:
+    """An upstream type known only to be refused (``epp.plugins.refused``): why, in its row."""
+    return f"refused: {reason}" if reason else ""

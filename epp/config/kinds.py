@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from epp.config.picker_config import ConfigError
 from epp.framework.admission import Admitter
 from epp.framework.datalayer import MetricsExtractor, MetricsSource
+from epp.framework.discovery import EndpointDiscovery
 from epp.framework.flowcontrol import FairnessPolicy, OrderingPolicy, UsageLimitPolicy
 from epp.framework.parsing import Parser
 from epp.framework.plugin import Plugin, PluginKind, declared_kinds
@@ -48,6 +49,7 @@ _CONTRACTS: Mapping[PluginKind, type] = {
     PluginKind.USAGE_LIMIT_POLICY: UsageLimitPolicy,
     PluginKind.DATA_SOURCE: MetricsSource,
     PluginKind.DATA_EXTRACTOR: MetricsExtractor,
+    PluginKind.ENDPOINT_DISCOVERY: EndpointDiscovery,
     PluginKind.ADMITTER: Admitter,
     PluginKind.RESPONSE_STREAMING: ResponseComplete,
 }

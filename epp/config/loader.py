@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from epp.config.compat import IGNORABLE_SETTINGS, ConfigNotice, feature_gates, ignored_settings, normalized
-from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources
+from epp.config.data_graph import DataGraph, resolve_data
+from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources, discovery_plugin
 from epp.config.defaults import (
     DEFAULT_PICKER_TYPE,
     DEFAULT_PROFILE_HANDLER_TYPE,
@@ -61,9 +62,11 @@ from epp.config.picker_config import (
     SchedulingProfile,
     decode_config,
 )
+from epp.framework.data import DataScope
 from epp.framework.datalayer import ScrapeSpec
+from epp.framework.discovery import EndpointDiscovery
 from epp.framework.parsing import Parser, ParserTable
-from epp.framework.plugin import Plugin, PluginConfigError, PluginContext, PluginKind, PluginRegistry
+from epp.framework.plugin import Plugin, PluginConfigError, PluginContext, PluginKind, PluginRegistry, RefusedTypeError
 from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
@@ -131,6 +134,10 @@ class LoadedConfig:
     flow_control: FlowControlSettings | None = None
     """The queue's settings when the ``flowControl`` gate is on (requests then queue instead of
     being shed); None without the gate."""
+    data_scopes: tuple[DataScope, ...] = ()
+    """The scope of every plugin that reads or writes request data (``config.data_graph``)."""
+    discovery: EndpointDiscovery | None = None
+    """``dataLayer.discovery``'s plugin: the picker then runs without Kubernetes (None: it does not)."""
 
 
 def load_config(
@@ -186,6 +193,7 @@ def build_config(
         _check_stability(config, registry)
     builder = _Builder(config, registry, context)
     builder.apply_system_defaults()
+    graph = builder.resolve_data()
     flow_control = builder.flow_control() if gates["flowControl"] else None
     loaded = builder.build(metrics, build_scrape)
     notices += ignored_settings(config, gates, {p.name: p.type for p in config.plugins})
@@ -199,6 +207,8 @@ def build_config(
         feature_gates=frozenset(g for g, on in gates.items() if on),
         notices=tuple(notices),
         flow_control=flow_control,
+        data_producers=graph.ordered(loaded.data_producers),
+        data_scopes=graph.scopes,
     )
 
 
@@ -268,6 +278,8 @@ class _Builder:
         parameters = MappingProxyType(dict(spec.parameters or {}))
         try:
             plugin = self._registry.create(spec.type, spec.name, parameters, self._context)
+        except RefusedTypeError as exc:
+            raise ConfigError(f"{where} ({spec.name!r}, type {spec.type!r}): {exc}") from exc
         except ValueError as exc:  # PluginConfigError and factories' own range checks
             raise ConfigError(f"{where} ({spec.name!r}, type {spec.type!r}).parameters: {exc}") from exc
         check_declared_kinds(plugin, where)
@@ -347,6 +359,10 @@ class _Builder:
         if data_layer is not None:
             self.config = self.config.model_copy(update={"data_layer": data_layer})
 
+    def resolve_data(self) -> DataGraph:
+        """The default producers the declared data needs, added; the producers' order and the scopes."""
+        return resolve_data(self.plugins, self._registry, self._add_default_plugin)
+
     def _ref(self, where: str, ref: str) -> Plugin:
         plugin = self.plugins.get(ref)
         if plugin is None:
@@ -392,6 +408,7 @@ class _Builder:
             )
         parsers = self._parsers()
         self._check_data_layer()
+        discovery = discovery_plugin(config, self._ref)
         scrape, data_layer_notices = data_layer_scrape(config, plugins, self._ref, build_scrape)
 
         self_admitting = all(
@@ -417,6 +434,7 @@ class _Builder:
             ),
             closables=tuple(p for p in plugins.values() if isinstance(p, AsyncClosable)),
             admission=self._detector_named or not self_admitting,
+            discovery=discovery,
             notices=tuple(data_layer_notices),
             scrape=scrape,
             parsers=parsers,
@@ -455,12 +473,6 @@ class _Builder:
             for j, extractor in enumerate(source.extractors):
                 self._ref(f"dataLayer.sources[{i}].extractors[{j}].pluginRef", extractor.plugin_ref)
         missing_kinds = (
-            (
-                "dataLayer.discovery.pluginRef",
-                data_layer.discovery.plugin_ref if data_layer.discovery is not None else "",
-                "an endpoint discovery plugin: this picker discovers endpoints from Kubernetes (or "
-                "--endpoint-selector) only",
-            ),
             (
                 "dataLayer.peerDiscovery.pluginRef",
                 data_layer.peer_discovery.plugin_ref if data_layer.peer_discovery is not None else "",

@@ -228,7 +228,9 @@ class ServeOptions:
     selector: Selector = field(init=False, default_factory=Selector)
 
     def __post_init__(self) -> None:
-        if bool(self.pool_names) == bool(self.endpoint_selector):
+        configured = bool(self.config_file or self.config_text)  # its dataLayer.discovery may list the endpoints
+        named = bool(self.pool_names or self.endpoint_selector)
+        if (self.pool_names and self.endpoint_selector) or not (named or configured):
             raise OptionsError("exactly one of --pool-name or --endpoint-selector must be set")
         if len(set(self.pool_names)) != len(self.pool_names):
             raise OptionsError(f"--pool-name: duplicate pool names {list(self.pool_names)}")

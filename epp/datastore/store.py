@@ -12,6 +12,9 @@ Invariants kept here (upstream ``pkg/epp/datastore/datastore.go``):
 - a pod whose address, ports or labels change gets a new :class:`EndpointState` (listeners see a
   remove and an add); its metrics carry over only when address and port are unchanged, its
   health never (a new state starts healthy, under the pool's :class:`HealthPolicy`);
+- an endpoint a discovery plugin reports (``set_discovered``: the picker without Kubernetes) is taken
+  as it is, with no pod behind it (the plugin is the authority); the set replaces the previous
+  one whole, and a resync keeps it;
 - InferenceModels: per ``modelName`` the oldest object wins (ties by namespace/name); every
   object is kept by key, so deleting the winner backfills from the rest;
 - objectives are keyed by object name; rewrites are returned oldest first;
@@ -71,6 +74,7 @@ class Datastore:
         self._pods: dict[_PodKey, PodInfo] = {}
         self._endpoints: dict[str, EndpointState] = {}
         self._pod_endpoint_keys: dict[_PodKey, tuple[str, ...]] = {}
+        self._discovered: dict[_PodKey, Endpoint] = {}
         self._snapshot: tuple[EndpointState, ...] | None = ()
         self._listeners: list[EndpointListener] = []
         self._model_objects: dict[_PodKey, ModelSpec] = {}
@@ -180,18 +184,27 @@ class Datastore:
             self._apply_pod(key, (), added, removed)
             self._changed(added, removed)
 
+    def set_discovered(self, endpoints: Sequence[Endpoint]) -> None:
+        """The endpoints a discovery plugin reports now (each keyed by namespace/name); the others go."""
+        self._discovered = {(e.namespace, e.name): e for e in endpoints}
+        if self._pool is not None:
+            self._resync()
+
     def _resync(self) -> None:
-        """Make the endpoints exactly those the remembered pods give under the current pool."""
+        """Make the endpoints exactly those the remembered pods (and discovered endpoints) give under the pool."""
         pool = self._pool
         assert pool is not None
         added: list[EndpointState] = []
         removed: list[EndpointState] = []
-        for key in [k for k in self._pod_endpoint_keys if k not in self._pods]:
+        discovered = self._discovered
+        for key in [k for k in self._pod_endpoint_keys if k not in self._pods and k not in discovered]:
             self._apply_pod(key, (), added, removed)
         for key, pod in self._pods.items():
             desired = pod_endpoints(pod, pool, metrics_port=self._metrics_port)
             if desired or key in self._pod_endpoint_keys:
                 self._apply_pod(key, desired, added, removed)
+        for key, endpoint in discovered.items():
+            self._apply_pod(key, (endpoint,), added, removed)
         self._changed(added, removed)
 
     def _apply_pod(

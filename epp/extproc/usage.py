@@ -10,6 +10,10 @@ names follow the upstream parser: the Responses and Conversations APIs say
 ``input_tokens``/``output_tokens``, the completions APIs ``prompt_tokens``/``completion_tokens``;
 anything else may use either.
 
+SGLang's ``/generate`` (upstream ``sglanghttp-parser``) reports usage in ``meta_info``
+(``prompt_tokens``, ``completion_tokens``, ``cached_tokens``); a stream carries ``meta_info`` in
+every event, and only the finishing one (``finish_reason`` not null) is decoded.
+
 Anthropic Messages (upstream ``anthropic-parser``): a JSON ``message`` carries ``usage`` with
 ``input_tokens``, ``output_tokens`` and ``cache_read_input_tokens`` (the cached count); a stream
 splits it, the prompt side in ``message_start`` (under ``message.usage``) and the output count in
@@ -29,6 +33,8 @@ from epp.framework.response import Usage
 __all__ = ["SseUsageScanner", "Usage", "usage_from_json", "usage_from_object"]
 
 _USAGE_KEY = b'"usage"'
+_META_KEY = b'"meta_info"'
+_UNFINISHED = (b'"finish_reason":null', b'"finish_reason": null')
 _NULL_USAGE = (b'"usage":null', b'"usage": null')
 _COMPLETIONS_OBJECTS = frozenset({"chat.completion", "chat.completion.chunk", "text_completion"})
 _CACHED_DETAILS = ("prompt_tokens_details", "prompt_token_details", "input_tokens_details")
@@ -67,14 +73,26 @@ def _from_usage(object_type: str, usage: Mapping[str, Any]) -> Usage:
     return Usage(_count(prompt), _count(completion), cached, _count(usage.get("total_tokens")))
 
 
+def _from_meta_info(meta: Mapping[str, Any]) -> Usage | None:
+    """SGLang's: a finished answer's ``meta_info``; None for an unfinished one or one without counts."""
+    if meta.get("finish_reason") is None or ("prompt_tokens" not in meta and "completion_tokens" not in meta):
+        return None
+    prompt, completion = _count(meta.get("prompt_tokens")), _count(meta.get("completion_tokens"))
+    return Usage(prompt, completion, _count(meta.get("cached_tokens")), prompt + completion)
+
+
 def usage_from_object(obj: Any) -> Usage | None:
     """Usage of one decoded response object or SSE event; None when it carries none.
 
-    A Responses API ``response.completed`` event carries it under ``response.usage``.
+    A Responses API ``response.completed`` event carries it under ``response.usage``; an SGLang
+    answer under ``meta_info``.
     """
     if not isinstance(obj, Mapping):
         return None
     usage = obj.get("usage")
+    meta = obj.get("meta_info")
+    if usage is None and isinstance(meta, Mapping):
+        return _from_meta_info(meta)
     event_type = obj.get("type")
     if event_type in _ANTHROPIC_TYPES:
         if event_type == _MESSAGE_START:
@@ -93,7 +111,7 @@ def usage_from_object(obj: Any) -> Usage | None:
 
 def usage_from_json(body: bytes) -> Usage | None:
     """Usage of a complete JSON response body; None when absent or the body is not JSON."""
-    if _USAGE_KEY not in body:
+    if _USAGE_KEY not in body and _META_KEY not in body:
         return None  # Skip decoding bodies that cannot carry usage (errors, embeddings...).
     try:
         return usage_from_object(orjson.loads(body))
@@ -122,25 +140,28 @@ class SseUsageScanner:
             self._tail = data if len(data) <= _MAX_LINE else b""
             return
         self._tail = data[cut + 1 :]
-        if _USAGE_KEY in data:
+        if _USAGE_KEY in data or _META_KEY in data:
             self._scan(data[:cut])
 
     def finish(self) -> None:
         """Scan a final line that had no line end after it (the stream ended)."""
         tail, self._tail = self._tail, b""
-        if _USAGE_KEY in tail:
+        if _USAGE_KEY in tail or _META_KEY in tail:
             self._scan(tail)
 
     def _scan(self, lines: bytes) -> None:
         for line in lines.splitlines():
-            if _USAGE_KEY not in line or not line.startswith(b"data:"):
+            if not line.startswith(b"data:"):
                 continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
+            if _USAGE_KEY in line:
+                payload = line[5:].strip()
+                nulls = payload.count(_NULL_USAGE[0]) + payload.count(_NULL_USAGE[1])
+                if nulls and nulls == payload.count(_USAGE_KEY):
+                    continue  # Every "usage" in it is null (a token chunk): not worth decoding.
+            elif _META_KEY in line and not any(unfinished in line for unfinished in _UNFINISHED):
+                payload = line[5:].strip()  # SGLang's finishing event
+            else:
                 continue
-            nulls = payload.count(_NULL_USAGE[0]) + payload.count(_NULL_USAGE[1])
-            if nulls and nulls == payload.count(_USAGE_KEY):
-                continue  # Every "usage" in it is null (a token chunk): not worth decoding.
             try:
                 event = orjson.loads(payload)
             except ValueError:

@@ -79,7 +79,7 @@ class HealthPolicy:
 class EndpointHealth:
     """The health of one endpoint; ``key`` names it to the listener."""
 
-    __slots__ = ("key", "state", "reason", "failures", "falls", "until", "_policy")
+    __slots__ = ("key", "state", "reason", "failures", "falls", "until", "epoch", "_policy")
 
     def __init__(self, key: str, policy: HealthPolicy | None = None) -> None:
         self.key = key
@@ -88,6 +88,9 @@ class EndpointHealth:
         self.failures = 0  # consecutive failed responses
         self.falls = 0  # falls out of service in a row (the back-off's exponent)
         self.until = 0.0  # end of the current hold (clock seconds)
+        # One more at every move into (or within) trouble: a response to a request routed at an
+        # earlier epoch says nothing about the endpoint now (see ``response_ok``).
+        self.epoch = 0
         self._policy = policy or HealthPolicy()
 
     def __repr__(self) -> str:
@@ -127,10 +130,16 @@ class EndpointHealth:
 
     # -- responses -----------------------------------------------------------------------------
 
-    def response_ok(self, now: float) -> None:
-        """A request routed there got a non-5xx answer."""
+    def response_ok(self, now: float, epoch: int) -> None:
+        """A request routed there at ``epoch`` got a non-5xx answer.
+
+        One routed before the latest trouble is a straggler: a pod that answered it and then died
+        (or froze) must not be brought back by that answer reaching us after its fall.
+        """
         if self.state is Health.HEALTHY:
             self.failures = 0
+            return
+        if epoch != self.epoch:
             return
         self.failures = 0
         if now >= self.until:
@@ -162,4 +171,6 @@ class EndpointHealth:
         old = self.state
         self.state = state
         self.reason = reason
+        if state is not Health.HEALTHY:
+            self.epoch += 1
         self._policy.on_transition(self, old, state, reason)

@@ -26,6 +26,7 @@ __all__ = [
     "PluginFactory",
     "PluginKind",
     "PluginRegistry",
+    "RefusedTypeError",
     "StatefulPlugin",
     "TypedName",
     "declared_kinds",
@@ -51,6 +52,7 @@ class PluginKind(enum.StrEnum):
     DATA_SOURCE = "DataSource"
     DATA_EXTRACTOR = "Extractor"
     ENDPOINT_SOURCE = "EndpointSource"
+    ENDPOINT_DISCOVERY = "EndpointDiscovery"
     ADMITTER = "Admission"
     RESPONSE_STREAMING = "ResponseStreaming"
 
@@ -109,6 +111,10 @@ class PluginConfigError(ValueError):
     """Invalid plugin parameters or references; the message names the field path and value."""
 
 
+class RefusedTypeError(PluginConfigError):
+    """A plugin type upstream registers that this picker refuses by name (the message says why)."""
+
+
 @dataclass(frozen=True)
 class PluginContext:
     """Shared services a factory may hand to its plugin (time, randomness seed, pool name)."""
@@ -126,7 +132,10 @@ class PluginRegistry:
     """Type name → factory; filled explicitly by ``epp.plugins.register_in_tree``.
 
     A type registered ``experimental`` (upstream's Alpha stability) is one a configuration may
-    use only when the picker runs with ``--allow-experimental-plugins``; the loader checks it.
+    use only when the picker runs with ``--allow-experimental-plugins``; the loader checks it. A
+    type registered ``default_for`` a data key (upstream's ``RegisterAsDefaultProducer``, the key's
+    ``<attribute>/<producer>`` id) is what the loader adds, under its type name, to a configuration
+    that reads that key and declares no producer of it.
     A *deferred* type (an installed distribution's, ``config.installed_plugins``) is known by name
     only until :meth:`load` first asks for it: its ``load`` callback then imports it and registers
     it here, so only the types a configuration names are ever imported.
@@ -135,18 +144,44 @@ class PluginRegistry:
     def __init__(self) -> None:
         self._factories: dict[str, PluginFactory] = {}
         self._experimental: set[str] = set()
+        self._default_producers: dict[str, str] = {}
+        self._refused: dict[str, str] = {}
         self._deferred: dict[str, Callable[[PluginRegistry], None]] = {}
 
-    def register(self, type_name: str, factory: PluginFactory, *, experimental: bool = False) -> None:
+    def register(
+        self, type_name: str, factory: PluginFactory, *, experimental: bool = False, default_for: str = ""
+    ) -> None:
         if type_name in self._factories or type_name in self._deferred:
             raise ValueError(f"plugin type {type_name!r} registered twice")
         self._factories[type_name] = factory
         if experimental:
             self._experimental.add(type_name)
+        if default_for:
+            self._default_producers[default_for] = type_name
+
+    def refuse(self, type_name: str, reason: str) -> None:
+        """Know ``type_name`` only to refuse it: a configuration naming it fails at load with ``reason``."""
+
+        def refused(name: str, parameters: Mapping[str, Any], context: PluginContext) -> Plugin:
+            raise RefusedTypeError(f"{type_name} is not supported by this picker: {reason}")
+
+        self.register(type_name, refused)
+        self._refused[type_name] = reason
+
+    def refusal(self, type_name: str) -> str | None:
+        """Why ``type_name`` is refused; None for a type that works (or is unknown)."""
+        return self._refused.get(type_name)
+
+    def default_producer(self, data_key: str) -> str | None:
+        """The type registered as the default producer of ``data_key`` (an ``<attribute>/<producer>`` id)."""
+        return self._default_producers.get(data_key)
 
     def defer(self, type_name: str, load: Callable[[PluginRegistry], None]) -> None:
         """Know ``type_name`` now; ``load(self)`` registers it, or raises :class:`PluginConfigError`, when it is
-        first needed (:meth:`load`)."""
+        first needed (:meth:`load`). A type this picker only refuses (:meth:`refuse`) is replaced: an installed
+        distribution may provide an upstream type that has no in-tree plugin."""
+        if self._refused.pop(type_name, None) is not None:
+            del self._factories[type_name]
         if type_name in self._factories or type_name in self._deferred:
             raise ValueError(f"plugin type {type_name!r} registered twice")
         self._deferred[type_name] = load
@@ -167,6 +202,7 @@ class PluginRegistry:
         return type_name in self._experimental
 
     def types(self) -> Iterable[str]:
+        """Every registered type name, refused and deferred ones included (they are known, by name)."""
         return sorted({*self._factories, *self._deferred})
 
     def create(self, type_name: str, name: str, parameters: Mapping[str, Any], context: PluginContext) -> Plugin:

@@ -1,10 +1,11 @@
 """Extension points around scheduling that llm-d adds: data producers, prefix-match info, lifecycles.
 
 - :class:`DataProducer` (upstream's ``PrepareRequestData``): awaited before the (synchronous)
-  scheduling cycle, e.g. ``token-producer`` tokenizing the prompt; a producer must not raise for
-  a request it cannot help (the request is scheduled without its data).
-- :class:`PrefixMatchInfoProducer`: what ``prefix-cache-scorer`` reads when its
-  ``prefixMatchInfoProducerName`` names a producer (``precise-prefix-cache-producer``).
+  scheduling cycle with the request's candidates, e.g. ``token-producer`` tokenizing the prompt,
+  ``approx-prefix-cache-producer`` matching it against each candidate; a producer must not raise
+  for a request it cannot help (the request is scheduled without its data).
+- :class:`PrefixMatchInfo`: per candidate, the leading prompt blocks it holds (what the prefix-match
+  producers publish, ``epp.framework.data_keys.PrefixCacheMatches``).
 - :class:`PluginReferrer`: plugins whose parameters name other plugins resolve them after every
   plugin of the config exists.
 - :class:`EndpointsAddedObserver` and :class:`AsyncClosable`: plugins that hold per-endpoint
@@ -21,7 +22,6 @@ from typing import Protocol, runtime_checkable
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import Plugin, TypedName
 from epp.framework.request import InferenceRequest
-from epp.framework.scheduling import CycleState
 
 __all__ = [
     "AsyncClosable",
@@ -29,7 +29,6 @@ __all__ = [
     "EndpointsAddedObserver",
     "PluginReferrer",
     "PrefixMatchInfo",
-    "PrefixMatchInfoProducer",
 ]
 
 
@@ -40,8 +39,9 @@ class DataProducer(Protocol):
     @property
     def typed_name(self) -> TypedName: ...
 
-    async def produce(self, request: InferenceRequest) -> None:
-        """Add data to ``request`` before scheduling; on failure leave it without and log."""
+    async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+        """Add data to ``request`` (about it, or about each of ``candidates``) before scheduling; on
+        failure leave it without and log."""
         ...
 
 
@@ -52,18 +52,6 @@ class PrefixMatchInfo:
     match_blocks: Sequence[int]
     total_blocks: int
     block_size_tokens: int
-
-
-@runtime_checkable
-class PrefixMatchInfoProducer(Protocol):
-    @property
-    def typed_name(self) -> TypedName: ...
-
-    def prefix_match(
-        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
-    ) -> PrefixMatchInfo | None:
-        """Match info for the candidates, or None when this request has none (e.g. no tokens)."""
-        ...
 
 
 @runtime_checkable

@@ -22,8 +22,8 @@ class ApiKind(enum.Enum):
     """The API a body belongs to, chosen by the parser that claims the request's path suffix.
 
     OpenAI's (``openai-parser``), Anthropic's Messages and count_tokens (``anthropic-parser``),
-    vLLM's generate (``vllmhttp-parser``); ``PASSTHROUGH`` is a body nobody reads
-    (``passthrough-parser``).
+    vLLM's generate (``vllmhttp-parser``), SGLang's generate (``sglanghttp-parser``);
+    ``PASSTHROUGH`` is a body nobody reads (``passthrough-parser``).
     """
 
     COMPLETIONS = "completions"
@@ -35,6 +35,7 @@ class ApiKind(enum.Enum):
     MESSAGES = "messages"
     COUNT_TOKENS = "messages/count_tokens"
     GENERATE = "inference/v1/generate"
+    SGLANG_GENERATE = "generate"
     PASSTHROUGH = "passthrough"
     NONE = "none"  # header-only request (GET): no body
 
@@ -55,8 +56,10 @@ class InferenceRequest:
     engine tokenizes it, when a ``token-producer`` produced it before scheduling (else None).
     ``queue_wait`` is the seconds the request waited in the flow-control queue before it was
     dispatched (None when it was not queued). ``attributes`` are what plugins publish about the
-    request for other plugins (upstream's request attributes), keyed ``<attribute>/<producer>``
-    (:func:`attribute_key`).
+    request for other plugins (upstream's request attributes, and per-request endpoint
+    attributes), keyed ``<attribute>/<producer>`` (:func:`attribute_key`, a
+    :class:`~epp.framework.data.DataKey`'s ``id``); plugins that declare the data they exchange
+    reach it through their :class:`~epp.framework.data.DataScope`.
     """
 
     request_id: str
@@ -80,6 +83,12 @@ class InferenceRequest:
     @property
     def sheddable(self) -> bool:
         return self.priority < 0
+
+    @property
+    def cache_salt(self) -> str:
+        """What isolates this request's prefix cache from others': vLLM's ``cache_salt``, SGLang's ``extra_key``."""
+        salt = self.body.get("extra_key" if self.api is ApiKind.SGLANG_GENERATE else "cache_salt")
+        return salt if isinstance(salt, str) else ""
 
 
 @dataclass(slots=True)

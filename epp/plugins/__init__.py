@@ -1,13 +1,17 @@
 """In-tree plugins and the one list that registers them by their upstream type names.
 
-Each plugin module imports only ``epp.framework``; nothing registers
-itself on import. The runtime (and tests) call :func:`register_in_tree` on a registry they own.
+Each plugin module imports only ``epp.framework``; nothing registers itself on import. The runtime
+(and tests) call :func:`register_in_tree` on a registry they own. The llm-d router's types without
+an in-tree plugin are registered too, to be refused at load by name with the reason (``refused.py``).
 """
 
 from __future__ import annotations
 
+from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, SESSION_ID, TOKENIZED_PROMPT
 from epp.framework.plugin import PluginFactory, PluginRegistry
 from epp.plugins import (
+    approx_prefix_producer,
+    burst_prefix_producer,
     by_label_filter,
     concurrency_detector,
     context_length_aware,
@@ -18,6 +22,7 @@ from epp.plugins import (
     endpoint_attribute_filter,
     endpoint_attribute_scorer,
     endpoint_notification_source,
+    file_discovery,
     flow_policies,
     header_label_affinity_scorer,
     header_profile_handler,
@@ -41,11 +46,13 @@ from epp.plugins import (
     probabilistic_admitter,
     program_aware_fairness,
     queue_scorer,
+    refused,
     request_attribute_reporter,
     role_filters,
     running_requests_scorer,
     session_affinity_filter,
     session_affinity_scorer,
+    session_id_producer,
     single_profile,
     soft_reflective_ceiling,
     token_producer,
@@ -72,6 +79,7 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (session_affinity_scorer.TYPE, session_affinity_scorer.create),
     # llm-d's precise prefix-cache routing: token-producer → precise-prefix-cache-producer → prefix-cache-scorer.
     (token_producer.TYPE, token_producer.create),
+    (token_producer.LEGACY_TYPE, token_producer.create),  # upstream's deprecated name, same plugin
     (precise_prefix_producer.TYPE, precise_prefix_producer.create),
     # ... and its deprecated all-in-one form (a composition of the producer and the scorer).
     (precise_prefix_scorer.TYPE, precise_prefix_scorer.create),
@@ -105,6 +113,8 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (metrics_data_source.TYPE, metrics_data_source.create),
     (core_metrics_extractor.TYPE, core_metrics_extractor.create),
     (endpoint_notification_source.TYPE, endpoint_notification_source.create),
+    # Endpoints from a file, for a picker without Kubernetes (dataLayer.discovery).
+    (file_discovery.TYPE, file_discovery.create),
     # Request parsers: the path claims of requestHandler.parsers (ext_proc decodes by the claimed API).
     (parsers.OPENAI_TYPE, parsers.create_openai),
     (parsers.ANTHROPIC_TYPE, parsers.create_anthropic),
@@ -133,7 +143,21 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (request_attribute_reporter.TYPE, request_attribute_reporter.create),
     (program_aware_fairness.TYPE, program_aware_fairness.create),
     (soft_reflective_ceiling.TYPE, soft_reflective_ceiling.create),
+    (parsers.SGLANG_HTTP_TYPE, parsers.create_sglang_http),
+    # Data producers of request data (and of endpoint data per request): the prefix-match producers, the session id.
+    (approx_prefix_producer.TYPE, approx_prefix_producer.create),
+    (burst_prefix_producer.TYPE, burst_prefix_producer.create),
+    (session_id_producer.TYPE, session_id_producer.create),
 )
+
+# The type the loader adds to a configuration that reads a data key nobody produces (upstream's
+# RegisterAsDefaultProducer): data key id → type.
+_DEFAULT_PRODUCERS = {
+    TOKENIZED_PROMPT.id: token_producer.TYPE,
+    PREFIX_CACHE_MATCH_INFO.id: approx_prefix_producer.TYPE,
+    SESSION_ID.id: session_id_producer.TYPE,
+}
+_DEFAULT_FOR = {type_name: key for key, type_name in _DEFAULT_PRODUCERS.items()}
 
 # Types the llm-d router registers with Alpha stability (cmd/epp/runner/runner.go): a configuration
 # may use them only with --allow-experimental-plugins. Every other type above is Beta there (or,
@@ -151,11 +175,21 @@ _EXPERIMENTAL = frozenset(
         topology_extractor.TYPE,
         header_profile_handler.TYPE,
         soft_reflective_ceiling.TYPE,
+        burst_prefix_producer.TYPE,
     }
 )
 
 
 def register_in_tree(registry: PluginRegistry) -> None:
-    """Register every in-tree plugin type on ``registry``."""
+    """Register every in-tree plugin type on ``registry``, then refuse by name the llm-d router's others."""
     for type_name, factory in _IN_TREE:
-        registry.register(type_name, factory, experimental=type_name in _EXPERIMENTAL)
+        registry.register(
+            type_name,
+            factory,
+            experimental=type_name in _EXPERIMENTAL,
+            default_for=_DEFAULT_FOR.get(type_name, ""),
+        )
+    known = set(registry.types())
+    for type_name, reason in refused.REFUSED.items():
+        if type_name not in known:
+            registry.refuse(type_name, reason)

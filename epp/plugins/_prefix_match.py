@@ -1,69 +1,66 @@
-"""Finding the prefix-match info a plugin reads (``no-hit-lru-scorer``, ``prefix-cache-affinity-filter``).
+"""Prefix-match info's declarations: what its readers read and what its producers publish.
 
-Upstream's plugins read the ``PrefixCacheMatchInfo`` endpoint attribute of the producer named by
-``prefixMatchInfoProducerName``, else of ``approx-prefix-cache-producer``, which the router creates
-when nothing produces it. Here: the plugin named by ``prefixMatchInfoProducerName`` (a
-``precise-prefix-cache-producer``, or a ``prefix-cache-scorer``, whose approximate index is
-upstream's approximate producer), else the plugin named ``approx-prefix-cache-producer``, else the
-one named ``prefix-cache-scorer`` (its name when declared without one, as in upstream's samples).
-A configuration with none of them is refused at load, naming what to declare: this picker does not
-create a producer by itself. A helper, not a plugin.
+Reading (``no-hit-lru-scorer``, ``prefix-cache-affinity-filter``): the declared key and its read.
+
+Upstream's plugins read the ``PrefixCacheMatchInfoDataKey`` of the producer ``prefixMatchInfoProducerName``
+names, else of ``approx-prefix-cache-producer``, and declare it as a required input, so the loader
+adds that producer (``config.data_graph``) when the configuration declares none, and refuses a
+name that produces nothing. A plugin holding a :class:`PrefixMatchReader` declares
+:meth:`PrefixMatchReader.dependencies` and hands the reader the data scope the loader binds. A
+helper, not a plugin.
+
+Publishing (``approx-``, ``burst-`` and ``precise-prefix-cache-producer``): each produces
+``PrefixCacheMatchInfoDataKey/<its name>`` from the tokenized prompt it requires; the
+:class:`PrefixMatchPublisher` mixin declares both and keeps the scope it is bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 
+from epp.framework.data import NO_DATA, DataKey, DataScope, Dependencies
+from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, TOKENIZED_PROMPT, PrefixCacheMatches, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
-from epp.framework.plugin import Plugin, PluginConfigError
-from epp.framework.producers import PrefixMatchInfo, PrefixMatchInfoProducer
+from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
-from epp.framework.scheduling import CycleState
 
-__all__ = ["PrefixMatchReader"]
-
-_DEFAULTS = ("approx-prefix-cache-producer", "prefix-cache-scorer")
+__all__ = ["PrefixMatchPublisher", "PrefixMatchReader"]
 
 
 class PrefixMatchReader:
-    """One plugin's source of prefix-match info, resolved once the configuration's plugins exist."""
+    """One plugin's source of prefix-match info: the key it reads, through the scope it was bound."""
 
-    __slots__ = ("_name", "_type", "producer")
+    __slots__ = ("key", "scope")
 
-    def __init__(self, type_name: str, p: Params) -> None:
-        self._type = type_name
-        self._name = p.text("prefixMatchInfoProducerName") or ""
-        self.producer: PrefixMatchInfoProducer | None = None
+    def __init__(self, p: Params) -> None:
+        self.key = PREFIX_CACHE_MATCH_INFO.named(p.text("prefixMatchInfoProducerName") or "")
+        self.scope: DataScope = NO_DATA
 
-    def resolve(self, lookup: Callable[[str, str], Plugin]) -> None:
-        where = f"{self._type}.parameters.prefixMatchInfoProducerName"
-        if self._name:
-            self.producer = _producer(lookup(where, self._name), self._name)
-            return
-        for name in _DEFAULTS:
-            try:
-                plugin = lookup(where, name)
-            except ValueError:
-                continue
-            self.producer = _producer(plugin, name)
-            return
-        raise PluginConfigError(
-            f"prefixMatchInfoProducerName: {self._type} reads prefix-match info, and nothing produces it: declare a "
-            "prefix-cache-scorer (its approximate index), or name a precise-prefix-cache-producer here"
-        )
+    def dependencies(self) -> Dependencies:
+        return Dependencies(required={self.key: PrefixCacheMatches})
 
-    def match(
-        self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
-    ) -> PrefixMatchInfo | None:
-        producer = self.producer
-        return producer.prefix_match(cycle, request, candidates) if producer is not None else None
+    def match(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> PrefixMatchInfo | None:
+        """One count per candidate, or None when the producer published nothing for the request."""
+        found = self.scope.get(request, self.key)
+        return found.aligned(candidates) if isinstance(found, PrefixCacheMatches) else None
 
 
-def _producer(plugin: Plugin, name: str) -> PrefixMatchInfoProducer:
-    if not isinstance(plugin, PrefixMatchInfoProducer):
-        raise PluginConfigError(
-            f"prefixMatchInfoProducerName: plugin {name!r} (type {plugin.typed_name.type!r}) "
-            "produces no prefix-match info"
-        )
-    return plugin
+class PrefixMatchPublisher:
+    """A producer of prefix-match info: it reads the tokenized prompt and publishes ``key`` through ``_data``.
+
+    The class sets ``key`` (``PREFIX_CACHE_MATCH_INFO.named(its name)``) and ``_data`` (``NO_DATA``
+    until the loader binds its scope) in its constructor.
+    """
+
+    key: DataKey
+    _data: DataScope
+
+    def produces(self) -> Mapping[DataKey, type]:
+        return {self.key: PrefixCacheMatches}
+
+    def consumes(self) -> Dependencies:
+        return Dependencies(required={TOKENIZED_PROMPT: TokenizedPrompt})
+
+    def bind_data_scope(self, scope: DataScope) -> None:
+        self._data = scope

@@ -8,10 +8,10 @@ headroom/width)`` (1.0 for a zero-width range), so tighter ranges with more head
 range, below 0.3: ``0.3 / (1 + distance/1000)`` to the nearer bound, so the closest pod wins. As a
 filter it keeps the pods in range and those without the label (an unreadable range is dropped).
 
-The context length is the request's token count: the ``token-producer``'s tokens when one ran,
-the client's own ids for a token prompt, else the body size at 4 bytes a token (upstream counts
-the tokens of the producer it creates with its tokenizer-free ``estimate`` backend, 4 bytes a
-pseudo-token of the prompt).
+The context length is the request's token count: the ``token-producer``'s tokens (it declares
+``TokenizedPrompt`` as a required input, as upstream, so a configuration without a
+``token-producer`` gets one with upstream's tokenizer-free ``estimate`` backend: 4 prompt bytes a
+pseudo-token), the client's own ids for a token prompt, else the body size at 4 bytes a token.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from epp.framework.data import Dependencies
+from epp.framework.data_keys import TOKENIZED_PROMPT, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
@@ -76,6 +78,9 @@ class ContextLengthAware(NamedPlugin):
         super().__init__(name)
         self.label = label
         self.enable_filtering = enable_filtering
+
+    def consumes(self) -> Dependencies:
+        return Dependencies(required={TOKENIZED_PROMPT: TokenizedPrompt})
 
     def filter(
         self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]

@@ -13,12 +13,13 @@ accepted and unused, as upstream (deprecated there, never used).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from epp.framework.data import DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
-from epp.framework.plugin import NamedPlugin, Plugin, PluginContext, PluginKind
+from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._prefix_match import PrefixMatchReader
@@ -43,7 +44,7 @@ class NoHitLruScorer(NamedPlugin):
         self._cold_key = f"{TYPE}/{name}/cold"
 
     def score(self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]) -> list[float]:
-        info = self.reader.match(cycle, request, candidates)
+        info = self.reader.match(request, candidates)
         cold = info is None or not any(info.match_blocks)
         cycle[self._cold_key] = cold
         if not cold:
@@ -80,8 +81,11 @@ class NoHitLruScorer(NamedPlugin):
         for key in keys:
             self._lru.pop(key, None)
 
-    def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
-        self.reader.resolve(lookup)
+    def consumes(self) -> Dependencies:
+        return self.reader.dependencies()
+
+    def bind_data_scope(self, scope: DataScope) -> None:
+        self.reader.scope = scope
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> NoHitLruScorer:
@@ -89,6 +93,6 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> NoHi
     p.text("prefixPluginType")
     p.text("prefixPluginName")
     lru_size = p.integer("lruSize", 1024, minimum=1)
-    reader = PrefixMatchReader(TYPE, p)
+    reader = PrefixMatchReader(p)
     p.done()
     return NoHitLruScorer(name, reader, lru_size)

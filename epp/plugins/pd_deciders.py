@@ -37,7 +37,7 @@ from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins.prefix_index import PrefixIndex, block_tokens, prompt_hashes
+from epp.plugins.prefix_index import PrefixIndex, chain_hashes
 
 __all__ = [
     "ALWAYS_MULTIMODAL_TYPE",
@@ -71,6 +71,17 @@ def prompt_tokens(request: InferenceRequest) -> tuple[int, bool]:
     return math.ceil(len(request.prompt.prefix(sys.maxsize)) / _BYTES_PER_TOKEN), True
 
 
+def _prompt_hashes(request: InferenceRequest, block_tokens: int) -> list[int]:
+    """The prompt's chained block hashes over its text (``_BYTES_PER_TOKEN`` a token: no tokenizer needed)."""
+    block = block_tokens * _BYTES_PER_TOKEN
+    return chain_hashes(
+        request.prompt.prefix(block * _MAX_BLOCKS),
+        seed_parts=(request.target_model or request.model, request.cache_salt),
+        block_bytes=block,
+        max_blocks=_MAX_BLOCKS,
+    )
+
+
 class PrefixBasedPDDecider(NamedPlugin):
     """Remote prefill when the decode pod misses at least ``nonCachedTokens`` of the prompt."""
 
@@ -87,10 +98,11 @@ class PrefixBasedPDDecider(NamedPlugin):
 
     def _own_match(self, cycle: CycleState, request: InferenceRequest, endpoint: EndpointState) -> PrefixMatch:
         """Without a prefix-cache scorer on the decode profile: the decider's own approximate index."""
-        tokens = block_tokens((endpoint,), _BLOCK_TOKENS, auto_tune=True)
+        engine_block = endpoint.metrics.cache_block_size
+        tokens = engine_block if engine_block > 0 else _BLOCK_TOKENS  # upstream's autoTune
         hashes: list[int] | None = cycle.get(self._key)
         if hashes is None:
-            hashes = cycle[self._key] = prompt_hashes(request, block_tokens=tokens, max_blocks=_MAX_BLOCKS)
+            hashes = cycle[self._key] = _prompt_hashes(request, tokens)
         return PrefixMatch(self.index.match(endpoint.endpoint.key, hashes), len(hashes), tokens)
 
     def pre_request(self, cycle: CycleState, request: InferenceRequest, result: SchedulingResult) -> None:

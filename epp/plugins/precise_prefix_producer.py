@@ -4,11 +4,13 @@ llm-d's producer (``pkg/kvevents``, ``preciseprefixcache``): one ZMQ subscriber 
 labels match ``kvEventsConfig.podDiscoveryConfig.podLabelSelector``, dialled at
 ``tcp://<address>:<socketPort + rank>`` (and ``replaySocketPort`` when set), feeding a bounded
 :class:`~epp.kvevents.index.KvBlockIndex`; an endpoint that leaves is unsubscribed and its
-entries freed. Per request it hashes ``request.token_ids`` (from ``token-producer``) into block
-keys seeded with the target model and reports, per candidate, the leading blocks it holds
-(llm-d's ``LongestPrefix`` with one tier, GPU, weight 1.0). A request without tokens, or with a
-``cache_salt`` (the events' ``extra_keys`` are not indexed), has no match info: the scorer falls
-back to its approximate index.
+entries freed. Before scheduling (``produce``) it hashes ``request.token_ids`` (``TokenizedPrompt``,
+from ``token-producer``) into block keys seeded with the target model and publishes, per
+candidate, the leading blocks it holds (llm-d's ``LongestPrefix`` with one tier, GPU, weight 1.0)
+as ``PrefixCacheMatchInfoDataKey/<its name>``, which ``prefix-cache-scorer`` reads when its
+``prefixMatchInfoProducerName`` names this plugin. A request without engine tokens (none, or the
+``estimate`` backend's pseudo-tokens), or with a ``cache_salt`` (the events' ``extra_keys`` are
+not indexed), has no match info: it scores 0 everywhere, as upstream.
 
 With ``speculativeIndexing`` (llm-d's, off by default) PreRequest records the request's keys on
 the chosen endpoint for ``speculativeTTL`` (2 s), so requests sharing a prefix follow the first
@@ -26,10 +28,17 @@ import logging
 import re
 import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import zmq.asyncio
 
+from epp.framework.data import NO_DATA, DataScope
+from epp.framework.data_keys import (
+    PREFIX_CACHE_MATCH_INFO,
+    EstimatedTokens,
+    PrefixCacheMatches,
+)
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
@@ -41,6 +50,7 @@ from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
 from epp.kvevents.ingest import SourceCounts
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
+from epp.plugins._prefix_match import PrefixMatchPublisher
 
 __all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]
 
@@ -51,11 +61,18 @@ DEFAULT_POD_SELECTOR = "llm-d.ai/inference-serving=true"
 _ZMQ_ENDPOINT = re.compile(r"(tcp://(\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}|ipc://.+)")
 
 
-class PrecisePrefixCacheProducer(NamedPlugin):
+@dataclass(frozen=True, slots=True)
+class _Matches(PrefixCacheMatches):
+    """What this producer publishes, with the request's block keys (for speculative indexing)."""
+
+    keys: Sequence[int] = ()
+
+
+class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
     """Owns the index and the subscribers; answers ``prefix_match`` for ``prefix-cache-scorer``."""
 
     plugin_type = TYPE
-    kinds = frozenset({PluginKind.PRE_REQUEST})
+    kinds = frozenset({PluginKind.DATA_PRODUCER, PluginKind.PRE_REQUEST})
 
     def __init__(
         self,
@@ -94,6 +111,8 @@ class PrecisePrefixCacheProducer(NamedPlugin):
         self._context: zmq.asyncio.Context | None = None
         self._cycle_key = f"{TYPE}/{name}/keys"
         self._closed = False
+        self.key = PREFIX_CACHE_MATCH_INFO.named(name)
+        self._data: DataScope = NO_DATA
 
     # -- endpoint lifecycle (runtime hooks) ---------------------------------------------------------
 
@@ -182,22 +201,41 @@ class PrecisePrefixCacheProducer(NamedPlugin):
 
     # -- per request ---------------------------------------------------------------------------------
 
-    def request_keys(self, cycle: CycleState, request: InferenceRequest) -> list[int] | None:
-        """The request's block keys (computed once per cycle), or None without tokens or with a salt."""
-        if self._cycle_key in cycle:
-            keys: list[int] | None = cycle[self._cycle_key]
-            return keys
+    def _keys(self, request: InferenceRequest) -> list[int] | None:
+        """The request's block keys, or None without engine tokens or with a salt."""
         tokens = request.token_ids
-        keys = None
-        if tokens is not None and not request.body.get("cache_salt"):
-            seed = chain_seed(self.hash_seed + (request.target_model or request.model))
-            keys = block_keys(tokens, self.block_size_tokens, seed, self.max_prefix_blocks)
-        cycle[self._cycle_key] = keys
+        if tokens is None or isinstance(tokens, EstimatedTokens) or request.cache_salt:
+            return None
+        seed = chain_seed(self.hash_seed + (request.target_model or request.model))
+        return block_keys(tokens, self.block_size_tokens, seed, self.max_prefix_blocks)
+
+    def request_keys(self, cycle: CycleState, request: InferenceRequest) -> Sequence[int] | None:
+        """The request's block keys (computed once: by ``produce``, else once per cycle)."""
+        found = self._data.get(request, self.key)
+        if isinstance(found, _Matches):
+            return found.keys
+        if self._cycle_key in cycle:
+            keys: Sequence[int] | None = cycle[self._cycle_key]
+            return keys
+        keys = cycle[self._cycle_key] = self._keys(request)
         return keys
+
+    async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+        keys = self._keys(request)
+        if keys is None:
+            return
+        longest = self.index.longest_prefix
+        now = time.monotonic() if self.speculative_ttl is not None else 0.0
+        matches = {c.endpoint.key: longest(c.endpoint.key, keys, now) for c in candidates} if keys else {}
+        self._data.put(request, self.key, _Matches(matches, len(keys), self.block_size_tokens, keys))
 
     def prefix_match(
         self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
     ) -> PrefixMatchInfo | None:
+        """Per candidate: what ``produce`` published, else computed now (for ``precise-prefix-cache-scorer``)."""
+        found = self._data.get(request, self.key)
+        if isinstance(found, PrefixCacheMatches):
+            return found.aligned(candidates)
         keys = self.request_keys(cycle, request)
         if keys is None:
             return None
@@ -214,7 +252,7 @@ class PrecisePrefixCacheProducer(NamedPlugin):
         ttl = self.speculative_ttl
         if ttl is None:
             return
-        keys = cycle.get(self._cycle_key)
+        keys = self.request_keys(cycle, request)
         if not keys:
             return
         now = time.monotonic()
@@ -269,9 +307,10 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
             for other in ("redisConfig", "costAwareMemoryConfig"):
                 if block_index.present(other):
                     raise _refuse(f"indexerConfig.kvBlockIndexConfig.{other}", "an index other than in-memory")
-            block_index.boolean("enableMetrics", False)  # checked here; reported as without effect at load (compat.py)
-            if block_index.present("metricsLoggingInterval"):
-                raise _refuse("indexerConfig.kvBlockIndexConfig.metricsLoggingInterval", "logging index metrics")
+            # Both checked here and reported as without effect at load (compat.py). Upstream logs the
+            # index metrics every metricsLoggingInterval (a Go duration: nanoseconds) only with enableMetrics.
+            block_index.boolean("enableMetrics", False)
+            block_index.integer("metricsLoggingInterval", 0, minimum=0)
             memory = block_index.nested("inMemoryConfig")
             if memory is not None:
                 max_entries = memory.integer("size", max_entries, minimum=1)
@@ -299,8 +338,7 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
         topic_filter = events.text("topicFilter")
         topic = topic if topic_filter is None else topic_filter
         events.choice("engineType", "vllm", ("vllm", "sglang"))  # one decoder reads both (SGLang's is positional)
-        if events.present("concurrency"):
-            raise _refuse("kvEventsConfig.concurrency", "a worker pool (each endpoint has its own subscriber task)")
+        events.integer("concurrency", 4, minimum=1)  # checked here; reported as without effect at load (compat.py)
         discovery = events.nested("podDiscoveryConfig")
         if discovery is not None:
             text = discovery.text("podLabelSelector")

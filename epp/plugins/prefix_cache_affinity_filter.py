@@ -18,12 +18,13 @@ count per endpoint.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from epp.framework.data import DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
-from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
+from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins._prefix_match import PrefixMatchReader
@@ -66,7 +67,7 @@ class PrefixCacheAffinityFilter(NamedPlugin):
             return everyone
         if self._rng.random() < self.exploration:
             return everyone
-        info = self.reader.match(cycle, request, candidates)
+        info = self.reader.match(request, candidates)
         if info is None or info.total_blocks <= 0:
             return everyone
         total = info.total_blocks
@@ -82,8 +83,11 @@ class PrefixCacheAffinityFilter(NamedPlugin):
     def _best_ttft_ms(self, states: Sequence[EndpointState]) -> float:
         return min(s.in_flight_tokens for s in states) / self.peak_throughput * 1000.0
 
-    def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
-        self.reader.resolve(lookup)
+    def consumes(self) -> Dependencies:
+        return self.reader.dependencies()
+
+    def bind_data_scope(self, scope: DataScope) -> None:
+        self.reader.scope = scope
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrefixCacheAffinityFilter:
@@ -96,7 +100,7 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Pref
     peak = p.number("peakPrefillThroughput", 15928.0, minimum=0.0)
     p.text("inFlightLoadProducerName")
     p.text("latencyPredictionInfoProducerName")
-    reader = PrefixMatchReader(TYPE, p)
+    reader = PrefixMatchReader(p)
     p.done()
     if penalty > 0 and source == "latencyPredictor":
         raise PluginConfigError(

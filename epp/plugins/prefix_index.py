@@ -11,47 +11,31 @@ forgetting an endpoint frees its whole LRU at once.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
 
 import xxhash
 
-from epp.framework.endpoint import EndpointState
+from epp.framework.data_keys import BYTES_PER_TOKEN, token_bytes
 from epp.framework.request import InferenceRequest
 
-__all__ = ["CHARS_PER_TOKEN", "PrefixIndex", "block_tokens", "chain_hashes", "prompt_hashes"]
+__all__ = ["PrefixIndex", "chain_hashes", "request_block_hashes"]
 
-CHARS_PER_TOKEN = 4
 _MIN_BLOCK_BYTES = 8  # a smaller block would only multiply hashing work for no extra precision
 
 
-def block_tokens(candidates: Sequence[EndpointState], configured: int, auto_tune: bool) -> int:
-    """The block size in tokens: the engines' (``cache_config_info``) with ``auto_tune``, else ``configured``."""
-    if auto_tune and candidates and candidates[0].metrics.cache_block_size > 0:
-        return candidates[0].metrics.cache_block_size
-    return configured
-
-
-def prompt_hashes(request: InferenceRequest, *, block_tokens: int, max_blocks: int) -> list[int]:
-    """The chained hashes of the request's prompt blocks, seeded with its target model and ``cache_salt``."""
-    block = block_tokens * CHARS_PER_TOKEN
-    salt = str(request.body.get("cache_salt") or "")
-    return chain_hashes(
-        request.prompt.prefix(block * max_blocks),
-        seed_parts=(request.target_model or request.model, salt),
-        block_bytes=block,
-        max_blocks=max_blocks,
-    )
-
-
-def chain_hashes(text: bytes, *, seed_parts: Sequence[str], block_bytes: int, max_blocks: int) -> list[int]:
+def chain_hashes(
+    text: bytes, *, seed_parts: Sequence[str], block_bytes: int, max_blocks: int, short: bool = False
+) -> list[int]:
     """Hashes of the blocks of ``text`` (at most ``max_blocks``; a trailing partial block counts).
 
     Only the first ``block_bytes * max_blocks`` bytes are read, through a memoryview, so a
-    200 KB prompt costs the same as a 16 KB one and is never copied whole.
+    200 KB prompt costs the same as a 16 KB one and is never copied whole. A text shorter than
+    one block has no hashes, unless ``short`` (upstream's approximate producer: one partial block).
     """
     block = max(block_bytes, _MIN_BLOCK_BYTES)
-    if len(text) < block:
+    if len(text) < block and not (short and text):
         return []
     limit = min(len(text), block * max_blocks)
     view = memoryview(text)
@@ -63,6 +47,27 @@ def chain_hashes(text: bytes, *, seed_parts: Sequence[str], block_bytes: int, ma
         prev = digest(view[start : start + block], seed=prev)
         append(prev)
     return hashes
+
+
+def request_block_hashes(request: InferenceRequest, block_size_tokens: int, max_blocks: int) -> list[int]:
+    """The chained hashes of the request's token blocks (upstream's ``prefixhash.GetBlockHashes``).
+
+    The tokens are ``request.token_ids`` (a ``token-producer``'s, the estimate backend's
+    pseudo-tokens included), at most ``max_blocks`` blocks of ``block_size_tokens``, a trailing
+    partial block counting; the first block is seeded with the target model and ``cache_salt``.
+    No tokens, no hashes.
+    """
+    ids = request.token_ids
+    if ids is None:
+        return []
+    limit = max_blocks * block_size_tokens if max_blocks < sys.maxsize else len(ids)
+    return chain_hashes(
+        token_bytes(ids, limit),
+        seed_parts=(request.target_model or request.model, request.cache_salt),
+        block_bytes=block_size_tokens * BYTES_PER_TOKEN,
+        max_blocks=max_blocks,
+        short=True,
+    )
 
 
 class PrefixIndex:

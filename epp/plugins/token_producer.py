@@ -1,7 +1,7 @@
-"""token-producer: the prompt's engine token ids, before scheduling, for the precise prefix index.
+"""token-producer: the prompt's token ids, before scheduling, for the prefix indexes.
 
 Precise prefix routing compares the request's token blocks with the blocks the pods announce,
-so the ids must be the engine's own. Two backends:
+so the ids must be the engine's own. Two backends give them:
 
 - ``vllm`` (llm-d's; also chosen by a bare ``modelName``): ``POST /v1/completions/render`` or
   ``/v1/chat/completions/render`` on the model server or a ``vllm launch render`` sidecar, so
@@ -14,9 +14,11 @@ so the ids must be the engine's own. Two backends:
   a worker thread.
 
 Results are cached (LRU by prompt), every call is bounded by the timeout, and a failure leaves
-the request without tokens: the prefix scorer then falls back to its approximate index, and
-the request is never rejected for it. llm-d's ``estimate`` backend (fake ids) and the deprecated
-``udsTokenizerConfig`` are refused: fake ids silently break precise matching.
+the request without tokens (it is never rejected for it). Without ``vllm``, ``local`` or
+``modelName`` the plugin is llm-d's ``estimate`` backend (``token_estimate.py``): pseudo-tokens
+from the prompt's bytes, enough for the approximate prefix index, never matching an engine's
+blocks. The deprecated ``udsTokenizerConfig`` is refused. Every backend produces
+``TokenizedPrompt/<its name>`` (``framework.data_keys``).
 """
 
 from __future__ import annotations
@@ -32,13 +34,19 @@ from typing import Any
 import httpx
 import orjson
 
+from epp.framework.data import DataKey
+from epp.framework.data_keys import TOKENIZED_PROMPT, TokenizedPrompt
+from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import ApiKind, InferenceRequest
+from epp.plugins.token_estimate import EstimatingTokenProducer, estimate_parameters
 
 __all__ = ["LocalTokenizer", "TokenProducer", "create"]
 
 TYPE = "token-producer"
+LEGACY_TYPE = "tokenizer"
+"""Upstream's deprecated name for this type (the same plugin; the loader reports the old name)."""
 log = logging.getLogger(__name__)
 
 _DEFAULT_URL = "http://localhost:8000"
@@ -112,7 +120,10 @@ class TokenProducer(NamedPlugin):
         self._cache: OrderedDict[bytes, list[int]] = OrderedDict()
         self.failures = 0
 
-    async def produce(self, request: InferenceRequest) -> None:
+    def produces(self) -> Mapping[DataKey, type]:
+        return {TOKENIZED_PROMPT.named(self.typed_name.name): TokenizedPrompt}
+
+    async def produce(self, request: InferenceRequest, candidates: Sequence[EndpointState] = ()) -> None:
         if request.token_ids is not None or request.api not in (ApiKind.COMPLETIONS, ApiKind.CHAT_COMPLETIONS):
             return
         body = request.body
@@ -188,19 +199,25 @@ class TokenProducer(NamedPlugin):
             await client.aclose()
 
 
-def create(name: str, params: Mapping[str, Any], context: PluginContext) -> TokenProducer:
+def create(name: str, params: Mapping[str, Any], context: PluginContext) -> TokenProducer | EstimatingTokenProducer:
     """Factory; llm-d's parameter names, plus ``local.tokenizerPath``."""
     p = Params(TYPE, params)
     model_name = p.text("modelName") or ""
     vllm = p.nested("vllm")
     local = p.nested("local")
-    for refused in ("estimate", "udsTokenizerConfig"):
-        if p.present(refused):
-            raise PluginConfigError(
-                f"{TYPE}.parameters.{refused}: not supported here (precise prefix routing needs the engine's "
-                "token ids): use vllm (the model server's render endpoints) or local.tokenizerPath"
-            )
+    estimate = p.nested("estimate")
+    if p.present("udsTokenizerConfig"):
+        raise PluginConfigError(
+            f"{TYPE}.parameters.udsTokenizerConfig: llm-d's deprecated tokenizer sidecar is not supported here: "
+            "use vllm (the model server's render endpoints) or local.tokenizerPath"
+        )
     p.done()
+    engine_backends = [n for n, v in (("vllm", vllm), ("local", local)) if v is not None]
+    if estimate is not None and (engine_backends or model_name):
+        raise PluginConfigError(f"{TYPE}.parameters: estimate excludes {engine_backends or ['modelName']}")
+    if estimate is not None or not (engine_backends or model_name):
+        estimate_parameters(estimate)
+        return EstimatingTokenProducer(name)
     if local is not None:
         if vllm is not None:
             raise PluginConfigError(f"{TYPE}.parameters: set one of vllm and local, not both")
@@ -209,8 +226,6 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Toke
         if not path:
             raise PluginConfigError(f"{TYPE}.parameters.local.tokenizerPath: required")
         return TokenProducer(name, model_name=model_name, local=LocalTokenizer(path))
-    if vllm is None and not model_name:
-        raise PluginConfigError(f"{TYPE}.parameters: set vllm (with modelName) or local.tokenizerPath")
     url, timeout, mm_timeout = _DEFAULT_URL, 5.0, 30.0
     if vllm is not None:
         url = vllm.string("url", _DEFAULT_URL)

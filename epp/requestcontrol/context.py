@@ -29,3 +29,5 @@ class RequestContext:
     parser: Parser | None = None
     forward_body: bytes | None = None
     decision: RoutingDecision | None = None
+    routed_epoch: int = 0
+    """The health epoch of the decision's first target when routed (a later answer may be a straggler)."""

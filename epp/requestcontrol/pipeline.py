@@ -205,12 +205,12 @@ class Pipeline:
                     self._admission, request, functools.partial(self._candidates, ctx.subset, recorder)
                 )
                 if self._producers:
-                    await self._produce(request, recorder)
+                    await self._produce(request, candidates, recorder)
                 if self._admitters:
                     self._admit(request, candidates, recorder)
                 decision = self._schedule(request, candidates, recorder)
             recorder.routed(request, decision, self.config.in_flight)
-        ctx.decision = decision
+        _decided(ctx, decision)
         return decision
 
     def route_headers_only(self, ctx: RequestContext) -> RoutingDecision:
@@ -223,7 +223,8 @@ class Pipeline:
             if not candidates:
                 raise EppError(ErrorCode.INTERNAL, "no pods available in datastore")
             chosen = self._pool.rng.choice(candidates)
-        decision = ctx.decision = RoutingDecision([chosen])
+        decision = RoutingDecision([chosen])
+        _decided(ctx, decision)
         recorder.routed(request, decision, self.config.in_flight)
         return decision
 
@@ -294,11 +295,13 @@ class Pipeline:
             recorder.failed_open()
         return candidates
 
-    async def _produce(self, request: InferenceRequest, recorder: Recorder) -> None:
+    async def _produce(
+        self, request: InferenceRequest, candidates: Sequence[EndpointState], recorder: Recorder
+    ) -> None:
         for producer, observe in self._producers:
             start = time.perf_counter()
             try:
-                await producer.produce(request)
+                await producer.produce(request, candidates)
             except Exception as exc:  # a producer bug must not fail the request: it is scheduled without the data
                 detail = f"{type(exc).__name__}: {exc}"
                 recorder.cycle.plugin_failed("PrepareData", producer.typed_name, EXCEPTION, detail, exc)
@@ -376,7 +379,7 @@ class Pipeline:
             if status:
                 health = endpoint.health
                 if status >= 500 or health.state is not Health.HEALTHY or health.failures:
-                    self._tell_health(endpoint, status, gateway_reply)
+                    self._tell_health(endpoint, status, gateway_reply, ctx.routed_epoch)
         errors = self._pool.recorder.errors
         for plugin, observe in self._post_response:
             start = time.perf_counter()
@@ -388,16 +391,21 @@ class Pipeline:
             observe(elapsed)
             errors.timed("PostResponse", plugin.typed_name, elapsed)
 
-    def _tell_health(self, endpoint: EndpointState, status: int, gateway_reply: bool) -> None:
+    def _tell_health(self, endpoint: EndpointState, status: int, gateway_reply: bool, epoch: int) -> None:
         """5xx: a failure (Envoy's own 502/503: unreachable at once); anything else: a success."""
         health = endpoint.health
         now = self._pool.clock.now()
         if status < 500:
-            health.response_ok(now)
+            health.response_ok(now, epoch)
         elif gateway_reply and status in _UNREACHABLE_REPLIES:
             health.unreachable(f"Envoy answered {status} itself: could not reach it", now)
         else:
             health.response_failed(f"HTTP {status}", now)
+
+
+def _decided(ctx: RequestContext, decision: RoutingDecision) -> None:
+    ctx.decision = decision
+    ctx.routed_epoch = decision.targets[0].health.epoch if decision.targets else 0
 
 
 def _parser_failed(parser: Parser, exc: Exception, recorder: Recorder) -> EppError:

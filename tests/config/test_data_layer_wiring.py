@@ -143,6 +143,31 @@ def test_upstream_precise_prefix_sample_loads_with_its_endpoint_notification_sou
     assert producer.block_size_tokens == 64  # type: ignore[attr-defined]
 
 
+def test_upstream_index_logging_and_event_worker_settings_load_and_say_they_have_no_effect(
+    registry: PluginRegistry,
+) -> None:
+    """llm-d's samples set metricsLoggingInterval (nanoseconds, a Go duration) and kvEventsConfig.concurrency."""
+    text = (
+        llm_d_precise_sample()
+        .replace("enableMetrics: true", "enableMetrics: true\n          metricsLoggingInterval: 60000000000")
+        .replace("tokenProcessorConfig:", "kvEventsConfig:\n        concurrency: 32\n      tokenProcessorConfig:")
+    )
+    metrics = EppMetrics()
+    loaded = load(LLM_D + text, registry, metrics=metrics)
+    notices = {n.setting: n.detail for n in loaded.notices}
+    assert set(notices) == {"indexerConfig.kvBlockIndexConfig.enableMetrics", "kvEventsConfig.concurrency"}
+    assert "metricsLoggingInterval" in notices["indexerConfig.kvBlockIndexConfig.enableMetrics"]
+    assert "no worker pool" in notices["kvEventsConfig.concurrency"]
+    setting = {"setting": "kvEventsConfig.concurrency"}
+    assert metrics.registry.get_sample_value("epp_config_ignored_settings", setting) == 1
+    for bad, where in (
+        (text.replace("concurrency: 32", "concurrency: 0"), "kvEventsConfig.concurrency"),
+        (text.replace("60000000000", "'1m'"), "metricsLoggingInterval"),
+    ):
+        with pytest.raises(ConfigError, match=where):
+            load(LLM_D + bad, registry)
+
+
 def test_an_endpoint_notification_source_left_out_of_the_wiring_is_reported(registry: PluginRegistry) -> None:
     loaded = load(LLM_D + "plugins: [{type: endpoint-notification-source}]\n", registry)
     assert [(n.setting, n.detail) for n in loaded.notices] == [

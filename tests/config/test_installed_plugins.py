@@ -23,6 +23,7 @@ from epp.config.installed_plugins import IN_TREE, PluginClashError, discover, im
 from epp.config.loader import ConfigError, LoadedConfig, load_config
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.plugins import register_in_tree
+from epp.plugins.refused import REFUSED
 from epp_sim.plugin_dists import write_distribution
 
 HEADER = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -146,6 +147,18 @@ def test_a_name_clash_is_refused_naming_both_distributions(site: Path) -> None:
         r"second-dist 2\.0 \(b:D\)",
     ):
         discover(registry, distributions(path=[str(site / "first"), str(other)]))
+
+
+def test_an_installed_distribution_may_provide_an_upstream_type_this_picker_refuses(site: Path) -> None:
+    refused = PluginRegistry()
+    register_in_tree(refused)
+    with pytest.raises(ConfigError, match="agent-identity is not supported by this picker"):
+        load("plugins: [{type: agent-identity}]\n", refused)
+    install(site, "agent-dist", "agent-identity")
+    registry = registry_for(site)
+    assert registry.refusal("agent-identity") is None
+    config = load("plugins: [{type: agent-identity, parameters: {value: 0.25}}]\n", registry)
+    assert type(config.plugins["agent-identity"]).__module__ == "agent_identity"
 
 
 @pytest.mark.parametrize(
@@ -305,6 +318,9 @@ def test_serve_list_plugins_prints_them_and_a_clash_exits_1(site: Path) -> None:
     lines = out.splitlines()
     assert lines[0].split() == ["TYPE", "STABILITY", "FROM"]
     assert any(line.split()[:4] == ["queue-scorer", "stable", "epp", "0.1.0"] for line in lines)
+    name, reason = sorted(REFUSED.items())[0]  # an upstream type known only to be refused says why
+    (refused,) = [line for line in lines if line.startswith(f"{name} ")]
+    assert refused.endswith(f"(in-tree): refused: {reason}")
     (listed,) = [line for line in lines if line.startswith("listed-scorer ")]
     assert listed.split(None, 2)[1:] == ["stable", "listed 0.1.0 (listed_scorer:DEFINITION): plugin API 1.0"]
 

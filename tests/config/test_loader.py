@@ -76,10 +76,10 @@ def test_upstream_default_config_loads(registry: PluginRegistry, context: Plugin
     assert isinstance(loaded.saturation_detector, UtilizationDetector)
     assert loaded.config.data_layer is not None
     assert loaded.config.data_layer.sources[0].extractors[0].plugin_ref == "core-metrics-extractor"
-    assert [p.typed_name.type for p in loaded.pre_request] == ["prefix-cache-scorer"]
+    assert [p.typed_name.type for p in loaded.pre_request] == ["approx-prefix-cache-producer"]
     # The injected defaults are part of the effective config.
     types = [p.type for p in loaded.config.plugins]
-    assert types[-7:] == [
+    assert types[-9:] == [
         "single-profile-handler",
         "max-score-picker",
         "utilization-detector",
@@ -87,6 +87,8 @@ def test_upstream_default_config_loads(registry: PluginRegistry, context: Plugin
         "anthropic-parser",
         "vllmhttp-parser",
         "passthrough-parser",
+        "approx-prefix-cache-producer",  # the scorer reads its data ...
+        "token-producer",  # ... and it reads the tokenized prompt (upstream's estimate backend)
     ]
     assert loaded.config.request_handler is not None
     assert [r.plugin_ref for r in loaded.config.request_handler.parsers] == [

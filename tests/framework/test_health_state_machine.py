@@ -45,7 +45,7 @@ def test_timeout_or_non_200_is_suspect_but_routable() -> None:
 def test_consecutive_failed_responses_eject_for_the_back_off_then_one_success_returns_it() -> None:
     health, seen = tracked(consecutive_failures=3, base_ejection=1.0)
     health.response_failed("HTTP 503", 5.0)
-    health.response_ok(5.0)  # a success in between resets the count
+    health.response_ok(5.0, health.epoch)  # a success in between resets the count
     health.response_failed("HTTP 503", 5.0)
     health.response_failed("HTTP 503", 5.0)
     assert health.state is Health.HEALTHY
@@ -67,7 +67,7 @@ def test_a_flapping_endpoint_is_held_out_longer_each_fall() -> None:
         health.response_failed("HTTP 500", now)
         holds.append(health.until - now)
         now = health.until
-        health.response_ok(now)
+        health.response_ok(now, health.epoch)
         assert health.state is Health.HEALTHY
     assert holds == [1.0, 2.0, 4.0, 4.0, 4.0]
     # In service for longer than max_ejection since the last hold ended: the next fall starts over.
@@ -110,3 +110,18 @@ def test_refused_while_ejected_is_the_same_fall() -> None:
 def test_bad_policies_are_refused(policy: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         HealthPolicy(**policy)  # type: ignore[arg-type]
+
+
+def test_a_success_routed_before_the_latest_trouble_is_a_straggler() -> None:
+    health, _ = tracked()
+    routed_healthy = health.epoch
+    health.unreachable("scrape connect: refused", 1.0)
+    health.response_ok(1.1, routed_healthy)  # the dead pod answered it before it died
+    assert health.state is Health.UNREACHABLE
+    routed_out = health.epoch  # fail-open: routed there while out
+    health.response_ok(1.2, routed_out)
+    assert health.state is Health.HEALTHY
+    routed_healthy = health.epoch
+    health.scrape_failed("scrape timeout")
+    health.response_ok(1.3, routed_healthy)
+    assert health.state is Health.SUSPECT

@@ -66,7 +66,7 @@ class Replica:
         request = InferenceRequest("r", model=MODEL, target_model=MODEL, api=ApiKind.COMPLETIONS)
         request.body = {"model": MODEL, "prompt": prompt}
         for producer in self.config.data_producers:
-            await producer.produce(request)
+            await producer.produce(request, self.candidates)
         return request
 
     async def pick(self, prompt: str) -> str:

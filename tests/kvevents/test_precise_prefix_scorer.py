@@ -42,7 +42,7 @@ def test_upstream_parameters_build_its_producer() -> None:
     assert (producer.socket_port, producer.replay_port, producer.speculative_ttl) == (6000, 6001, 0.5)
     assert producer.pod_selector.matches({"app": "vllm"}) and not producer.pod_selector.matches({})
     assert producer.typed_name.name == plugin.scorer.typed_name.name == "precise-prefix-cache-scorer"
-    assert plugin.scorer.producer is producer
+    assert plugin.scorer.key == producer.key  # the scorer part reads what the producer part publishes
     defaults = _create({}).producer
     assert (defaults.block_size_tokens, defaults.socket_port, defaults.speculative_ttl) == (16, 5557, None)
 
@@ -103,9 +103,8 @@ def test_the_loader_reports_it_deprecated_naming_the_chain(tokenizer_dir: Path) 
     )
     settings = {n.setting for n in load_config(text, registry, PluginContext()).notices}
     assert "indexerConfig.kvBlockIndexConfig.enableMetrics" in settings
-    # The API's index sizes list its approximate index under its name, as a prefix-cache-scorer's.
-    assert prefix_index_sizes(loaded) == {"precise-prefix-cache-scorer": 0}
-    assert prefix_index_sizes(chain) == {"prefix-cache-scorer": 0}
+    # Neither form has an approximate index: nothing reads one, so the loader adds no approx-prefix-cache-producer.
+    assert prefix_index_sizes(loaded) == prefix_index_sizes(chain) == {}
 
 
 async def test_it_routes_and_scores_as_the_chain_does(tokenizer_dir: Path) -> None:
@@ -121,7 +120,6 @@ async def test_it_routes_and_scores_as_the_chain_does(tokenizer_dir: Path) -> No
         await c.synced()
         plugin = all_in_one.config.plugins[SCORER[ALL_IN_ONE]]
         assert isinstance(plugin, PrecisePrefixCacheScorer)
-        assert plugin.scorer.index_size == 0  # the approximate index never saw these prompts
         for prompt, holder in prompts:
             follow_up = prompt + " next turn"
             scores = []
@@ -138,5 +136,4 @@ def test_another_prefix_cache_scorer_may_read_its_match_info() -> None:
     reader = prefix_cache_scorer.create(
         "reader", {"prefixMatchInfoProducerName": "precise-prefix-cache-scorer"}, PluginContext()
     )
-    reader.resolve_references(lambda where, name: plugin)
-    assert reader.producer is plugin
+    assert set(reader.consumes().required) <= set(plugin.produces())

@@ -1,5 +1,6 @@
 """token-producer: the vllm backend asks the model server to render, the local one agrees with it,
-and a failed tokenization only falls back (the request keeps being scheduled, never rejected)."""
+a failed tokenization only falls back (the request keeps being scheduled, never rejected), and
+without a backend it is upstream's estimate (pseudo-tokens from the prompt's bytes)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import random
 from pathlib import Path
 
 import pytest
+from scheduling_builders import parsed
 
+from epp.framework.data_keys import EstimatedTokens
 from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins import token_producer
+from epp.plugins.token_estimate import EstimatingTokenProducer
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.tiny_tokenizer import sentence
 
@@ -55,8 +59,30 @@ async def test_failed_tokenization_leaves_the_request_without_tokens() -> None:
         await producer.aclose()
 
 
-def test_fake_token_backends_are_refused() -> None:
-    with pytest.raises(PluginConfigError, match="estimate"):
-        token_producer.create("t", {"estimate": {}}, PluginContext())
-    with pytest.raises(PluginConfigError, match="vllm"):
-        token_producer.create("t", {}, PluginContext())
+def test_no_backend_is_upstreams_estimate_and_the_unsupported_settings_are_refused() -> None:
+    for params in ({}, {"estimate": {}}):
+        assert isinstance(token_producer.create("t", params, PluginContext()), EstimatingTokenProducer)
+    refusals = (
+        ({"estimate": {"image": {"mode": "static"}}}, r"estimate\.image: multimodal placeholder estimation"),
+        ({"estimate": {}, "modelName": "m"}, "estimate excludes"),
+        ({"udsTokenizerConfig": {"socketFile": "/tmp/s"}}, "udsTokenizerConfig"),
+    )
+    for params, message in refusals:
+        with pytest.raises(PluginConfigError, match=message):
+            token_producer.create("t", params, PluginContext())
+
+
+async def test_estimate_pseudo_tokens_are_the_prompts_bytes_and_client_ids_pass_through() -> None:
+    producer = token_producer.create("t", {}, PluginContext())
+    request = parsed("/v1/completions", {"model": "m", "prompt": "abcdefgh" + "i"})
+    await producer.produce(request, [])
+    ids = request.token_ids
+    assert isinstance(ids, EstimatedTokens) and len(ids) == 3
+    assert ids[0] == int.from_bytes(b"abcd", "little") and ids[2] == ord("i")  # zero-padded last token
+    assert ids.packed(4) == b"abcd"
+    given = parsed("/v1/completions", {"model": "m", "prompt": [5, 6, 7]})
+    await producer.produce(given, [])
+    assert list(given.token_ids or ()) == [5, 6, 7]
+    header_only = InferenceRequest("r")
+    await producer.produce(header_only, [])
+    assert header_only.token_ids is None

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from epp.framework.data import DataScope
+from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
-from epp.framework.plugin import Plugin, PluginConfigError, PluginContext
-from epp.framework.producers import PrefixMatchInfo
+from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins import (
@@ -18,7 +19,6 @@ from epp.plugins import (
     endpoint_attribute_filter,
     label_selector_filter,
     prefix_cache_affinity_filter,
-    prefix_cache_scorer,
     utilization_filter,
 )
 
@@ -179,53 +179,38 @@ def test_endpoint_attribute_filter_bad_parameters(params: dict[str, Any], field:
         endpoint_attribute_filter.create("f", params, PluginContext())
 
 
-class _Matches:
-    """A prefix-match info producer with fixed answers."""
-
-    typed_name = prefix_cache_scorer.PrefixCacheScorer("p").typed_name
-
-    def __init__(self, blocks: list[int], total: int) -> None:
-        self.blocks, self.total = blocks, total
-
-    def prefix_match(self, cycle: CycleState, request: InferenceRequest, candidates: Any) -> PrefixMatchInfo | None:
-        return PrefixMatchInfo(self.blocks[: len(candidates)], self.total, 16)
-
-
-def _affinity(producer: object, **params: Any) -> prefix_cache_affinity_filter.PrefixCacheAffinityFilter:
+def _affinity(**params: Any) -> prefix_cache_affinity_filter.PrefixCacheAffinityFilter:
     flt = prefix_cache_affinity_filter.create("f", params, PluginContext(seed=1))
-
-    def lookup(where: str, name: str) -> Plugin:
-        if name == "prefix-cache-scorer":
-            return producer  # type: ignore[return-value]
-        raise PluginConfigError(f"{where}: references undefined plugin {name!r}")
-
-    flt.resolve_references(lookup)
+    flt.bind_data_scope(DataScope.of(flt))
     return flt
+
+
+def _matched(pods: list[EndpointState], blocks: list[int], total: int) -> InferenceRequest:
+    """A request whose prefix-match info (of the default producer) holds ``blocks`` of ``total`` per pod."""
+    request = InferenceRequest(request_id="r")
+    matches = PrefixCacheMatches({p.endpoint.key: b for p, b in zip(pods, blocks, strict=True)}, total, 16)
+    request.attributes[PREFIX_CACHE_MATCH_INFO.id] = matches
+    return request
 
 
 def test_prefix_affinity_keeps_sticky_endpoints_until_they_are_too_slow() -> None:
     pods = [_state("a"), _state("b"), _state("c")]
-    flt = _affinity(_Matches([10, 9, 1], 10))
-    assert _run(flt, pods) == ["a", "b"]  # 1.0 and 0.9 ≥ 0.8
-    assert _run(_affinity(_Matches([7, 1, 0], 10)), pods) == ["a", "b", "c"]  # none sticky: all kept
+    flt = _affinity()
+    assert _run(flt, pods, _matched(pods, [10, 9, 1], 10)) == ["a", "b"]  # 1.0 and 0.9 ≥ 0.8
+    assert _run(flt, pods, _matched(pods, [7, 1, 0], 10)) == ["a", "b", "c"]  # none sticky: all kept
+    assert _run(flt, pods) == ["a", "b", "c"]  # no prefix-match info: all kept
     pods[0].in_flight_tokens = pods[1].in_flight_tokens = 400_000  # ~25 s of prefill queued on each
-    assert _run(flt, pods) == ["a", "b", "c"]  # the TTFT gate breaks stickiness
-    assert _run(_affinity(_Matches([10, 9, 1], 10), maxTTFTPenaltyMs=0), pods) == ["a", "b"]  # 0: always stick
-    assert _run(_affinity(_Matches([10, 9, 1], 10), explorationProbability=1.0), pods[:2] + [_state("c")]) == [
-        "a",
-        "b",
-        "c",
-    ]
+    assert _run(flt, pods, _matched(pods, [10, 9, 1], 10)) == ["a", "b", "c"]  # the TTFT gate breaks stickiness
+    assert _run(_affinity(maxTTFTPenaltyMs=0), pods, _matched(pods, [10, 9, 1], 10)) == ["a", "b"]  # always stick
+    fresh = pods[:2] + [_state("c")]
+    assert _run(_affinity(explorationProbability=1.0), fresh, _matched(fresh, [10, 9, 1], 10)) == ["a", "b", "c"]
 
 
-def test_prefix_affinity_reads_the_configured_prefix_cache_scorer_and_refuses_without_one() -> None:
-    scorer = prefix_cache_scorer.create("prefix-cache-scorer", {}, PluginContext())
-    flt = _affinity(scorer)
-    assert flt.reader.producer is scorer
-    with pytest.raises(PluginConfigError, match="nothing produces it"):
-        prefix_cache_affinity_filter.create("f", {}, PluginContext()).resolve_references(
-            lambda where, name: (_ for _ in ()).throw(PluginConfigError(f"{where}: undefined {name}"))
-        )
+def test_prefix_affinity_reads_the_default_producers_matches_or_the_named_ones() -> None:
+    default = prefix_cache_affinity_filter.create("f", {}, PluginContext())
+    assert [k.id for k in default.consumes().required] == [PREFIX_CACHE_MATCH_INFO.id]
+    named = prefix_cache_affinity_filter.create("f", {"prefixMatchInfoProducerName": "burst"}, PluginContext())
+    assert [k.id for k in named.consumes().required] == ["PrefixCacheMatchInfoDataKey/burst"]
     with pytest.raises(PluginConfigError, match="ttftSource"):
         prefix_cache_affinity_filter.create("f", {"ttftSource": "latencyPredictor"}, PluginContext())
     prefix_cache_affinity_filter.create("f", {"ttftSource": "latencyPredictor", "maxTTFTPenaltyMs": 0}, PluginContext())

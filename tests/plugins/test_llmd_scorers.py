@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from epp.framework.data import DataScope
+from epp.framework.data_keys import PrefixCacheMatches
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
 from epp.framework.plugin import Plugin, PluginConfigError, PluginContext
-from epp.framework.producers import PrefixMatchInfo
 from epp.framework.prompt import TokenPrompt
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import PEER_ENDPOINT, CycleState, ProfileResult, SchedulingResult
@@ -55,46 +56,40 @@ def test_load_aware_half_for_an_empty_queue_down_to_zero_at_the_threshold() -> N
         load_aware_scorer.create("s", {"threshold": 0}, PluginContext())
 
 
-class _Matches:
-    typed_name = load_aware_scorer.LoadAwareScorer().typed_name
-
-    def __init__(self) -> None:
-        self.blocks: list[int] = []
-
-    def prefix_match(self, cycle: CycleState, request: InferenceRequest, candidates: Any) -> PrefixMatchInfo:
-        return PrefixMatchInfo(self.blocks or [0] * len(candidates), 4, 16)
-
-
-def _routed(scorer: no_hit_lru_scorer.NoHitLruScorer, pods: list[EndpointState], pick: int) -> list[float]:
+def _routed(
+    scorer: no_hit_lru_scorer.NoHitLruScorer, pods: list[EndpointState], pick: int, blocks: list[int] | None = None
+) -> list[float]:
+    """Score ``pods`` for a request whose prefix-match info holds ``blocks`` (none: the producer found none)."""
+    request = InferenceRequest(request_id="r")
+    if blocks is not None:
+        request.attributes[scorer.reader.key.id] = PrefixCacheMatches(
+            {p.endpoint.key: b for p, b in zip(pods, blocks, strict=True)}, 4, 16
+        )
     cycle = CycleState()
-    scores = scorer.score(cycle, REQ, pods)
-    scorer.pre_request(cycle, REQ, SchedulingResult({"default": ProfileResult([pods[pick]])}, "default"))
+    scores = scorer.score(cycle, request, pods)
+    scorer.pre_request(cycle, request, SchedulingResult({"default": ProfileResult([pods[pick]])}, "default"))
     return scores
 
 
 def test_no_hit_lru_spreads_cold_requests_and_stays_neutral_on_a_hit() -> None:
-    producer = _Matches()
     scorer = no_hit_lru_scorer.create("lru", {"lruSize": 8}, PluginContext())
-    scorer.resolve_references(_lookup({"prefix-cache-scorer": producer}))
+    scorer.bind_data_scope(DataScope.of(scorer))
     pods = [_state("a"), _state("b"), _state("c")]
     assert _routed(scorer, pods, 0) == [1.0, 0.5, 0.0]  # never used, in candidate order
-    assert _routed(scorer, pods, 1) == [0.0, 1.0, 0.5]  # a was just used: never-used b, c first
+    assert _routed(scorer, pods, 1, [0, 0, 0]) == [0.0, 1.0, 0.5]  # a was just used: never-used b, c first
     assert _routed(scorer, pods, 2) == [0.5, 0.0, 1.0]
     assert _routed(scorer, pods, 0) == [1.0, 0.5, 0.0]  # a is the least recently used now
-    producer.blocks = [0, 3, 0]  # a hit somewhere: neutral, and the LRU is left alone
-    assert _routed(scorer, pods, 1) == [0.5, 0.5, 0.5]
-    producer.blocks = []
+    assert _routed(scorer, pods, 1, [0, 3, 0]) == [0.5, 0.5, 0.5]  # a hit somewhere: neutral, the LRU left alone
     assert _routed(scorer, pods, 1) == [0.0, 1.0, 0.5]
     scorer.endpoints_removed(["ns/b"])
     assert _routed(scorer, [_state("b"), pods[2]], 0) == [1.0, 0.0]  # b forgotten: never used again
 
 
-def test_no_hit_lru_needs_a_producer_and_keeps_upstreams_unused_parameters() -> None:
+def test_no_hit_lru_reads_a_producers_matches_and_keeps_upstreams_unused_parameters() -> None:
     scorer = no_hit_lru_scorer.create("lru", {"prefixPluginType": "x", "prefixPluginName": "y"}, PluginContext())
-    with pytest.raises(PluginConfigError, match="nothing produces it"):
-        scorer.resolve_references(_lookup({}))
-    with pytest.raises(PluginConfigError, match="produces no prefix-match info"):
-        scorer.resolve_references(_lookup({"prefix-cache-scorer": load_aware_scorer.LoadAwareScorer()}))
+    assert [k.id for k in scorer.consumes().required] == ["PrefixCacheMatchInfoDataKey/approx-prefix-cache-producer"]
+    named = no_hit_lru_scorer.create("lru", {"prefixMatchInfoProducerName": "precise"}, PluginContext())
+    assert [k.id for k in named.consumes().required] == ["PrefixCacheMatchInfoDataKey/precise"]
     with pytest.raises(PluginConfigError, match="lruSize"):
         no_hit_lru_scorer.create("lru", {"lruSize": 0}, PluginContext())
 

@@ -1,20 +1,25 @@
-"""prefix-cache-scorer and its index: hashing, matching, learning, bounds and removal."""
+"""approx-prefix-cache-producer and prefix-cache-scorer: hashing, matching, learning, bounds, removal, scoring."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 
 import pytest
 from scheduling_builders import parsed
 
+from epp.framework.data import DataScope
+from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
-from epp.framework.plugin import PluginConfigError, PluginContext, TypedName
-from epp.framework.producers import PrefixMatchInfo
+from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
-from epp.plugins import prefix_cache_scorer
+from epp.plugins import approx_prefix_producer, prefix_cache_scorer
+from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp.plugins.prefix_index import PrefixIndex, chain_hashes
+from epp.plugins.token_estimate import EstimatingTokenProducer
+
+BLOCK = 64 * 4  # the producer's floor: 64 tokens of 4 prompt bytes
 
 
 def _state(name: str, *, num_blocks: int = 0, block_size: int = 0) -> EndpointState:
@@ -29,11 +34,25 @@ def _chat(*contents: str, salt: str | None = None, model: str = "m") -> Inferenc
     return parsed("/v1/chat/completions", body)
 
 
-def _route(scorer: PrefixCacheScorer, request: InferenceRequest, cands: list[EndpointState], pick: int) -> list[float]:
-    cycle = CycleState()
-    scores = scorer.score(cycle, request, cands)
-    scorer.pre_request(cycle, request, SchedulingResult({"default": ProfileResult([cands[pick]])}, "default"))
-    return scores
+class _Chain:
+    """token-producer (estimate) → approx-prefix-cache-producer → prefix-cache-scorer, scoped as the loader does."""
+
+    def __init__(self, producer: ApproxPrefixCacheProducer | None = None, scorer: PrefixCacheScorer | None = None):
+        self.tokens = EstimatingTokenProducer("token-producer")
+        self.producer = producer or ApproxPrefixCacheProducer()
+        self.scorer = scorer or PrefixCacheScorer()
+        for plugin in (self.producer, self.scorer):
+            plugin.bind_data_scope(DataScope.of(plugin))
+
+    async def route(
+        self, request: InferenceRequest, cands: Sequence[EndpointState], pick: int, profile: str = "default"
+    ) -> list[float]:
+        await self.tokens.produce(request, cands)
+        await self.producer.produce(request, cands)
+        cycle = CycleState()
+        scores = self.scorer.score(cycle, request, cands)
+        self.producer.pre_request(cycle, request, SchedulingResult({profile: ProfileResult([cands[pick]])}, profile))
+        return scores
 
 
 def test_chain_hashes_are_prefix_stable_and_seeded() -> None:
@@ -45,6 +64,7 @@ def test_chain_hashes_are_prefix_stable_and_seeded() -> None:
     assert chain_hashes(text, seed_parts=("other", ""), block_bytes=64, max_blocks=256)[0] != a[0]
     assert chain_hashes(text, seed_parts=("m", "salt"), block_bytes=64, max_blocks=256)[0] != a[0]
     assert chain_hashes(b"short", seed_parts=("m", ""), block_bytes=64, max_blocks=256) == []
+    assert len(chain_hashes(b"short", seed_parts=("m", ""), block_bytes=64, max_blocks=256, short=True)) == 1
     assert len(chain_hashes(text, seed_parts=("m", ""), block_bytes=64, max_blocks=3)) == 3
 
 
@@ -53,27 +73,35 @@ def test_tiny_block_size_is_bounded() -> None:
     assert len(hashes) == 256
 
 
-def test_shared_prefix_sticks_to_the_pod_that_served_it() -> None:
-    scorer = PrefixCacheScorer("p")
+async def test_shared_prefix_sticks_to_the_pod_that_served_it() -> None:
+    chain = _Chain()
     cands = [_state("a"), _state("b")]
-    system = "You are a helpful assistant. " * 40  # ~1.2 KB shared system prompt
-    first = _route(scorer, _chat(system, "question one"), cands, pick=1)
+    system = "You are a helpful assistant. " * 120  # ~3.5 KB shared system prompt: 13 blocks of 256 bytes
+    first = await chain.route(_chat(system, "question one"), cands, pick=1)
     assert first == [0.0, 0.0]
-    second = _route(scorer, _chat(system, "a different question"), cands, pick=1)
+    second = await chain.route(_chat(system, "a different question"), cands, pick=1)
     assert second[0] == 0.0
     assert 0.8 < second[1] < 1.0  # the whole system prompt matched, the question did not
-    same = _route(scorer, _chat(system, "question one"), cands, pick=1)
+    same = await chain.route(_chat(system, "question one"), cands, pick=1)
     assert same == [0.0, 1.0]
 
 
-def test_cache_salt_isolates_prefixes() -> None:
-    scorer = PrefixCacheScorer("p")
+async def test_a_prompt_shorter_than_a_block_is_one_block() -> None:
+    chain = _Chain()
+    cands = [_state("a"), _state("b")]
+    await chain.route(_chat("hi"), cands, pick=0)
+    assert await chain.route(_chat("hi"), cands, pick=0) == [1.0, 0.0]
+    assert await chain.route(_chat("ho"), cands, pick=0) == [0.0, 0.0]
+
+
+async def test_cache_salt_isolates_prefixes() -> None:
+    chain = _Chain()
     cands = [_state("a"), _state("b")]
     prompt = "shared prefix " * 100
-    _route(scorer, _chat(prompt), cands, pick=0)
-    salted = _route(scorer, _chat(prompt, salt="tenant-1"), cands, pick=1)
+    await chain.route(_chat(prompt), cands, pick=0)
+    salted = await chain.route(_chat(prompt, salt="tenant-1"), cands, pick=1)
     assert salted == [0.0, 0.0]
-    assert _route(scorer, _chat(prompt, salt="tenant-1"), cands, pick=1)[1] == 1.0
+    assert (await chain.route(_chat(prompt, salt="tenant-1"), cands, pick=1))[1] == 1.0
 
 
 def test_lru_capacity_bounds_memory_and_evicts_oldest() -> None:
@@ -87,73 +115,89 @@ def test_lru_capacity_bounds_memory_and_evicts_oldest() -> None:
     assert len(index) == 2
 
 
-def test_capacity_comes_from_scraped_num_gpu_blocks() -> None:
-    scorer = PrefixCacheScorer("p")
-    cands = [_state("a", num_blocks=3)]
-    _route(scorer, _chat("q" * 64 * 10), cands, pick=0)
-    assert scorer.index_size == 3
+async def test_capacity_and_block_size_come_from_the_scraped_cache_config() -> None:
+    chain = _Chain()
+    await chain.route(_chat("q" * BLOCK * 10), [_state("a", num_blocks=3)], pick=0)
+    assert chain.producer.index_size == 3
+    # autoTune: the endpoints' block size (above the floor) sets the block; without autoTune the parameter does.
+    assert chain.producer.block_size([_state("a", block_size=128)]) == 128
+    assert chain.producer.block_size([_state("a", block_size=16)]) == 64  # vLLM's 16 is held at the floor
+    fixed = approx_prefix_producer.create("p", {"autoTune": False, "blockSizeTokens": 100}, PluginContext())
+    assert fixed.block_size([_state("a", block_size=128)]) == 100
+    unbounded = ApproxPrefixCacheProducer(auto_tune=False, lru_capacity_per_server=2)
+    await _Chain(unbounded).route(_chat("q" * BLOCK * 10), [_state("a", num_blocks=3)], pick=0)
+    assert unbounded.index_size == 2  # autoTune off: lruCapacityPerServer, not the pod's count
 
 
-def test_removed_endpoint_frees_its_index() -> None:
-    scorer = PrefixCacheScorer("p")
+async def test_the_prefill_profile_pick_learns_too() -> None:
+    chain = _Chain()
+    cands = [_state("a"), _state("b"), _state("c")]
+    request = _chat("p" * 2000)
+    await chain.tokens.produce(request, cands)
+    await chain.producer.produce(request, cands)
+    result = SchedulingResult(
+        {"decode": ProfileResult([cands[0]]), "prefill": ProfileResult([cands[1]]), "other": ProfileResult([cands[2]])},
+        "decode",
+    )
+    chain.producer.pre_request(CycleState(), request, result)
+    assert set(chain.producer.index.endpoints) == {"ns/a-rank-0", "ns/b-rank-0"}
+
+
+async def test_removed_endpoint_frees_its_index() -> None:
+    chain = _Chain()
     cands = [_state("a"), _state("b")]
-    _route(scorer, _chat("p" * 1000), cands, pick=0)
-    _route(scorer, _chat("q" * 1000), cands, pick=1)
-    assert set(scorer.index.endpoints) == {"ns/a-rank-0", "ns/b-rank-0"}
-    scorer.endpoints_removed(["ns/a-rank-0"])
-    assert set(scorer.index.endpoints) == {"ns/b-rank-0"}
+    await chain.route(_chat("p" * 1000), cands, pick=0)
+    await chain.route(_chat("q" * 1000), cands, pick=1)
+    assert set(chain.producer.index.endpoints) == {"ns/a-rank-0", "ns/b-rank-0"}
+    chain.producer.endpoints_removed(["ns/a-rank-0"])
+    assert set(chain.producer.index.endpoints) == {"ns/b-rank-0"}
 
 
-def test_factory_validates_parameters() -> None:
+def test_producer_factory_reads_upstreams_parameters() -> None:
     ctx = PluginContext()
-    scorer = prefix_cache_scorer.create("p", {"blockSizeTokens": 8, "maxPrefixTokensToMatch": 80}, ctx)
-    assert scorer.max_prefix_blocks == 10
+    producer = approx_prefix_producer.create("p", {"maxPrefixTokensToMatch": 1280}, ctx)
+    assert producer.max_blocks(64) == 20
+    assert approx_prefix_producer.create("p", {}, ctx).max_blocks(64) == 131072 // 64
+    assert approx_prefix_producer.create("p", {"maxPrefixTokensToMatch": 0}, ctx).max_blocks(64) == 2048
+    both_zero = {"maxPrefixTokensToMatch": 0, "maxPrefixBlocksToMatch": 0}
+    assert approx_prefix_producer.create("p", both_zero, ctx).max_blocks(64) > 10**9  # the whole prompt
+    assert approx_prefix_producer.create("p", {"blockSize": 100, "autoTune": False}, ctx).block_size([]) == 100
     with pytest.raises(PluginConfigError, match="blockSizeTokens"):
-        prefix_cache_scorer.create("p", {"blockSizeTokens": 0}, ctx)
+        approx_prefix_producer.create("p", {"blockSizeTokens": 0, "autoTune": False}, ctx)
+    with pytest.raises(PluginConfigError, match="unknown"):
+        approx_prefix_producer.create("p", {"bogus": 1}, ctx)
+
+
+def test_scorer_refuses_the_index_settings_naming_the_producer() -> None:
+    ctx = PluginContext()
+    with pytest.raises(PluginConfigError, match="blockSizeTokens: .*approx-prefix-cache-producer"):
+        prefix_cache_scorer.create("p", {"blockSizeTokens": 8}, ctx)
     with pytest.raises(PluginConfigError, match="unknown"):
         prefix_cache_scorer.create("p", {"bogus": 1}, ctx)
-    with pytest.raises(PluginConfigError, match="deprecated"):
-        prefix_cache_scorer.create("p", {"blockSize": 64}, ctx)
+    with pytest.raises(PluginConfigError, match="matchLengthScaleTokens"):
+        prefix_cache_scorer.create("p", {"matchLengthWeight": 0.5, "matchLengthScaleTokens": 0}, ctx)
 
 
-def test_large_prompt_hashes_only_the_bounded_prefix() -> None:
-    scorer = PrefixCacheScorer("p")
-    req = parsed("/v1/completions", {"model": "m", "prompt": "w" * 220_000})
-    cycle = CycleState()
-    start = time.perf_counter()
-    hashes = scorer.hashes(cycle, req, [_state("a")])
-    assert len(hashes) == 256
-    assert time.perf_counter() - start < 1.0  # sanity bound only; speed is measured by epp bench
+async def test_large_prompt_hashes_only_the_bounded_prefix() -> None:
+    producer = approx_prefix_producer.create("p", {"maxPrefixTokensToMatch": 64 * 256}, PluginContext())
+    chain = _Chain(producer)
+    request = parsed("/v1/completions", {"model": "m", "prompt": "w" * 220_000})
+    await chain.route(request, [_state("a")], pick=0)
+    info = request.attributes[producer.key.id]
+    assert info.total_blocks == 256
 
 
-class _Producer:
-    """A prefix-match producer with info for requests that carry token ids only."""
-
-    typed_name = TypedName("p", "p")
-
-    def prefix_match(
-        self, cycle: CycleState, request: InferenceRequest, candidates: list[EndpointState]
-    ) -> PrefixMatchInfo | None:
-        if request.token_ids is None:
-            return None
-        return PrefixMatchInfo([0, 3], total_blocks=4, block_size_tokens=16)
-
-
-def test_match_info_producer_scores_and_the_approximate_index_is_the_fallback() -> None:
+async def test_scorer_reads_the_producer_it_names_with_the_match_length_term() -> None:
     scorer = prefix_cache_scorer.create(
         "s",
         {"prefixMatchInfoProducerName": "p", "matchLengthWeight": 0.5, "matchLengthScaleTokens": 96},
         PluginContext(),
     )
-    producer = _Producer()
-    scorer.resolve_references(lambda where, name: producer)
+    scorer.bind_data_scope(DataScope.of(scorer))
     cands = [_state("a"), _state("b")]
-    with_tokens = _chat("x" * 400)
-    with_tokens.token_ids = list(range(64))
+    request = _chat("x")
+    request.attributes[PREFIX_CACHE_MATCH_INFO.named("p").id] = PrefixCacheMatches({"ns/b-rank-0": 3}, 4, 16)
     # 0.5 · min(1, 3·16/96)² + 0.5 · 3/4
-    assert scorer.score(CycleState(), with_tokens, cands) == [0.0, 0.5 * 0.25 + 0.5 * 0.75]
-    # No tokens (tokenization failed): the approximate index, which learnt from the last decision.
-    _route(scorer, _chat("x" * 400), cands, pick=0)
-    assert scorer.score(CycleState(), _chat("x" * 400), cands)[0] > 0
-    with pytest.raises(PluginConfigError, match="not a producer of prefix-match info"):
-        scorer.resolve_references(lambda where, name: prefix_cache_scorer.create("other", {}, PluginContext()))
+    assert scorer.score(CycleState(), request, cands) == [0.0, 0.5 * 0.25 + 0.5 * 0.75]
+    # No match info (the producer had no tokens): 0 everywhere, as upstream.
+    assert scorer.score(CycleState(), _chat("x"), cands) == [0.0, 0.0]

@@ -106,6 +106,26 @@ async def test_envoys_own_503_makes_it_unreachable_at_once_the_model_servers_cou
     assert "Envoy answered 503 itself" in pool.state(0).health.reason
 
 
+async def test_an_answer_to_a_request_routed_before_the_fall_does_not_bring_the_endpoint_back() -> None:
+    pool = Pool()
+    served_before = await pool.route()  # answered by pod-0 just before it died; the answer ends late
+    pool.state(0).health.unreachable("scrape connect: refused", pool.clock.now())
+    pool.finished(served_before, completed=True, status=200)
+    assert pool.state(0).health.state is Health.UNREACHABLE
+    ctx = await pool.route()  # answered by the next best just before it froze
+    assert ctx.decision is not None
+    frozen = ctx.decision.targets[0].health
+    frozen.scrape_failed("scrape timeout")
+    pool.finished(ctx, completed=True, status=200)
+    assert frozen.state is Health.SUSPECT
+    for s in pool.store.endpoints():
+        s.health.unreachable("refused", pool.clock.now())
+    ctx = await pool.route()  # fail-open: routed there while out, so its answer counts
+    assert ctx.decision is not None
+    pool.finished(ctx, completed=True, status=200)
+    assert ctx.decision.targets[0].health.state is Health.HEALTHY
+
+
 async def test_a_success_between_failures_and_4xx_keep_it_in_service() -> None:
     pool = Pool()
     for status in (500, 500, 200, 500, 404, 429, 500, 500):

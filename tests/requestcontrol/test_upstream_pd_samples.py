@@ -38,7 +38,7 @@ from epp.plugins import register_in_tree
 
 OTHER_ISSUES = {"approx-prefix-cache-producer": "issue 21"}
 """Types a sample names that another issue builds (the registry of every upstream plugin type)."""
-REFUSED_AS_CONFIGURED = {"token-producer": "token-producer.parameters: set vllm"}
+REFUSED_AS_CONFIGURED: dict[str, str] = {}
 """A plugin the sample configures in a way refused here, and the refusal's words."""
 
 

@@ -8,7 +8,9 @@ seconds; ``--exit-after-load`` then stops instead of waiting for Ctrl-C. ``--aut
 pool's pods from a simulated Deployment that the saturation autoscaler scales
 (:mod:`epp_sim.dev.autoscale`); its decisions are printed as they change. ``--pd`` serves the pool
 disaggregated: a third of the pods (at least one) prefill, the others decode behind ``epp sidecar``,
-and the picker runs the P/D configuration of ``manifests/overlays/pd``.
+and the picker runs the P/D configuration of ``manifests/overlays/pd``. ``--no-kubernetes``
+starts no API server: the picker reads the pods from an endpoints file it watches
+(``file-discovery``), the smallest deployment there is.
 """
 
 from __future__ import annotations
@@ -85,6 +87,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="disaggregated serving: a third of the pods (at least 1) prefill, the rest decode behind `epp sidecar`; "
         "the picker runs manifests/overlays/pd's configuration (default 3 pods)",
+    )
+    p.add_argument(
+        "--no-kubernetes",
+        action="store_true",
+        help="no API server at all: the picker reads the pods from an endpoints file it watches (file-discovery)",
     )
     p.add_argument(
         "--autoscale",
@@ -195,13 +202,21 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
             f"HPA {autoscaler.variant} (V2 analyzer)"
         )
         kinds = "pods,deployments,hpa"
+    kubernetes = stack.config.kubernetes
+    where = (
+        [
+            f"  kubeconfig:     {stack.kubeconfig}",
+            f"                  {_kubectl()} --kubeconfig {stack.kubeconfig} get {kinds}",
+        ]
+        if kubernetes
+        else [f"  endpoints file: {stack.endpoints_path} (no Kubernetes: edit it, the picker follows)"]
+    )
     lines = [
         first,
         f"  Envoy:          {stack.envoy_url}",
         f"  picker metrics: {stack.picker.metrics_url}",
         f"  picker API:     {stack.picker.health_target} (epp.v1, plaintext; grpcurl or epp explain)",
-        f"  kubeconfig:     {stack.kubeconfig}",
-        f"                  {_kubectl()} --kubeconfig {stack.kubeconfig} get {kinds}",
+        *where,
         f"  logs:           {stack.work_dir} (removed on exit)",
         "",
         "Try:",
@@ -213,7 +228,7 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
             "  P/D:            decode pods run `epp sidecar` in front of their simulator; a prompt whose uncached "
             "part\n                  is long enough (nonCachedTokens) is prefilled on a prefill pod first",
         )
-    if samples.rewritten_models:
+    if samples.rewritten_models and kubernetes:  # rewrites are InferenceModelRewrite objects
         headers = {OBJECTIVE: samples.objective_names[-1]} if samples.objective_names else None
         lines.append(f"  {curl_command(stack.envoy_url, samples.rewritten_models[0], headers=headers)}")
         lines.append(
@@ -233,6 +248,12 @@ async def _dev(args: argparse.Namespace, out: TextIO) -> int:
     autoscaler: DevAutoscaler | None = None
     if args.scale_to_zero and not args.autoscale:
         out.write("epp dev: --scale-to-zero needs --autoscale\n")
+        return 2
+    if args.no_kubernetes and args.autoscale:
+        out.write("epp dev: --autoscale scales a Deployment in the API server, which --no-kubernetes does not run\n")
+        return 2
+    if args.no_kubernetes and args.pd:
+        out.write("epp dev: --pd labels pods with their roles in the API server, which --no-kubernetes does not run\n")
         return 2
     if args.autoscale:
         autoscaler = DevAutoscaler(
@@ -263,6 +284,7 @@ async def _dev(args: argparse.Namespace, out: TextIO) -> int:
         picker_args=picker_args,
         roles=roles,
         sidecar_args=_PD_SIDECAR if args.pd else None,
+        kubernetes=not args.no_kubernetes,
     )
     main = asyncio.current_task()
     assert main is not None
@@ -320,10 +342,11 @@ async def _run(
             say("replicas Ready; the picker routes to them")
         if args.load:
             samples = stack.samples
+            kubernetes = stack.config.kubernetes  # without it there are no rewrites and no objectives to name
             load = LoadConfig(
                 model=samples.model,
-                lora_models=samples.rewritten_models,
-                objectives=samples.objective_names,
+                lora_models=samples.rewritten_models if kubernetes else (),
+                objectives=samples.objective_names if kubernetes else (),
                 duration=args.duration or (60.0 if autoscaler else 20.0),
                 concurrency=args.concurrency,
                 seed=args.seed,

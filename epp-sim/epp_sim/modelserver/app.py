@@ -2,7 +2,8 @@
 
 ``/v1/completions`` and ``/v1/chat/completions`` (JSON with ``usage``, or SSE chunks ending in
 ``data: [DONE]`` with a usage chunk when ``stream_options.include_usage``), ``/v1/models``,
-``/v1/messages`` (Anthropic's Messages API, as vLLM serves it: ``anthropic.py``),
+``/v1/messages`` (Anthropic's Messages API, as vLLM serves it: ``anthropic.py``), SGLang's
+``/generate`` (``sglang.py``),
 ``/health``, ``/metrics``, vLLM's runtime adapter endpoints, and for tests ``/_sim/pin``
 (POST/DELETE), ``/_sim/fail`` (POST ``{"status": 500}``: every completion is answered with that
 status while ``/metrics`` keeps answering, as a vLLM whose engine died does; DELETE: serve again)
@@ -37,6 +38,8 @@ from .engine import Engine, EngineStoppedError, GenerationRequest, InvalidReques
 from .exposition import CONTENT_TYPE
 from .openai_errors import OpenAIError, dumps, error_response, json_response, parse_body, require_json
 from .prompts import chat_prompt, completion_prompt
+from .sglang import GenerateError, GenerateRequest, generate_body, parse_generate, stream_generate
+from .sglang import error_response as sglang_error
 from .tokenize_api import TokenizeEndpoints
 from .tokenizer import SimTokenizer, TokenizerError
 
@@ -105,6 +108,7 @@ def _anthropic_refusal(exc: Exception) -> web.Response:
 
 _OPENAI = _Api(OpenAIError, _openai_refusal)
 _ANTHROPIC = _Api(MessagesError, _anthropic_refusal)
+_SGLANG = _Api(GenerateError, sglang_error)
 
 
 class SimServer:
@@ -124,6 +128,7 @@ class SimServer:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/generate", self._sglang_generate)
         app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/load_lora_adapter", self._load_adapter)
@@ -215,6 +220,16 @@ class SimServer:
         return await self._generate(
             request, lambda raw: parse_messages(raw, engine.config.model, engine.adapters), reply, _ANTHROPIC
         )
+
+    async def _sglang_generate(self, request: web.Request) -> web.StreamResponse:
+        async def reply(parsed: GenerateRequest, handle: RequestHandle) -> web.StreamResponse:
+            if parsed.req.stream:
+                return await stream_generate(request, handle, token_text)
+            await handle.wait()
+            return json_response(generate_body(handle, token_text))
+
+        model = self.engine.config.model
+        return await self._generate(request, lambda raw: parse_generate(raw, model), reply, _SGLANG)
 
     async def _generate(
         self,

@@ -17,6 +17,11 @@ share (8000 may be taken on a developer's machine). The sample Deployment is rea
 name, LoRA slots and pod labels but not applied (nothing would run its pods), nor is the v1alpha2
 InferenceModel (it belongs to the v1alpha2 pool).
 
+With ``kubernetes=False`` (``epp dev --no-kubernetes``) there is no API server at all: the picker
+reads the simulators from an endpoints file (``file-discovery``, watched) in the work directory,
+and runs with a configuration naming it (:mod:`epp_sim.stack.discovery`) and a kubeconfig that
+does not exist.
+
 Extra parts (``epp dev --autoscale``'s simulated Deployment and autoscaler) plug in as
 :class:`StackComponent`: started after Envoy, stopped before it. A component declares the
 addresses it will serve pods on, so the shared target port is chosen free there too; with
@@ -41,6 +46,7 @@ from epp.tasks import Service
 from epp_sim.modelserver.fixture import ModelServer
 from epp_sim.ports import port_free_on
 from epp_sim.stack.cluster import ClusterError, FakeCluster
+from epp_sim.stack.discovery import discovery_config, endpoints_file
 from epp_sim.stack.envoy import EnvoyProcess
 from epp_sim.stack.envoy_config import ExtProcTarget, envoy_bootstrap
 from epp_sim.stack.manifests import CRDS_DIR, MANIFESTS, ManifestError, read_manifests
@@ -98,7 +104,8 @@ class StackConfig:
     instead of as a child process; ``picker_args`` are extra ``epp serve`` flags and ``seed`` its
     random seed (in-process only). ``manifests`` is the folder holding ``crds/`` and ``samples/``
     (read when no :class:`PoolSpec` is given, with ``time_scale`` for the sample pods);
-    ``apiserver`` are options of the fake API server the stack starts.
+    ``apiserver`` are options of the fake API server the stack starts. ``kubernetes`` False starts
+    no API server: the picker reads the pods from an endpoints file (:attr:`LocalStack.endpoints_path`).
     """
 
     pods: int = 4
@@ -118,6 +125,7 @@ class StackConfig:
     """The sample pool's pods' ``llm-d.ai/role`` (disaggregated serving; ignored when a PoolSpec is given)."""
     sidecar_args: tuple[str, ...] | None = None
     """``epp sidecar`` flags for the sample pool's decode pods; None: no sidecars."""
+    kubernetes: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 0:
@@ -132,6 +140,10 @@ class StackConfig:
             raise StackError(f"time_scale must be a positive number, got {self.time_scale!r}")
         if self.ready_timeout <= 0:
             raise StackError(f"ready_timeout must be positive, got {self.ready_timeout!r}")
+        if not self.kubernetes and self.apiserver:
+            raise StackError("apiserver options need kubernetes: the stack without it starts no API server")
+        if not self.kubernetes and (self.roles or self.sidecar_args is not None):
+            raise StackError("disaggregated serving needs kubernetes: pod roles and the sidecars' pool come from it")
 
 
 class LocalStack(Service):
@@ -185,7 +197,13 @@ class LocalStack(Service):
 
     @property
     def kubeconfig(self) -> Path:
-        return self.cluster.kubeconfig
+        """The fake API server's kubeconfig; without Kubernetes, a path that does not exist."""
+        return self.cluster.kubeconfig if self.config.kubernetes else self.work_dir / "no-kubeconfig"
+
+    @property
+    def endpoints_path(self) -> Path:
+        """Without Kubernetes: the endpoints file the picker watches (edit it to add or remove pods)."""
+        return self.work_dir / "endpoints.yaml"
 
     @property
     def work_dir(self) -> Path:
@@ -278,14 +296,15 @@ class LocalStack(Service):
             crds = spec.crds if spec.crds is not None else await asyncio.to_thread(read_manifests, CRDS_DIR)
         except ManifestError as e:
             raise StackError(str(e)) from e
-        if self._cluster is None:
+        if self._cluster is None and cfg.kubernetes:
             self._cluster = await self._exit.enter_async_context(
                 FakeCluster(namespace=spec.namespace, work_dir=work, **cfg.apiserver)
             )
-        try:  # before the pods: a decode pod's sidecar may watch the pool (SSRF protection)
-            await self.cluster.apply_all(crds)
-        except ClusterError as e:
-            raise StackError(f"the fake API server rejected the inference CRDs: {e}") from e
+        if cfg.kubernetes:
+            try:  # before the pods: a decode pod's sidecar may watch the pool (SSRF protection)
+                await self.cluster.apply_all(crds)
+            except ClusterError as e:
+                raise StackError(f"the fake API server rejected the inference CRDs: {e}") from e
         pods = SimulatedPods(
             None,
             cfg.pods,
@@ -304,10 +323,14 @@ class LocalStack(Service):
             self._pods = await self._exit.enter_async_context(pods)
         except OSError as e:
             raise StackError(str(e)) from e
-        try:
-            await self._apply(spec)
-        except ClusterError as e:
-            raise StackError(f"the fake API server rejected the pool's objects: {e}") from e
+        if cfg.kubernetes:
+            try:
+                await self._apply(spec)
+            except ClusterError as e:
+                raise StackError(f"the fake API server rejected the pool's objects: {e}") from e
+        else:
+            servers = [(p.name, p.ip, self.target_port) for p in self.pods]
+            await asyncio.to_thread(self.endpoints_path.write_text, endpoints_file(servers, spec.labels))
         await self._start_picker(spec, work)
         if cfg.envoy:
             await self._start_envoy(work)
@@ -326,6 +349,9 @@ class LocalStack(Service):
     async def _start_picker(self, spec: PoolSpec, work: Path) -> None:
         cfg = self.config
         args = [*spec.picker_arguments(self.target_port), *cfg.picker_args]
+        if not cfg.kubernetes:  # the pool's name and namespace only; the endpoints come from the file
+            args = ["--pool-name", spec.name, "--pool-namespace", spec.namespace, *cfg.picker_args]
+            args += ["--config-text", discovery_config(self.endpoints_path)]
         picker: Picker
         if cfg.in_process_picker:
             picker = InProcessPicker(args, kubeconfig=self.kubeconfig, seed=cfg.seed)

@@ -5,15 +5,23 @@ Envoy, `epp serve` and friends run as separate OS processes. Each child gets its
 order; its output goes to a log file kept for debugging. Readiness is a condition the caller
 supplies (an HTTP probe, a gRPC health check), never a sleep. Stopping signals the child's own
 process group (SIGTERM, then SIGKILL after a grace period): by PID, never by name.
+
+No code of ours runs between fork and exec. The parent usually runs grpc.aio, whose C core
+registers ``pthread_atfork`` handlers; a plain ``fork()`` (what ``preexec_fn`` forces) runs them,
+and in the child they restart gRPC's poller threads, whose epoll descriptor ``close_fds`` then
+closes: the child died of SIGSEGV/SIGABRT ("epoll_wait ... Bad file descriptor") before exec,
+more often the busier the machine. Without ``preexec_fn`` CPython uses ``vfork()``, which runs
+no fork handlers; the die-with-parent signal is set by a tiny interpreter that then execs the
+program (:data:`_DIE_WITH_PARENT`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -25,16 +33,19 @@ from epp_sim.waits import wait_until
 
 __all__ = ["ChildProcess", "ChildProcessError", "log_tail"]
 
-_PR_SET_PDEATHSIG = 1
+_DIE_WITH_PARENT = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG; survives exec
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("parent gone before start")
+os.execv(sys.argv[2], sys.argv[3:])
+"""
+"""Run as ``python -I -S -c _DIE_WITH_PARENT <our pid> <program path> <argv...>`` (Linux).
 
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec (Linux): SIGTERM it if we die, even by SIGKILL.
-
-    The child has its own session so a terminal's Ctrl-C reaches only us; this keeps a hard kill
-    of ``epp dev`` (or of a test run) from leaving an orphaned Envoy or picker behind.
-    """
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+The child has its own session so a terminal's Ctrl-C reaches only us; SIGTERM on our death (even
+by SIGKILL) keeps a hard kill of ``epp dev`` or of a test run from leaving an orphaned Envoy or
+picker behind. ``exec`` keeps the PID, so the child's PID is the program's.
+"""
 
 
 log = logging.getLogger(__name__)
@@ -98,17 +109,23 @@ class ChildProcess:
         """Spawn the child; its output goes to ``log_path`` (truncated)."""
         if self._proc is not None:
             raise RuntimeError(f"{self.name} already started")
+        argv = self._argv
+        if sys.platform.startswith("linux"):
+            try:
+                program = await asyncio.to_thread(_resolve, argv[0], self._env, self._cwd)
+            except OSError as exc:
+                raise ChildProcessError(f"{self.name}: cannot start {argv[0]!r}: {exc}") from exc
+            argv = [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), program, *argv]
         logfile: IO[bytes] = await asyncio.to_thread(self.log_path.open, "wb")
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *self._argv,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=logfile,
                 stderr=asyncio.subprocess.STDOUT,
                 env=self._env,
                 cwd=self._cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         except OSError as exc:
             raise ChildProcessError(f"{self.name}: cannot start {self._argv[0]!r}: {exc}") from exc
@@ -178,6 +195,23 @@ class ChildProcess:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+def _resolve(program: str, env: Mapping[str, str] | None, cwd: Path | None) -> str:
+    """The executable ``program`` names, as ``execvp`` in the child would find it (blocking: call off the loop).
+
+    A name with a slash is relative to the child's working directory; a bare name is looked up
+    on the child's PATH. Raises FileNotFoundError (an OSError, as the spawn itself would) if none.
+    """
+    if "/" in program:
+        path = Path(cwd or Path.cwd()) / program
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+        raise FileNotFoundError(f"no executable at {path}")
+    found = shutil.which(program, path=os.pathsep.join(os.get_exec_path(env)))
+    if found is None:
+        raise FileNotFoundError(f"{program!r} is not on the PATH")
+    return found
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

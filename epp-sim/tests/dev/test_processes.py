@@ -7,7 +7,9 @@ import os
 import sys
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from epp_sim.stack.processes import ChildProcess, ChildProcessError
 from epp_sim.waits import wait_until
@@ -74,6 +76,58 @@ async def test_missing_program_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ChildProcessError, match="ghost: cannot start"):
         await child.start()
     assert await child.stop() is None
+    on_path = ChildProcess(["no-such-program-on-path"], log_path=tmp_path / "child.log", name="ghost")
+    with pytest.raises(ChildProcessError, match="ghost: cannot start 'no-such-program-on-path'"):
+        await on_path.start()
+
+
+async def test_program_found_on_path_and_relative_to_the_working_directory(tmp_path: Path) -> None:
+    script = tmp_path / "hello"
+    script.write_text("#!/bin/sh\necho hello from $0\n")
+    script.chmod(0o755)
+    by_name = ChildProcess(["hello"], log_path=tmp_path / "a.log", name="a", env={"PATH": str(tmp_path)})
+    relative = ChildProcess(["./hello"], log_path=tmp_path / "b.log", name="b", cwd=tmp_path)
+    for child in (by_name, relative):
+        await child.start()
+        await wait_until(lambda c=child: c.returncode is not None, timeout=30)  # type: ignore[misc]
+        assert child.returncode == 0
+        assert child.log_path.read_text() == f"hello from {script}\n"
+
+
+async def _health_traffic(target: str, stop: asyncio.Event) -> None:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while not stop.is_set():
+            await stub.Check(health_pb2.HealthCheckRequest())
+
+
+async def test_pid_is_the_programs(tmp_path: Path) -> None:
+    child = ChildProcess(["/bin/sh", "-c", "echo $$"], log_path=tmp_path / "child.log", name="sh")
+    await child.start()
+    await wait_until(lambda: child.returncode is not None, timeout=30)
+    assert child.log_path.read_text() == f"{child.pid}\n"
+
+
+async def test_children_start_while_this_process_serves_grpc(tmp_path: Path) -> None:
+    """gRPC's fork handlers must not run: forked, a child died before exec (SIGSEGV/SIGABRT, epoll_wait EBADF)."""
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    stop = asyncio.Event()
+    clients = [asyncio.create_task(_health_traffic(f"127.0.0.1:{port}", stop)) for _ in range(4)]
+    statuses = []
+    try:
+        for n in range(20):
+            child = ChildProcess(["/bin/sh", "-c", "exit 0"], log_path=tmp_path / f"{n}.log", name=f"child-{n}")
+            await child.start()
+            await wait_until(lambda c=child: c.returncode is not None, timeout=30)  # type: ignore[misc]
+            statuses.append(child.returncode)
+    finally:
+        stop.set()
+        await asyncio.gather(*clients)
+        await server.stop(None)
+    assert statuses == [0] * 20
 
 
 # A parent that starts a ChildProcess, reports the child's PID, then dies without any teardown.

@@ -318,3 +318,14 @@ def test_load_config_is_validated() -> None:
         LoadConfig(model=MODEL, concurrency=0)
     with pytest.raises(ValueError, match="lora_fraction"):
         LoadConfig(model=MODEL, lora_fraction=1.5)
+
+
+async def test_epp_dev_without_kubernetes_serves_the_pods_of_its_endpoints_file() -> None:
+    returncode, out = await run_epp_dev("--no-kubernetes", "--pods", "2", "--load", "--duration", "2", timeout=45)
+    assert returncode == 0, out
+    assert re.search(r"^  endpoints file: \S+endpoints\.yaml \(no Kubernetes", out, re.M), out
+    assert "kubeconfig:" not in out and "food-review" not in out  # no API server, so no rewrite objects either
+    statuses = dict(re.findall(r"(\S+): (\d+)", re.search(r"by status: (.*)", out).group(1)))  # type: ignore[union-attr]
+    assert int(statuses["200"]) > 0 and set(statuses) <= {"200", "429"}, out
+    returncode, out = await run_epp_dev("--no-kubernetes", "--autoscale", "--load", timeout=20)
+    assert returncode == 2 and "--no-kubernetes does not run" in out

@@ -4,6 +4,7 @@
   two ``/render`` variants and image generation;
 - ``anthropic-parser``: ``messages`` and ``messages/count_tokens``;
 - ``vllmhttp-parser``: vLLM's ``inference/v1/generate``;
+- ``sglanghttp-parser``: SGLang's ``generate`` (pre-tokenized prompts);
 - ``passthrough-parser``: claims nothing, so it takes every path the others do not; the body is
   forwarded untouched and the request is routed on its headers alone.
 
@@ -19,17 +20,19 @@ from typing import Any
 
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginContext
-from epp.plugins.parsers import anthropic, openai, passthrough, vllm_http
+from epp.plugins.parsers import anthropic, openai, passthrough, sglang_http, vllm_http
 
 __all__ = [
     "ANTHROPIC_TYPE",
     "DEFAULT_PARSER_TYPES",
     "OPENAI_TYPE",
     "PASSTHROUGH_TYPE",
+    "SGLANG_HTTP_TYPE",
     "VLLM_HTTP_TYPE",
     "create_anthropic",
     "create_openai",
     "create_passthrough",
+    "create_sglang_http",
     "create_vllm_http",
     "parser_of_type",
 ]
@@ -38,6 +41,7 @@ OPENAI_TYPE = openai.TYPE
 ANTHROPIC_TYPE = anthropic.TYPE
 VLLM_HTTP_TYPE = vllm_http.TYPE
 PASSTHROUGH_TYPE = passthrough.TYPE
+SGLANG_HTTP_TYPE = sglang_http.TYPE
 
 DEFAULT_PARSER_TYPES = (OPENAI_TYPE, ANTHROPIC_TYPE, VLLM_HTTP_TYPE, PASSTHROUGH_TYPE)
 """The llm-d router's parsers when the configuration lists none, in its order (fallback last)."""
@@ -47,6 +51,7 @@ _CLASSES: Mapping[str, type[NamedPlugin]] = {
     ANTHROPIC_TYPE: anthropic.AnthropicParser,
     VLLM_HTTP_TYPE: vllm_http.VllmHttpParser,
     PASSTHROUGH_TYPE: passthrough.PassthroughParser,
+    SGLANG_HTTP_TYPE: sglang_http.SglangHttpParser,
 }
 
 
@@ -74,3 +79,7 @@ def create_vllm_http(name: str, parameters: Mapping[str, Any], context: PluginCo
 
 def create_passthrough(name: str, parameters: Mapping[str, Any], context: PluginContext) -> NamedPlugin:
     return _create(PASSTHROUGH_TYPE, name, parameters)
+
+
+def create_sglang_http(name: str, parameters: Mapping[str, Any], context: PluginContext) -> NamedPlugin:
+    return _create(SGLANG_HTTP_TYPE, name, parameters)
