@@ -6,13 +6,8 @@ pipeline over labelled pods (one prefill, two decode, one encode pod): a long un
 for the E/P/D samples a prompt with an image, whose routing is checked against what the sample is
 for (the decode pod serves; the prefill and encode pods are named in their headers).
 
-Samples naming upstream's Alpha types (the ``topology-*`` plugins) load as upstream deploys them,
-with ``--allow-experimental-plugins``, and are refused without it. Some samples also name a plugin
-type another issue builds (issue 21: ``approx-prefix-cache-producer``) or a plugin configured in a
-way refused here (a bare ``token-producer`` asks for upstream's ``estimate`` backend). Such a
-sample must be refused naming that type, and then route with those entries left out
-(``prefix-cache-scorer`` keeps its own approximate index, which is what upstream's approximate
-producer feeds it). When that type lands, the sample loads whole and the same routing is checked.
+Every sample loads whole. Samples naming upstream's Alpha types (the ``topology-*`` plugins) load
+as upstream deploys them, with ``--allow-experimental-plugins``, and are refused without it.
 """
 
 from __future__ import annotations
@@ -35,11 +30,6 @@ from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.framework.roles import ROLE_LABEL
 from epp.labels import Selector
 from epp.plugins import register_in_tree
-
-OTHER_ISSUES = {"approx-prefix-cache-producer": "issue 21"}
-"""Types a sample names that another issue builds (the registry of every upstream plugin type)."""
-REFUSED_AS_CONFIGURED: dict[str, str] = {}
-"""A plugin the sample configures in a way refused here, and the refusal's words."""
 
 
 @dataclass(frozen=True)
@@ -537,32 +527,12 @@ def _registry() -> PluginRegistry:
     return registry
 
 
-def _without(text: str, types: set[str]) -> str:
-    """The sample with every plugin of ``types`` left out, and every profile's reference to it."""
-    doc: dict[str, Any] = yaml.safe_load(text)
-    dropped = {p.get("name") or p["type"] for p in doc["plugins"] if p["type"] in types}
-    doc["plugins"] = [p for p in doc["plugins"] if p["type"] not in types]
-    for profile in doc.get("schedulingProfiles", ()):
-        profile["plugins"] = [r for r in profile["plugins"] if r["pluginRef"] not in dropped]
-    return yaml.safe_dump(doc)
-
-
 def _loadable(sample: Sample) -> str:
-    """The sample's text as it loads here: whole, or, when it names types built elsewhere, without them."""
-    declared = [p["type"] for p in yaml.safe_load(sample.text)["plugins"]]
+    """The sample's text, once every type it names is registered here."""
     registered = _registry().types()
-    missing = [t for t in declared if t not in registered]
-    elsewhere = [t for t in declared if t in REFUSED_AS_CONFIGURED]
-    if not missing and not elsewhere:
-        return sample.text
-    assert set(missing) <= OTHER_ISSUES.keys(), (
-        f"{sample.source}: no issue builds {sorted(set(missing) - OTHER_ISSUES.keys())}"
-    )
-    with pytest.raises(ConfigError) as refused:
-        Harness(pool(), config_text=sample.text, allow_experimental_plugins=True)
-    named = missing[0] if missing else REFUSED_AS_CONFIGURED[elsewhere[0]]
-    assert named in str(refused.value), f"{sample.source}: refused for {refused.value}, not naming {named}"
-    return _without(sample.text, {*missing, *elsewhere})
+    missing = [p["type"] for p in yaml.safe_load(sample.text)["plugins"] if p["type"] not in registered]
+    assert not missing, f"{sample.source}: unknown types {missing}"
+    return sample.text
 
 
 def _experimental(text: str) -> set[str]:
