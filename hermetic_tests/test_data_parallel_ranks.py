@@ -52,9 +52,10 @@ async def busy_except(env: HermeticPool, idle: tuple[int, int]) -> None:
     await wait_until(scraped, timeout=10, message=f"picker scraped {expected}")
 
 
-async def ask(env: HermeticPool) -> None:
+async def ask(env: HermeticPool, prompt: str = "which rank?") -> None:
+    """One request; a new ``prompt`` each time, so no prefix affinity pulls it to the last rank."""
     async with aiohttp.ClientSession() as http:
-        body = {"model": "m", "prompt": "which rank?", "max_tokens": 2}
+        body = {"model": "m", "prompt": prompt, "max_tokens": 2}
         async with http.post(f"{env.envoy_url}/v1/completions", json=body) as resp:
             assert resp.status == 200, await resp.text()
 
@@ -71,7 +72,7 @@ async def test_the_gateway_goes_to_the_chosen_ranks_port(epp_pool: PoolFactory, 
     await ask(env)
     assert served(env) == [[0, 0, 0], [0, 0, 1]]
     await busy_except(env, (0, 1))
-    await ask(env)
+    await ask(env, "and now which rank?")
     assert served(env) == [[0, 1, 0], [0, 0, 1]]
 
 
