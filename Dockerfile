@@ -21,8 +21,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 # The wheels are bind-mounted from the builder for this one step, so no layer keeps them.
+# LightGBM (the SLO latency predictor's trainer) links the system OpenMP runtime, libgomp1.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels epp \
+    apt-get update && apt-get install -y --no-install-recommends libgomp1 && rm -rf /var/lib/apt/lists/* \
+    && pip install --no-index --find-links=/wheels epp \
     && groupadd --system --gid 10001 epp \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin epp
 USER 10001:10001

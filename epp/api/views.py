@@ -112,6 +112,28 @@ def explanation_message(pool: str, explanation: Explanation) -> pb.ExplainRespon
     if explanation.admission is not None:
         message.admission.verdict = _ADMISSION[explanation.admission]
         message.admission.reason = explanation.admission_reason
+    addresses = {s.endpoint.key: s.endpoint.hostport for s in explanation.candidates}
+    for predictions in explanation.latency:
+        message.latency.append(
+            pb.LatencyPredictions(
+                producer=predictions.producer,
+                ttft_slo_ms=predictions.ttft_slo_ms,
+                tpot_slo_ms=predictions.tpot_slo_ms,
+                endpoints=[
+                    pb.EndpointLatency(
+                        key=key,
+                        address=addresses.get(key, ""),
+                        ttft_ms=info.ttft_ms,
+                        tpot_ms=info.tpot_ms,
+                        ttft_headroom_ms=info.ttft_headroom,
+                        tpot_headroom_ms=info.tpot_headroom,
+                        valid=info.valid,
+                        dispatched=info.dispatched,
+                    )
+                    for key, info in predictions.by_endpoint.items()
+                ],
+            )
+        )
     error = explanation.error
     if error is not None:
         message.failure.http_status = error.code.http_status

@@ -38,6 +38,8 @@ from epp.config.options import (
     parse_duration_flag,
     parse_ports,
 )
+from epp.framework.replication import SyncSettings
+from epp.statesync.address import redis_url
 
 __all__ = [
     "add_logging_flags",
@@ -185,6 +187,19 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         help="the Lease leader election holds: gie, epp-<ns>-<pool>.gateway-api-inference-extension.sigs.k8s.io "
         "(the GIE picker's, and ours so far: one lease across our rolling updates); llm-d, "
         "epp-<ns>-<pool>.llm-d.ai (the llm-d router's: pick it to share one lease with llm-d pickers)",
+    )
+    _flag(
+        config,
+        "--state-sync-address",
+        default="",
+        help="Valkey/Redis server the pool's replicas share state through (redis://, rediss://, valkey://, "
+        "valkeys://, unix:// or host:port): approximate-prefix insertions and in-flight counts (docs/deploy.md)",
+    )
+    _flag(
+        config,
+        "--state-sync-interval",
+        default="200ms",
+        help="how often each replica sends its in-flight counts when they changed (and every 5th when not)",
     )
     _flag(config, "--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 
@@ -375,6 +390,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         enable_grpc_stream_metrics=args.enable_grpc_stream_metrics,
         conformance_test_hooks=args.enable_conformance_test_hooks,
         leader_election=args.ha_enable_leader_election,
+        state_sync=_state_sync(args),
         lease_name_style=args.ha_lease_name_style,
         metrics_naming=args.metrics_naming,
         tracing=args.tracing,
@@ -407,6 +423,19 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
             cache_info_metric=_metric("cache-info-metric", args.cache_info_metric),
         ),
     )
+
+
+def _state_sync(args: argparse.Namespace) -> SyncSettings | None:
+    interval = parse_duration_flag(args.state_sync_interval, flag="state-sync-interval")
+    if interval <= 0:
+        raise OptionsError(f"--state-sync-interval must be > 0, got {args.state_sync_interval!r}")
+    if not args.state_sync_address:
+        return None
+    try:
+        redis_url(args.state_sync_address)
+        return SyncSettings(args.state_sync_address, in_flight_interval=interval)
+    except ValueError as e:
+        raise OptionsError(f"--state-sync-address: {e}") from e
 
 
 def no_effect_flags(options: ServeOptions) -> list[str]:

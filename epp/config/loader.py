@@ -481,7 +481,7 @@ class _Builder:
             (
                 "dataLayer.crossReplicaSyncerPluginRef",
                 data_layer.cross_replica_syncer_plugin_ref,
-                "a cross-replica syncer: this picker shares no state between replicas",
+                "a cross-replica syncer: replicas share state through --state-sync-address (a Valkey/Redis server)",
             ),
         )
         for where, ref, kind in missing_kinds:
@@ -507,7 +507,9 @@ class _Builder:
             if plays(plugin, PluginKind.PICKER) and isinstance(plugin, Picker):
                 pickers.append(plugin)
                 roles += 1
-            if not roles:
+            # Upstream's samples list predicted-latency-producer in the profile, where the router ignores
+            # what is not a filter, scorer or picker: a data producer runs before the cycle either way.
+            if not roles and not plays(plugin, PluginKind.DATA_PRODUCER):
                 raise ConfigError(
                     f"{where}.pluginRef: plugin {ref.plugin_ref!r} (type {plugin.typed_name.type!r}) "
                     "is not a filter, scorer or picker"

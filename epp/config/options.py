@@ -15,6 +15,7 @@ from typing import Literal
 
 from epp.config.tls_policy import TlsPolicyError, check_min_version, openssl_cipher_list
 from epp.durations import parse_duration
+from epp.framework.replication import SyncSettings
 from epp.labels import Selector, SelectorError, parse_selector
 
 __all__ = [
@@ -214,6 +215,8 @@ class ServeOptions:
     enable_grpc_stream_metrics: bool = False
     conformance_test_hooks: bool = False
     leader_election: bool = False
+    state_sync: SyncSettings | None = None
+    """Where the pool's replicas share state (``--state-sync-address``); None: each routes on its own view."""
     lease_name_style: LeaseNameStyle = "gie"
     metrics_naming: MetricsNaming = "both"
     tracing: bool = True

@@ -8,6 +8,12 @@ variants and Envoy's cluster health check (service ``envoy.service.ext_proc.v3.E
 work. Readiness is pushed with :meth:`HealthState.set_ready` (from the event loop); ``Watch``
 streams see each change and end at shutdown so they never hold up a graceful stop.
 
+Details: a part that can fail without the picker failing (the state sync with the other
+replicas, ``--state-sync-address``) gets a name of its own (:meth:`HealthState.set_detail`,
+``state-sync/<namespace>/<pool>``): SERVING while ready and the part is well, NOT_SERVING
+otherwise, listed by ``List``; readiness and every other name ignore it, so a replica that lost its
+Valkey server stays in the Service and keeps routing on its own view.
+
 Graceful drain (SIGTERM): :meth:`HealthState.drain` turns every name but ``liveness`` NOT_SERVING
 at once, so kubelet takes the pod out of the Service while it still serves streams, and the
 liveness probe never restarts it mid-drain (the chart's ``inference-extension`` name goes
@@ -40,6 +46,7 @@ class HealthState(pb.HealthServicer):  # type: ignore[misc]  # generated base cl
         self._draining = False
         self._stopping = False
         self._changed = asyncio.Event()
+        self._details: dict[str, bool] = {}
 
     @property
     def ready(self) -> bool:
@@ -50,6 +57,12 @@ class HealthState(pb.HealthServicer):  # type: ignore[misc]  # generated base cl
         """Flip readiness (call on the event loop); watchers are told at once."""
         if ready != self._ready:
             self._ready = ready
+            self._notify()
+
+    def set_detail(self, service: str, ok: bool) -> None:
+        """The part named ``service`` is well (or not); watchers of that name are told at once."""
+        if self._details.get(service) != ok:
+            self._details[service] = ok
             self._notify()
 
     def drain(self) -> None:
@@ -68,7 +81,7 @@ class HealthState(pb.HealthServicer):  # type: ignore[misc]  # generated base cl
         """The serving status reported for ``service``."""
         if service == LIVENESS:
             return _SERVING
-        return _SERVING if self.ready else _NOT_SERVING
+        return _SERVING if self.ready and self._details.get(service, True) else _NOT_SERVING
 
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -79,7 +92,7 @@ class HealthState(pb.HealthServicer):  # type: ignore[misc]  # generated base cl
 
     async def List(self, request: pb.HealthListRequest, context: Any) -> pb.HealthListResponse:  # noqa: N802 (gRPC method name)
         response = pb.HealthListResponse()
-        for service in ("", LIVENESS, READINESS, pb.EXT_PROC_SERVICE):
+        for service in ("", LIVENESS, READINESS, pb.EXT_PROC_SERVICE, *self._details):
             response.statuses[service].status = self.status(service)
         return response
 

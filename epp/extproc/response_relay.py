@@ -18,12 +18,15 @@ name it asked for, even when a chunk boundary cuts through it (in Envoy's ``FULL
 mode, the GIE mode; in the modes where every body message gets exactly one answer, each chunk is
 renamed on its own). The relay is
 :attr:`done` once the response is complete (end of stream, trailers, or a mode in which Envoy
-sends no body); the stream then records it.
+sends no body); the stream then records it. It notes when the first body byte arrived
+(:attr:`first_byte_at`, ``time.perf_counter()``): the time to first token that SLO-aware routing
+learns from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from time import perf_counter
 
 from epp.extproc import pb
 from epp.extproc.model_rename import ModelRenamer
@@ -45,8 +48,8 @@ _UPSTREAM_SERVICE_TIME = headers.UPSTREAM_SERVICE_TIME
 
 
 class ResponseRelay:
-    """Relays one response; ``done``, ``usage``, ``size``, ``status``, ``upstream_error`` and
-    ``from_upstream`` (the model server answered, not Envoy itself) say how it went.
+    """Relays one response; ``done``, ``usage``, ``size``, ``status``, ``upstream_error``,
+    ``from_upstream`` (the model server answered, not Envoy itself) and ``first_byte_at`` say how it went.
 
     ``mode`` is Envoy's response body mode; ``sse`` when the request asked for a stream;
     ``read_body`` False for a passthrough request (nothing held or scanned);
@@ -70,6 +73,7 @@ class ResponseRelay:
         "status",
         "upstream_error",
         "from_upstream",
+        "first_byte_at",
     )
 
     def __init__(
@@ -98,6 +102,7 @@ class ResponseRelay:
         self.status = 0
         self.upstream_error = False
         self.from_upstream = False  # Envoy's own replies (could not connect, reset) are not
+        self.first_byte_at: float | None = None
         if sse:
             self._pass_sse()
 
@@ -130,6 +135,8 @@ class ResponseRelay:
     def on_body(self, body: pb.HttpBody) -> Sequence[pb.ProcessingResponse]:
         chunk: bytes = body.body
         end: bool = body.end_of_stream
+        if chunk and self.first_byte_at is None:
+            self.first_byte_at = perf_counter()
         self.size += len(chunk)
         if self._passing:
             return self._pass(chunk, end)

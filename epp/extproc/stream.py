@@ -52,6 +52,7 @@ from epp.extproc.subset_hint import subset_hint
 from epp.extproc.usage import Usage
 from epp.framework import headers as wire
 from epp.framework.request import InferenceRequest, RoutingDecision
+from epp.framework.response import ResponseTiming
 from epp.requestcontrol.context import RequestContext
 from epp.telemetry.logs import request_id_var
 from epp.telemetry.metrics import EppMetrics
@@ -112,9 +113,10 @@ class RequestPipeline(Protocol):
         ...
 
     def response_complete(
-        self, ctx: RequestContext, usage: Usage | None, status: int
+        self, ctx: RequestContext, usage: Usage | None, status: int, timing: ResponseTiming | None = None
     ) -> Mapping[str, Mapping[str, float]]:
-        """The response ended (before ``finished``): plugins read its usage; returns their dynamic metadata."""
+        """The response ended (before ``finished``): plugins read its usage and ``timing`` (when it went
+        upstream, its first body byte, its end); returns their dynamic metadata."""
         ...
 
     def finished(self, ctx: RequestContext, *, completed: bool, status: int = 0, gateway_reply: bool = False) -> None:
@@ -179,6 +181,7 @@ class Stream:
         "_body",
         "_body_size",
         "_t_start",
+        "_t_routed",
         "_overhead",
         "_error_label",
         "_running",
@@ -198,6 +201,7 @@ class Stream:
         self._body: list[bytes] = []
         self._body_size = 0
         self._t_start = 0.0
+        self._t_routed = 0.0  # when the routing answer was made: the request's t0 for latency learning
         self._overhead: tuple[float, float | None, float, float] | None = None  # observed once the answers are sent
         self._error_label = ""
         self._running: RequestLabels | None = None  # the labels the running gauge was raised under
@@ -356,7 +360,7 @@ class Stream:
         ctx = self._ctx = pipeline.context(request, self._subset)
         with activated(self._trace):
             decision = self._routed(pipeline.route_headers_only(ctx))
-        t_scheduled = perf_counter()
+        t_scheduled = self._t_routed = perf_counter()
         answer = routing_headers_response(request.upstream_headers, decision.destination, 0)
         self._overhead = (t_last, None, t_scheduled, perf_counter())
         return (answer,)
@@ -371,7 +375,7 @@ class Stream:
         t_parsed = perf_counter()
         with activated(self._trace):
             decision = self._routed(await pipeline.route(ctx))
-        t_scheduled = perf_counter()
+        t_scheduled = self._t_routed = perf_counter()
         forward = ctx.forward_body
         body = raw if forward is None else forward
         destination = decision.destination
@@ -453,7 +457,8 @@ class Stream:
         """The response plugins' dynamic metadata rides on the response's last answer."""
         pipeline, ctx = self._pipeline, self._ctx
         if pipeline is not None and ctx is not None:
-            metadata = pipeline.response_complete(ctx, relay.usage, relay.status)  # plugin errors are caught there
+            timing = ResponseTiming(self._t_routed, relay.first_byte_at, perf_counter()) if self._t_routed else None
+            metadata = pipeline.response_complete(ctx, relay.usage, relay.status, timing)  # plugin errors caught there
             if metadata and answers:
                 add_dynamic_metadata(answers[-1], metadata)
 

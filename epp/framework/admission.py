@@ -23,13 +23,14 @@ __all__ = ["Admitter", "Denial"]
 
 @dataclass(frozen=True, slots=True)
 class Denial:
-    """Why an admitter refused a request: upstream's error code name (``ResourceExhausted``) and message."""
+    """Why an admitter refused a request: upstream's error code name (``ResourceExhausted``) and message; no
+    code for a plugin whose upstream error is a plain one (``latency-slo-admitter``'s)."""
 
     code: str
     message: str
 
     def __str__(self) -> str:
-        return f"inference error: {self.code} - {self.message}"
+        return f"inference error: {self.code} - {self.message}" if self.code else self.message
 
 
 @runtime_checkable

@@ -42,6 +42,8 @@ __all__ = [
     "SUBSET_HINT_NAMESPACE",
     "SYSTEM_OWNED",
     "TEST_ENDPOINT_SELECTION",
+    "TPOT_SLO",
+    "TTFT_SLO",
     "UPSTREAM_SERVICE_TIME",
     "WENT_INTO_RESP_HEADERS",
     "read",
@@ -69,11 +71,19 @@ LLM_D_OBJECTIVE = "x-llm-d-inference-objective"
 LLM_D_MODEL_NAME_REWRITE = "x-llm-d-model-name-rewrite"
 LLM_D_FAIRNESS_ID = "x-llm-d-inference-fairness-id"
 
+TTFT_SLO = "x-llm-d-slo-ttft-ms"
+"""The request's time-to-first-token objective in milliseconds (a float), for SLO-aware routing."""
+
+TPOT_SLO = "x-llm-d-slo-tpot-ms"
+"""The request's time-per-output-token objective in milliseconds (a float)."""
+
 ALIASES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         OBJECTIVE: (LLM_D_OBJECTIVE, OBJECTIVE),
         MODEL_NAME_REWRITE: (LLM_D_MODEL_NAME_REWRITE, MODEL_NAME_REWRITE),
         FAIRNESS_ID: (LLM_D_FAIRNESS_ID, FAIRNESS_ID),
+        TTFT_SLO: (TTFT_SLO, "x-slo-ttft-ms"),  # the llm-d router's older names, still accepted
+        TPOT_SLO: (TPOT_SLO, "x-slo-tpot-ms"),
     }
 )
 """Each control header the picker reads → its spellings, the one that wins first."""

@@ -7,7 +7,9 @@ the only call here: :class:`ResponseComplete` plugins are told once, when the re
 with the usage the response carried (the ``usage`` of a JSON body or of an SSE stream; zeros when
 it carried none, as upstream's zero ``Usage``). What they put in
 :attr:`CompletedResponse.dynamic_metadata` goes back to Envoy as dynamic metadata on the last answer
-of the response (upstream attaches it the same way).
+of the response (upstream attaches it the same way). :class:`ResponseTiming` says when the request
+went upstream and when its response began and ended, for plugins that learn latencies
+(``predicted-latency-producer``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Protocol, runtime_checkable
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 
-__all__ = ["CompletedResponse", "ResponseComplete", "Usage"]
+__all__ = ["CompletedResponse", "ResponseComplete", "ResponseTiming", "Usage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,17 @@ class Usage:
     total_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseTiming:
+    """Moments of one request, in ``time.perf_counter()`` seconds: ``routed_at``, when the routing answer went
+    to the gateway (upstream's PreRequest time); ``first_byte_at``, when the first byte of the response body
+    arrived (None: the response had no body); ``ended_at``, when the response was complete."""
+
+    routed_at: float
+    first_byte_at: float | None
+    ended_at: float
+
+
 @dataclass(slots=True)
 class CompletedResponse:
     """A response that reached its end; ``dynamic_metadata`` is namespace → key → number, filled by plugins."""
@@ -39,6 +52,8 @@ class CompletedResponse:
     status: int = 0
     """The HTTP status the model server answered (0: unknown)."""
     dynamic_metadata: dict[str, dict[str, float]] = field(default_factory=dict)
+    timing: ResponseTiming | None = None
+    """None when the request's moments are unknown (a request routed without a stream)."""
 
 
 @runtime_checkable

@@ -60,7 +60,10 @@ def block_keys(tokens: Sequence[int], block_size: int, parent: int, max_blocks: 
         n = min(n, max_blocks)
     if n == 0:
         return []
-    data = memoryview(array("I", tokens[: n * block_size]).tobytes())
+    if isinstance(tokens, array) and tokens.typecode == "I":  # token-producer's ids: hashed in place
+        data = memoryview(tokens)[: n * block_size].cast("B")
+    else:
+        data = memoryview(array("I", tokens[: n * block_size]).tobytes())
     step = block_size * 4
     digest = xxhash.xxh64_intdigest
     out: list[int] = []

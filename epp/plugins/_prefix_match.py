@@ -37,8 +37,10 @@ class PrefixMatchReader:
         self.key = PREFIX_CACHE_MATCH_INFO.named(p.text("prefixMatchInfoProducerName") or "")
         self.scope: DataScope = NO_DATA
 
-    def dependencies(self) -> Dependencies:
-        return Dependencies(required={self.key: PrefixCacheMatches})
+    def dependencies(self, *, optional: bool = False) -> Dependencies:
+        """The key read, required (a producer is added or must exist) or ``optional`` (none: no info, score 0)."""
+        keys = {self.key: PrefixCacheMatches}
+        return Dependencies(optional=keys) if optional else Dependencies(required=keys)
 
     def match(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> PrefixMatchInfo | None:
         """One count per candidate, or None when the producer published nothing for the request."""

@@ -24,20 +24,29 @@ both 0: the whole prompt), ``lruCapacityPerServer`` (31250), and the deprecated 
 (characters), taken as ``blockSizeTokens`` when that is left at its default. A prompt shorter
 than a block is one (partial) block. A request without tokens (its tokenization failed) gets no
 match info, so it is scored 0 everywhere, as upstream.
+
+With replicas sharing state (``--state-sync-address``) the producer is
+:class:`~epp.framework.replication.Replicated`: each insertion it makes is published (the endpoint,
+its capacity and the block hashes, msgpack) and the peers' insertions are applied to its index as
+its own, so every replica's approximate index learns every replica's decisions.
 """
 
 from __future__ import annotations
 
 import sys
+from array import array
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgpack
 
 from epp.framework.data import NO_DATA, DataScope
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
+from epp.framework.replication import Publish
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.plugins._prefix_match import PrefixMatchPublisher
@@ -87,6 +96,7 @@ class ApproxPrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         self.index = PrefixIndex(lru_capacity_per_server)
         self.key = PREFIX_CACHE_MATCH_INFO.named(name)
         self._data: DataScope = NO_DATA
+        self._publish: Publish | None = None
 
     # -- per request -------------------------------------------------------------------------------
 
@@ -123,7 +133,36 @@ class ApproxPrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
                 continue
             target = profile_result.targets[0]
             reported = target.metrics.cache_num_blocks if self.auto_tune else 0
-            self.index.add(target.endpoint.key, found.hashes, reported or self.lru_capacity_per_server)
+            capacity = reported or self.lru_capacity_per_server
+            self.index.add(target.endpoint.key, found.hashes, capacity)
+            if self._publish is not None:
+                self._publish(msgpack.packb((target.endpoint.key, capacity, array("Q", found.hashes).tobytes())))
+
+    # -- shared with the other replicas --------------------------------------------------------------
+
+    def replicate(self, publish: Publish | None) -> None:
+        """Publish each insertion from now on (None: stop); see the module docstring."""
+        self._publish = publish
+
+    def apply_replicated(self, payload: bytes) -> None:
+        """A peer's insertion: ``[endpoint key, capacity, hashes as native uint64s]``; ``ValueError`` when not one.
+
+        The hashes travel as one byte string (8 bytes a block, checked by its length rather than
+        integer by integer); every replica of a pool runs on one architecture.
+        """
+        try:
+            key, capacity, packed = msgpack.unpackb(payload)
+        except (ValueError, TypeError, msgpack.UnpackException) as e:
+            raise ValueError(f"{TYPE}: not a prefix insertion: {e}") from e
+        if (
+            not isinstance(key, str)
+            or not isinstance(capacity, int)
+            or capacity < 0
+            or not isinstance(packed, bytes)
+            or len(packed) % 8
+        ):
+            raise ValueError(f"{TYPE}: not a prefix insertion: {key!r:.40}, {capacity!r:.20}, {type(packed).__name__}")
+        self.index.add(key, array("Q", packed).tolist(), capacity)
 
     def endpoints_removed(self, keys: Collection[str]) -> None:
         self.index.forget(keys)

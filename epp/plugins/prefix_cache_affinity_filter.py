@@ -9,24 +9,26 @@ pods' caches). The TTFT load gate breaks stickiness (keeps all) when the best st
 estimated TTFT exceeds the best other's by more than ``maxTTFTPenaltyMs`` (18000; 0 = always
 stick); with ``ttftSource: prefillThroughput`` (the default) a candidate's TTFT is its in-flight
 tokens (the picker's own count) / ``peakPrefillThroughput`` (15928 tokens/s) × 1000 ms.
-``ttftSource: latencyPredictor`` needs upstream's ``predicted-latency-producer``, which this picker
-does not have: refused at load (unless the gate is off). ``inFlightLoadProducerName`` and
-``latencyPredictionInfoProducerName`` are accepted as upstream's; this picker keeps one in-flight
-count per endpoint.
+With ``ttftSource: latencyPredictor`` a candidate's TTFT is its predicted TTFT
+(``predicted-latency-producer``, named by ``latencyPredictionInfoProducerName``; one without a
+prediction counts as infinite, so with no predictions at all the gate never opens, as upstream's).
+``inFlightLoadProducerName`` is accepted as upstream's; this picker keeps one in-flight count per endpoint.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from epp.framework.data import DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
-from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
+from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
+from epp.plugins._latency_source import LatencySource
 from epp.plugins._prefix_match import PrefixMatchReader
 
 __all__ = ["TYPE", "PrefixCacheAffinityFilter", "create"]
@@ -36,7 +38,7 @@ _SOURCES = ("prefillThroughput", "latencyPredictor")
 
 
 class PrefixCacheAffinityFilter(NamedPlugin):
-    __slots__ = ("_rng", "exploration", "max_penalty_ms", "peak_throughput", "reader", "threshold")
+    __slots__ = ("_rng", "exploration", "latency", "max_penalty_ms", "peak_throughput", "reader", "threshold")
     plugin_type = TYPE
     kinds = frozenset({PluginKind.FILTER})
 
@@ -49,6 +51,7 @@ class PrefixCacheAffinityFilter(NamedPlugin):
         exploration: float = 0.0,
         max_penalty_ms: float = 18000.0,
         peak_throughput: float = 15928.0,
+        latency: LatencySource | None = None,
         rng: random.Random,
     ) -> None:
         super().__init__(name)
@@ -57,6 +60,8 @@ class PrefixCacheAffinityFilter(NamedPlugin):
         self.exploration = exploration
         self.max_penalty_ms = max_penalty_ms
         self.peak_throughput = peak_throughput
+        self.latency = latency
+        """Set when ``ttftSource`` is ``latencyPredictor``."""
         self._rng = rng
 
     def filter(
@@ -76,12 +81,22 @@ class PrefixCacheAffinityFilter(NamedPlugin):
             return everyone
         if self.max_penalty_ms > 0 and len(sticky) < len(candidates):
             others = [c for c in candidates if all(c is not s for s in sticky)]
-            if self._best_ttft_ms(sticky) - self._best_ttft_ms(others) > self.max_penalty_ms:
+            if self._best_ttft_ms(request, sticky) - self._best_ttft_ms(request, others) > self.max_penalty_ms:
                 return everyone
         return sticky
 
-    def _best_ttft_ms(self, states: Sequence[EndpointState]) -> float:
-        return min(s.in_flight_tokens for s in states) / self.peak_throughput * 1000.0
+    def _best_ttft_ms(self, request: InferenceRequest, states: Sequence[EndpointState]) -> float:
+        latency = self.latency
+        if latency is None:
+            return min(s.in_flight_tokens for s in states) / self.peak_throughput * 1000.0
+        predictions = latency.read(request)
+        if predictions is None:
+            return math.inf
+        return min((info.ttft_ms if (info := predictions.of(s)) is not None else math.inf) for s in states)
+
+    def resolve_references(self, lookup: Callable[[str, str], Plugin]) -> None:
+        if self.latency is not None:
+            self.latency.resolve(lookup)
 
     def consumes(self) -> Dependencies:
         return self.reader.dependencies()
@@ -99,15 +114,11 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Pref
     source = p.choice("ttftSource", "prefillThroughput", _SOURCES)
     peak = p.number("peakPrefillThroughput", 15928.0, minimum=0.0)
     p.text("inFlightLoadProducerName")
+    latency = LatencySource(TYPE, p) if source == "latencyPredictor" and penalty > 0 else None
     p.text("latencyPredictionInfoProducerName")
     reader = PrefixMatchReader(p)
     p.done()
-    if penalty > 0 and source == "latencyPredictor":
-        raise PluginConfigError(
-            f"{where}.ttftSource: 'latencyPredictor' reads predicted-latency-producer's predictions, which this "
-            "picker does not have; use prefillThroughput (or maxTTFTPenaltyMs: 0)"
-        )
-    if penalty > 0 and peak == 0:
+    if penalty > 0 and peak == 0 and latency is None:
         raise PluginConfigError(f"{where}.peakPrefillThroughput: must be > 0 when ttftSource is prefillThroughput")
     return PrefixCacheAffinityFilter(
         name,
@@ -116,5 +127,6 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Pref
         exploration=exploration,
         max_penalty_ms=penalty,
         peak_throughput=peak,
+        latency=latency,
         rng=random.Random(context.seed),
     )

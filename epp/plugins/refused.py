@@ -15,7 +15,6 @@ from types import MappingProxyType
 
 __all__ = ["REFUSED"]
 
-_SLO = "latency prediction and SLO routing are not in this build (the SLO plugin types, issue 26)"
 _MULTICLUSTER = (
     "multi-cluster routing (the router's Alpha multicluster-* plugins over peer clusters) is not built: "
     "this picker routes to the endpoints of its own pools"
@@ -88,11 +87,10 @@ REFUSED: Mapping[str, str] = MappingProxyType(
             "per-priority admission ceilings are not built: static-usage-limit-policy sets one ceiling for every "
             "priority"
         ),
-        # Owned by other issues (registered here until they land).
-        "predicted-latency-producer": _SLO,
-        "latency-slo-admitter": _SLO,
-        "slo-headroom-tier-filter": _SLO,
-        "latency-scorer": _SLO,
-        "slo-deadline-ordering-policy": _SLO,
+        # SLO-deadline queue ordering.
+        "slo-deadline-ordering-policy": (
+            "ordering the flow-control queue by SLO deadline is not built (SLO-aware scheduling is: "
+            "predicted-latency-producer, slo-headroom-tier-filter, latency-scorer, latency-slo-admitter)"
+        ),
     }
 )

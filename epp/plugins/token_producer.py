@@ -11,23 +11,23 @@ so the ids must be the engine's own. Two backends give them:
 - ``local`` (ours): Hugging Face ``tokenizers`` with ``local.tokenizerPath`` (a
   ``tokenizer.json``, or a directory holding it and ``tokenizer_config.json``, e.g. a mounted
   ConfigMap); chat requests are rendered with that config's ``chat_template``. Encoding runs on
-  a worker thread.
+  ``local.workers`` threads of its own (default: the cores the process may use), without the
+  GIL (``epp.tokenize.local``), so long prompts tokenize on several cores at once.
 
-Results are cached (LRU by prompt), every call is bounded by the timeout, and a failure leaves
-the request without tokens (it is never rejected for it). Without ``vllm``, ``local`` or
-``modelName`` the plugin is llm-d's ``estimate`` backend (``token_estimate.py``): pseudo-tokens
-from the prompt's bytes, enough for the approximate prefix index, never matching an engine's
-blocks. The deprecated ``udsTokenizerConfig`` is refused. Every backend produces
-``TokenizedPrompt/<its name>`` (``framework.data_keys``).
+Results are cached (``epp.tokenize.cache``: LRU by a digest of the prompt, bounded by
+``cacheMaxTokens`` ids in total, 16 Mi = 64 MiB by default; 0 turns it off), every call is
+bounded by the timeout, and a failure leaves the request without tokens (it is never rejected
+for it). Without ``vllm``, ``local`` or ``modelName`` the plugin is llm-d's ``estimate`` backend
+(``token_estimate.py``): pseudo-tokens from the prompt's bytes, enough for the approximate prefix
+index, never matching an engine's blocks. The deprecated ``udsTokenizerConfig`` is refused.
+Every backend produces ``TokenizedPrompt/<its name>`` (``framework.data_keys``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-from collections import OrderedDict
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,8 +41,10 @@ from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins.token_estimate import EstimatingTokenProducer, estimate_parameters
+from epp.tokenize.cache import TokenCache, cache_key
+from epp.tokenize.local import LocalTokenizer, TokenizationError, default_workers
 
-__all__ = ["LocalTokenizer", "TokenProducer", "create"]
+__all__ = ["TokenProducer", "create"]
 
 TYPE = "token-producer"
 LEGACY_TYPE = "tokenizer"
@@ -50,48 +52,7 @@ LEGACY_TYPE = "tokenizer"
 log = logging.getLogger(__name__)
 
 _DEFAULT_URL = "http://localhost:8000"
-_CACHE_ENTRIES = 4096
-
-
-class TokenizationError(Exception):
-    """The prompt could not be tokenized (the request goes on without tokens)."""
-
-
-class LocalTokenizer:
-    """A ``tokenizer.json`` (and, beside it, ``tokenizer_config.json``'s chat template), loaded once."""
-
-    def __init__(self, path: str) -> None:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-        from tokenizers import Tokenizer
-
-        directory = path if os.path.isdir(path) else os.path.dirname(path)
-        file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-        try:
-            self._tokenizer = Tokenizer.from_file(file)
-        except Exception as e:  # tokenizers raises plain Exception for a missing or bad file
-            raise PluginConfigError(f"{TYPE}.parameters.local.tokenizerPath: cannot load {file!r}: {e}") from e
-        self._template: Any = None
-        self._special: dict[str, str] = {}
-        config_file = os.path.join(directory, "tokenizer_config.json")
-        if os.path.exists(config_file):
-            with open(config_file, encoding="utf-8") as f:
-                config = json.load(f)
-            template = config.get("chat_template")
-            if isinstance(template, str):
-                env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-                self._template = env.from_string(template)
-            self._special = {k: v for k, v in config.items() if k in ("bos_token", "eos_token") and isinstance(v, str)}
-
-    def encode_prompt(self, prompt: str) -> list[int]:
-        ids: list[int] = self._tokenizer.encode(prompt).ids
-        return ids
-
-    def encode_chat(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        if self._template is None:
-            raise TokenizationError("no chat_template in tokenizer_config.json")
-        text = self._template.render(messages=messages, add_generation_prompt=True, **self._special)
-        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
-        return ids
+DEFAULT_CACHE_TOKENS = 16 * 1024 * 1024
 
 
 class TokenProducer(NamedPlugin):
@@ -109,6 +70,7 @@ class TokenProducer(NamedPlugin):
         timeout: float = 5.0,
         mm_timeout: float = 30.0,
         local: LocalTokenizer | None = None,
+        cache_max_tokens: int = DEFAULT_CACHE_TOKENS,
     ) -> None:
         super().__init__(name)
         self.model_name = model_name
@@ -117,7 +79,7 @@ class TokenProducer(NamedPlugin):
         self.mm_timeout = mm_timeout
         self._local = local
         self._client: httpx.AsyncClient | None = None
-        self._cache: OrderedDict[bytes, list[int]] = OrderedDict()
+        self.cache = TokenCache(cache_max_tokens)
         self.failures = 0
 
     def produces(self) -> Mapping[DataKey, type]:
@@ -134,10 +96,9 @@ class TokenProducer(NamedPlugin):
         if not chat and isinstance(payload, list) and all(isinstance(t, int) for t in payload):
             request.token_ids = payload  # already token ids
             return
-        key = (b"c" if chat else b"p") + orjson.dumps(payload)
-        cached = self._cache.get(key)
+        key = cache_key(b"c" if chat else b"p", orjson.dumps(payload))
+        cached = self.cache.get(key)
         if cached is not None:
-            self._cache.move_to_end(key)
             request.token_ids = cached
             return
         multimodal = chat and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in payload)
@@ -151,22 +112,20 @@ class TokenProducer(NamedPlugin):
                 extra={"plugin": str(self.typed_name), "error": f"{type(e).__name__}: {e}"},
             )
             return
-        self._cache[key] = ids
-        if len(self._cache) > _CACHE_ENTRIES:
-            self._cache.popitem(last=False)
+        self.cache.put(key, ids)
         request.token_ids = ids
 
-    async def _tokenize(self, chat: bool, payload: Any, body: Mapping[str, Any]) -> list[int]:
+    async def _tokenize(self, chat: bool, payload: Any, body: Mapping[str, Any]) -> array[int]:
         local = self._local
         if local is not None:
             if chat:
-                return await asyncio.to_thread(local.encode_chat, payload)
+                return await local.chat_ids(payload)
             if not isinstance(payload, str):
                 raise TokenizationError("the local backend tokenizes a single string prompt")
-            return await asyncio.to_thread(local.encode_prompt, payload)
+            return await local.prompt_ids(payload)
         return await self._render(chat, payload, body)
 
-    async def _render(self, chat: bool, payload: Any, body: Mapping[str, Any]) -> list[int]:
+    async def _render(self, chat: bool, payload: Any, body: Mapping[str, Any]) -> array[int]:
         client = self._client
         if client is None:
             client = self._client = httpx.AsyncClient(timeout=max(self.timeout, self.mm_timeout))
@@ -191,9 +150,14 @@ class TokenProducer(NamedPlugin):
         ids = doc.get("token_ids") if isinstance(doc, dict) else None
         if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
             raise TokenizationError(f"{path} returned no token_ids")
-        return ids
+        try:
+            return array("I", ids)
+        except OverflowError as e:  # a negative id, or one past 32 bits: no engine's
+            raise TokenizationError(f"{path} returned a token id out of range") from e
 
     async def aclose(self) -> None:
+        if self._local is not None:
+            self._local.close()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
@@ -203,6 +167,7 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Toke
     """Factory; llm-d's parameter names, plus ``local.tokenizerPath``."""
     p = Params(TYPE, params)
     model_name = p.text("modelName") or ""
+    cache_tokens = p.integer("cacheMaxTokens", DEFAULT_CACHE_TOKENS, minimum=0)
     vllm = p.nested("vllm")
     local = p.nested("local")
     estimate = p.nested("estimate")
@@ -222,10 +187,12 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Toke
         if vllm is not None:
             raise PluginConfigError(f"{TYPE}.parameters: set one of vllm and local, not both")
         path = local.string("tokenizerPath", "")
+        workers = local.integer("workers", 0, minimum=1) or default_workers()
         local.done()
         if not path:
             raise PluginConfigError(f"{TYPE}.parameters.local.tokenizerPath: required")
-        return TokenProducer(name, model_name=model_name, local=LocalTokenizer(path))
+        tokenizer = LocalTokenizer(path, workers=workers, where=f"{TYPE}.parameters.local.tokenizerPath")
+        return TokenProducer(name, model_name=model_name, local=tokenizer, cache_max_tokens=cache_tokens)
     url, timeout, mm_timeout = _DEFAULT_URL, 5.0, 30.0
     if vllm is not None:
         url = vllm.string("url", _DEFAULT_URL)
@@ -234,4 +201,6 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Toke
         vllm.done()
     if not url.startswith("http://"):
         raise PluginConfigError(f"{TYPE}.parameters.vllm.url: must be http:// (as llm-d), got {url!r}")
-    return TokenProducer(name, model_name=model_name, url=url, timeout=timeout, mm_timeout=mm_timeout)
+    return TokenProducer(
+        name, model_name=model_name, url=url, timeout=timeout, mm_timeout=mm_timeout, cache_max_tokens=cache_tokens
+    )

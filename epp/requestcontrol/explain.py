@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from epp.errors import EppError
 from epp.framework.disaggregation import Decision
 from epp.framework.endpoint import EndpointState
+from epp.framework.latency import LatencyPredictions
 from epp.framework.request import InferenceRequest
 from epp.requestcontrol.admission import Admission
 from epp.scheduling.trace import SchedulingTrace
@@ -41,3 +42,7 @@ class Explanation:
     """Each stage of a disaggregation handler, the decider's verdict and numbers; None for other handlers."""
     error: EppError | None = None
     """Set when the decision failed: the error a client would get."""
+    latency: list[LatencyPredictions] = field(default_factory=list)
+    """What the latency producers predicted for the candidates."""
+    candidates: Sequence[EndpointState] = ()
+    """The endpoints the data producers saw (the predictions' endpoints)."""

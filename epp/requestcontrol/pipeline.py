@@ -68,7 +68,7 @@ from epp.framework.health import Health
 from epp.framework.parsing import Parser, request_path
 from epp.framework.plugin import PluginKind
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
-from epp.framework.response import CompletedResponse, ResponseComplete, Usage
+from epp.framework.response import CompletedResponse, ResponseComplete, ResponseTiming, Usage
 from epp.framework.scheduling import CycleState, PostResponse, UpstreamHeaderContributor
 from epp.requestcontrol.admission import AdmissionStage, NoAdmission, QueueAdmission, SaturationAdmission
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
@@ -206,6 +206,7 @@ class Pipeline:
                 )
                 if self._producers:
                     await self._produce(request, candidates, recorder)
+                    recorder.produced(request, candidates)
                 if self._admitters:
                     self._admit(request, candidates, recorder)
                 decision = self._schedule(request, candidates, recorder)
@@ -349,14 +350,16 @@ class Pipeline:
 
     # -- the end -----------------------------------------------------------------------------------
 
-    def response_complete(self, ctx: RequestContext, usage: Usage | None, status: int) -> dict[str, dict[str, float]]:
+    def response_complete(
+        self, ctx: RequestContext, usage: Usage | None, status: int, timing: ResponseTiming | None = None
+    ) -> dict[str, dict[str, float]]:
         """The response reached its end: the ResponseStreaming plugins read its ``usage`` (zeros when it carried
-        none, as upstream's); returns the dynamic metadata they set, for the response's last answer."""
+        none, as upstream's) and ``timing``; returns the dynamic metadata they set, for the response's last answer."""
         plugins = self._response_complete
         if not plugins:
             return {}
         request, recorder = ctx.request, ctx.recorder
-        response = CompletedResponse(usage or Usage(), status)
+        response = CompletedResponse(usage or Usage(), status, timing=timing)
         for plugin, observe in plugins:
             start = time.perf_counter()
             try:

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from epp.framework.disaggregation import Decision
 from epp.framework.endpoint import EndpointState
+from epp.framework.latency import LatencyPredictions
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.framework.scheduling import CycleState, InFlightEstimator, PreRequest, SchedulingResult
 from epp.requestcontrol.admission import AdmissionStage
@@ -68,6 +69,10 @@ class Recorder(Protocol):
 
     def timed(self, observe: Observe, seconds: float) -> None:
         """A data producer or an admission plugin ran for ``seconds``."""
+        ...
+
+    def produced(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+        """The data producers are done with ``request`` (its attributes hold what they made)."""
         ...
 
     def pre_request(
@@ -118,6 +123,9 @@ class ServingRecorder:
 
     def timed(self, observe: Observe, seconds: float) -> None:
         observe(seconds)
+
+    def produced(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+        return None
 
     def pre_request(
         self, plugins: Sequence[TimedPreRequest], cycle: CycleState, request: InferenceRequest, result: SchedulingResult
@@ -176,6 +184,11 @@ class ExplainRecorder:
 
     def timed(self, observe: Observe, seconds: float) -> None:
         return None
+
+    def produced(self, request: InferenceRequest, candidates: Sequence[EndpointState]) -> None:
+        explanation = self.explanation
+        explanation.candidates = candidates
+        explanation.latency = [v for v in request.attributes.values() if isinstance(v, LatencyPredictions)]
 
     def pre_request(
         self, plugins: Sequence[TimedPreRequest], cycle: CycleState, request: InferenceRequest, result: SchedulingResult

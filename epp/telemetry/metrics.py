@@ -75,9 +75,10 @@ class EppMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, naming: MetricsNaming = "both") -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.naming: MetricsNaming = naming
+        """Which of upstream's names the series carry; areas that declare their own families use it too."""
         r = self.registry
         f = Families(r, naming)
-        self.naming: MetricsNaming = naming
         self.families = f
         self._sets: dict[object, object] = {}
         # Requests: values in _REQUEST order (model, target model, fairness id, priority).

@@ -101,6 +101,7 @@ def test_every_kustomization_lists_every_file_in_its_folder() -> None:
         "samples",
         "overlays/leader-election",
         "overlays/pd",
+        "overlays/active-active-valkey",
         "gateways/envoy-gateway",
         "gateways/istio",
         "observability",
@@ -128,6 +129,7 @@ def test_every_kustomization_lists_every_file_in_its_folder() -> None:
         "samples",
         "overlays/leader-election",
         "overlays/pd",
+        "overlays/active-active-valkey",
         "gateways/envoy-gateway",
         "gateways/istio",
         "observability",
@@ -153,6 +155,15 @@ async def test_kubectl_kustomize_renders(folder: str, tmp_path: Path) -> None:
         (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
         assert deployment["spec"]["replicas"] == 3
         assert "--ha-enable-leader-election" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    if folder == "overlays/active-active-valkey":
+        picker, valkey = sorted((d for d in rendered if d["kind"] == "Deployment"), key=lambda d: d["metadata"]["name"])
+        args = picker["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert picker["spec"]["replicas"] == 3 and "--ha-enable-leader-election" not in args
+        (address,) = [a.split("=", 1)[1] for a in args if a.startswith("--state-sync-address=")]
+        (service,) = [
+            d for d in rendered if d["kind"] == "Service" and d["metadata"]["name"] == valkey["metadata"]["name"]
+        ]
+        assert address == f"redis://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
 
 
 # --- CRDs -------------------------------------------------------------------------------------

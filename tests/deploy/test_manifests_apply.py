@@ -39,6 +39,7 @@ STEPS: tuple[tuple[str, Path], ...] = (
     ("-k", MANIFESTS / "epp"),
     ("-k", MANIFESTS / "samples"),
     ("-k", MANIFESTS / "overlays" / "leader-election"),
+    ("-k", MANIFESTS / "overlays" / "active-active-valkey"),
     ("-k", MANIFESTS / "autoscaler"),
     ("-f", SAMPLE_VA),
     ("-f", SAMPLE_HPA),

@@ -12,7 +12,7 @@ from epp.extproc.server import ExtProcServer
 from epp.framework.endpoint import Endpoint, EndpointState
 from epp.framework.parsing import ParserTable, request_path
 from epp.framework.request import InferenceRequest, RoutingDecision
-from epp.framework.response import Usage
+from epp.framework.response import ResponseTiming, Usage
 from epp.plugins.parsers import DEFAULT_PARSER_TYPES, parser_of_type
 from epp.requestcontrol.context import RequestContext
 from epp.requestcontrol.pools import PoolDispatcher
@@ -61,6 +61,7 @@ class RecordingPipeline:
     headers_only: list[tuple[InferenceRequest, frozenset[str] | None]] = field(default_factory=list)
     finished_calls: list[FinishedCall] = field(default_factory=list)
     completed_responses: list[tuple[Usage | None, int]] = field(default_factory=list)
+    timings: list[ResponseTiming | None] = field(default_factory=list)
     response_metadata: dict[str, dict[str, float]] = field(default_factory=dict)
     """What ``response_complete`` returns: the dynamic metadata for the response's last answer."""
     parsers: ParserTable = field(default_factory=lambda: ParserTable(parser_of_type(t) for t in DEFAULT_PARSER_TYPES))
@@ -107,9 +108,10 @@ class RecordingPipeline:
         return decision
 
     def response_complete(
-        self, ctx: RequestContext, usage: Usage | None, status: int
+        self, ctx: RequestContext, usage: Usage | None, status: int, timing: ResponseTiming | None = None
     ) -> Mapping[str, Mapping[str, float]]:
         self.completed_responses.append((usage, status))
+        self.timings.append(timing)
         return self.response_metadata
 
     def finished(self, ctx: RequestContext, *, completed: bool, status: int = 0, gateway_reply: bool = False) -> None:

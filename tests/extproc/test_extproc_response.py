@@ -246,6 +246,10 @@ async def test_response_plugins_metadata_rides_on_the_last_answer_only(running: 
     await call.end()
     (seen_usage, status), *_ = pipeline.completed_responses
     assert (seen_usage.prompt_tokens, seen_usage.completion_tokens, status) == (11, 6, 200)
+    # The response's moments for latency learning: routed, then its first body byte, then its end.
+    (timing,) = pipeline.timings
+    assert timing is not None and timing.first_byte_at is not None
+    assert 0 < timing.routed_at < timing.first_byte_at < timing.ended_at
 
 
 async def test_a_response_that_never_completes_tells_no_response_plugin(running: Running) -> None:

@@ -11,7 +11,7 @@ import pytest
 from epp.framework.data import DataScope
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
-from epp.framework.plugin import PluginConfigError, PluginContext
+from epp.framework.plugin import Plugin, PluginConfigError, PluginContext
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState
 from epp.plugins import (
@@ -211,8 +211,14 @@ def test_prefix_affinity_reads_the_default_producers_matches_or_the_named_ones()
     assert [k.id for k in default.consumes().required] == [PREFIX_CACHE_MATCH_INFO.id]
     named = prefix_cache_affinity_filter.create("f", {"prefixMatchInfoProducerName": "burst"}, PluginContext())
     assert [k.id for k in named.consumes().required] == ["PrefixCacheMatchInfoDataKey/burst"]
-    with pytest.raises(PluginConfigError, match="ttftSource"):
-        prefix_cache_affinity_filter.create("f", {"ttftSource": "latencyPredictor"}, PluginContext())
+    # ttftSource latencyPredictor reads predicted-latency-producer's predictions: refused when there is none
+    predicted = prefix_cache_affinity_filter.create("f", {"ttftSource": "latencyPredictor"}, PluginContext())
+    with pytest.raises(PluginConfigError, match="declare a predicted-latency-producer"):
+        predicted.resolve_references(lambda where, name: _undefined(name))
     prefix_cache_affinity_filter.create("f", {"ttftSource": "latencyPredictor", "maxTTFTPenaltyMs": 0}, PluginContext())
     with pytest.raises(PluginConfigError, match="affinityThreshold"):
         prefix_cache_affinity_filter.create("f", {"affinityThreshold": 1.5}, PluginContext())
+
+
+def _undefined(name: str) -> Plugin:
+    raise ValueError(f"undefined plugin {name!r}")

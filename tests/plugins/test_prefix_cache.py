@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
+from prefix_chain import PrefixChain
 from scheduling_builders import parsed
 
 from epp.framework.data import DataScope
@@ -15,9 +14,7 @@ from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
 from epp.plugins import approx_prefix_producer, prefix_cache_scorer
 from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
-from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 from epp.plugins.prefix_index import PrefixIndex, chain_hashes
-from epp.plugins.token_estimate import EstimatingTokenProducer
 
 BLOCK = 64 * 4  # the producer's floor: 64 tokens of 4 prompt bytes
 
@@ -32,27 +29,6 @@ def _chat(*contents: str, salt: str | None = None, model: str = "m") -> Inferenc
     if salt is not None:
         body["cache_salt"] = salt
     return parsed("/v1/chat/completions", body)
-
-
-class _Chain:
-    """token-producer (estimate) → approx-prefix-cache-producer → prefix-cache-scorer, scoped as the loader does."""
-
-    def __init__(self, producer: ApproxPrefixCacheProducer | None = None, scorer: PrefixCacheScorer | None = None):
-        self.tokens = EstimatingTokenProducer("token-producer")
-        self.producer = producer or ApproxPrefixCacheProducer()
-        self.scorer = scorer or PrefixCacheScorer()
-        for plugin in (self.producer, self.scorer):
-            plugin.bind_data_scope(DataScope.of(plugin))
-
-    async def route(
-        self, request: InferenceRequest, cands: Sequence[EndpointState], pick: int, profile: str = "default"
-    ) -> list[float]:
-        await self.tokens.produce(request, cands)
-        await self.producer.produce(request, cands)
-        cycle = CycleState()
-        scores = self.scorer.score(cycle, request, cands)
-        self.producer.pre_request(cycle, request, SchedulingResult({profile: ProfileResult([cands[pick]])}, profile))
-        return scores
 
 
 def test_chain_hashes_are_prefix_stable_and_seeded() -> None:
@@ -74,7 +50,7 @@ def test_tiny_block_size_is_bounded() -> None:
 
 
 async def test_shared_prefix_sticks_to_the_pod_that_served_it() -> None:
-    chain = _Chain()
+    chain = PrefixChain()
     cands = [_state("a"), _state("b")]
     system = "You are a helpful assistant. " * 120  # ~3.5 KB shared system prompt: 13 blocks of 256 bytes
     first = await chain.route(_chat(system, "question one"), cands, pick=1)
@@ -87,7 +63,7 @@ async def test_shared_prefix_sticks_to_the_pod_that_served_it() -> None:
 
 
 async def test_a_prompt_shorter_than_a_block_is_one_block() -> None:
-    chain = _Chain()
+    chain = PrefixChain()
     cands = [_state("a"), _state("b")]
     await chain.route(_chat("hi"), cands, pick=0)
     assert await chain.route(_chat("hi"), cands, pick=0) == [1.0, 0.0]
@@ -95,7 +71,7 @@ async def test_a_prompt_shorter_than_a_block_is_one_block() -> None:
 
 
 async def test_cache_salt_isolates_prefixes() -> None:
-    chain = _Chain()
+    chain = PrefixChain()
     cands = [_state("a"), _state("b")]
     prompt = "shared prefix " * 100
     await chain.route(_chat(prompt), cands, pick=0)
@@ -116,7 +92,7 @@ def test_lru_capacity_bounds_memory_and_evicts_oldest() -> None:
 
 
 async def test_capacity_and_block_size_come_from_the_scraped_cache_config() -> None:
-    chain = _Chain()
+    chain = PrefixChain()
     await chain.route(_chat("q" * BLOCK * 10), [_state("a", num_blocks=3)], pick=0)
     assert chain.producer.index_size == 3
     # autoTune: the endpoints' block size (above the floor) sets the block; without autoTune the parameter does.
@@ -125,12 +101,12 @@ async def test_capacity_and_block_size_come_from_the_scraped_cache_config() -> N
     fixed = approx_prefix_producer.create("p", {"autoTune": False, "blockSizeTokens": 100}, PluginContext())
     assert fixed.block_size([_state("a", block_size=128)]) == 100
     unbounded = ApproxPrefixCacheProducer(auto_tune=False, lru_capacity_per_server=2)
-    await _Chain(unbounded).route(_chat("q" * BLOCK * 10), [_state("a", num_blocks=3)], pick=0)
+    await PrefixChain(unbounded).route(_chat("q" * BLOCK * 10), [_state("a", num_blocks=3)], pick=0)
     assert unbounded.index_size == 2  # autoTune off: lruCapacityPerServer, not the pod's count
 
 
 async def test_the_prefill_profile_pick_learns_too() -> None:
-    chain = _Chain()
+    chain = PrefixChain()
     cands = [_state("a"), _state("b"), _state("c")]
     request = _chat("p" * 2000)
     await chain.tokens.produce(request, cands)
@@ -144,7 +120,7 @@ async def test_the_prefill_profile_pick_learns_too() -> None:
 
 
 async def test_removed_endpoint_frees_its_index() -> None:
-    chain = _Chain()
+    chain = PrefixChain()
     cands = [_state("a"), _state("b")]
     await chain.route(_chat("p" * 1000), cands, pick=0)
     await chain.route(_chat("q" * 1000), cands, pick=1)
@@ -180,7 +156,7 @@ def test_scorer_refuses_the_index_settings_naming_the_producer() -> None:
 
 async def test_large_prompt_hashes_only_the_bounded_prefix() -> None:
     producer = approx_prefix_producer.create("p", {"maxPrefixTokensToMatch": 64 * 256}, PluginContext())
-    chain = _Chain(producer)
+    chain = PrefixChain(producer)
     request = parsed("/v1/completions", {"model": "m", "prompt": "w" * 220_000})
     await chain.route(request, [_state("a")], pick=0)
     info = request.attributes[producer.key.id]

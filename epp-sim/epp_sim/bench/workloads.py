@@ -38,7 +38,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from epp.framework.headers import FAIRNESS_ID, OBJECTIVE
+from epp.framework.headers import FAIRNESS_ID, OBJECTIVE, TPOT_SLO, TTFT_SLO
 from epp_sim.tiny_tokenizer import sentence
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "overload",
     "pd_mix",
     "shared_prefix",
+    "slo_mix",
 ]
 
 BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -133,6 +134,11 @@ class Arrival:
         if objective == CRITICAL_OBJECTIVE:
             return "critical"
         return "sheddable" if objective == SHEDDABLE_OBJECTIVE else "standard"
+
+    @property
+    def slo_ms(self) -> tuple[float, float]:
+        """The request's TTFT and TPOT objectives in simulated ms (0: none)."""
+        return float(self.headers.get(TTFT_SLO, 0)), float(self.headers.get(TPOT_SLO, 0))
 
     @property
     def tenant(self) -> str:
@@ -394,20 +400,61 @@ def pd_mix(
     long_tokens: tuple[int, int] = (3000, 7000),
     short_tokens: tuple[int, int] = (100, 300),
     output_tokens: tuple[int, int] = (128, 384),
+    slo_ms: tuple[float, float] = (1000.0, 50.0),
 ) -> list[Arrival]:
     """Poisson arrivals: ``long_share`` of them unique long prompts, the rest short ones, all with long answers.
 
     Every prompt starts with its own request number, so nothing is cached: a long prompt always
     needs its whole prefill (on a prefill pod, with P/D), a short one is decoded where it lands.
+    Every request states the same objectives (``slo_ms``: TTFT and TPOT, simulated ms), which the
+    P/D configuration does not read: they say which requests count in the SLO goodput.
     """
     rng = random.Random(seed)
     arrivals: list[Arrival] = []
+    headers = {TTFT_SLO: f"{slo_ms[0]:g}", TPOT_SLO: f"{slo_ms[1]:g}"}
     for at in _poisson(rng, rate, duration):
         index = len(arrivals)
         size = long_tokens if rng.random() < long_share else short_tokens
         text = f"[request {index}] " + _text(rng, rng.randint(*size))
         messages = [{"role": "user", "content": text}]
-        arrivals.append(_arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"request-{index}"))
+        arrivals.append(
+            _arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"request-{index}", headers=dict(headers))
+        )
+    return arrivals
+
+
+def slo_mix(
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    interactive_share: float = 0.5,
+    slo_ms: tuple[float, float] = (250.0, 50.0),
+    interactive: tuple[tuple[int, int], tuple[int, int]] = ((100, 400), (16, 64)),
+    batch: tuple[tuple[int, int], tuple[int, int]] = ((1000, 2500), (32, 128)),
+) -> list[Arrival]:
+    """Two classes on one pool: interactive chat with TTFT / TPOT objectives, batch jobs without.
+
+    Interactive requests (``interactive_share`` of them; objective ``interactive``) are short
+    prompts with ``x-llm-d-slo-ttft-ms`` and ``x-llm-d-slo-tpot-ms`` (``slo_ms``, simulated ms);
+    batch requests (objective ``batch``, sheddable) are long documents with longer answers and no
+    objective. A batch prompt's prefill stalls every sequence decoding on its server for a step of
+    a few hundred ms, so where each interactive request lands decides whether it meets its SLO.
+    Every prompt is unique: only load decides.
+    """
+    rng = random.Random(seed)
+    arrivals: list[Arrival] = []
+    for at in _poisson(rng, rate, duration):
+        index = len(arrivals)
+        if rng.random() < interactive_share:
+            (low, high), out = interactive
+            headers = {OBJECTIVE: CRITICAL_OBJECTIVE, TTFT_SLO: f"{slo_ms[0]:g}", TPOT_SLO: f"{slo_ms[1]:g}"}
+        else:
+            (low, high), out = batch
+            headers = {OBJECTIVE: SHEDDABLE_OBJECTIVE}
+        text = f"[request {index}] " + _text(rng, rng.randint(low, high))
+        messages = [{"role": "user", "content": text}]
+        arrivals.append(_arrival(at, BASE_MODEL, messages, rng.randint(*out), f"request-{index}", headers=headers))
     return arrivals
 
 
@@ -418,8 +465,7 @@ class Workload:
     ``real_tokens``: its cluster runs the bench tokenizer and publishes KV events (what precise
     prefix routing needs); ``strategies`` and ``replicas`` are what it runs unless told otherwise;
     ``num_gpu_blocks`` overrides the simulated servers' KV cache (blocks of 16 tokens) and
-    ``max_num_batched_tokens`` their step budget (the prefill chunk). ``slo``: (TTFT, mean
-    inter-token latency) in simulated seconds a request must meet to count in the goodput.
+    ``max_num_batched_tokens`` their step budget (the prefill chunk).
     ``time_scale``: the fastest simulated clock its runs may use (a workload streaming many tokens
     keeps the simulators' event loop too busy for real time to stand for simulated time faster).
     """
@@ -432,7 +478,6 @@ class Workload:
     replicas: tuple[int, ...] = (1,)
     num_gpu_blocks: int | None = None
     max_num_batched_tokens: int | None = None
-    slo: tuple[float, float] | None = None
     time_scale: float | None = None
 
 
@@ -473,14 +518,20 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "pd-mix",
-            "50% unique 3,000–7,000-token prompts, 50% 100–300-token prompts, 128–384 output tokens; "
-            "2,048-token prefill chunks",
+            "50% unique 3,000–7,000-token prompts, 50% 100–300-token prompts, 128–384 output tokens "
+            "(SLO TTFT 1 s / TPOT 50 ms); 2,048-token prefill chunks",
             pd_mix,
             strategies=("aggregated", "pd-4p4d", "pd-6p2d"),
             num_gpu_blocks=16384,
             max_num_batched_tokens=2048,
-            slo=(1.0, 0.05),
             time_scale=0.25,
+        ),
+        Workload(
+            "slo",
+            "50% interactive (100–400-token prompts, 16–64 output tokens, SLO TTFT 250 ms / TPOT 50 ms), "
+            "50% batch (1,000–2,500-token prompts, 32–128 output tokens, no SLO); unique prompts",
+            slo_mix,
+            strategies=("default", "queue-kv", "slo"),
         ),
     )
 }

@@ -357,18 +357,22 @@ class SimServer:
         head = dumps({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion"})[:-1]
         head += f',"created":{created},"model":{dumps(parsed.model)},"choices":['
         n = parsed.req.n
+        # vLLM sends the chat role delta with the first output, once the prefill is done: the first
+        # byte of the body marks the time to first token, as on a real server.
+        role = ""
         if chat:
-            role = ",".join(
+            choices = ",".join(
                 f'{{"index":{c},"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}'
                 for c in range(n)
             )
-            await resp.write(f'data: {head}{role}],"prompt_token_ids":null,"prompt_text":null}}\n\n'.encode())
+            role = f'data: {head}{choices}],"prompt_token_ids":null,"prompt_text":null}}\n\n'
         sent = 0
         try:
             async for count in handle.tokens():
                 # vLLM 0.32's chunk fields: stop_reason appears in a chat chunk only once it finishes.
                 finish = f'{dumps(handle.finish_reason)},"stop_reason":null' if handle.done else "null"
-                chunks = []
+                chunks = [role] if role else []
+                role = ""
                 for c in range(n):
                     text = dumps("".join(token_text(handle.seed, c, i) for i in range(sent, sent + count)))
                     if chat:

@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from epp_sim.bench.routing.options import RoutingOptions
+from epp_sim.bench.routing.run import run_routing
+
 
 async def _run_bench(kind: str, out: Path) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
@@ -108,6 +111,7 @@ async def test_routing_quick(tmp_path: Path) -> None:
         "precise_ttft_p90_le_half_approximate_cache_pressure",
         "precise_two_replicas_hit_rate_within_2_points",
         "approximate_two_replicas_hit_rate_drops_5_points",
+        "approximate_valkey_replicas_hit_rate_within_2_points",
     }
 
 
@@ -140,3 +144,22 @@ async def test_scale_quick(tmp_path: Path) -> None:
         "default_400kib_le_3ms_cpu_per_request",
     }
     assert doc["targets"]["idle_100_pods_process_le_0.25_core_at_15_fetches"]["met"] is None
+
+
+@pytest.mark.timeout(120)
+async def test_routing_slo_workload_records_classes_and_the_predictor(tmp_path: Path) -> None:
+    """The slo workload in the quick shape: per-class SLO attainment, SLO goodput, and (after the SLO
+    strategy's unrecorded warm-up run) the predictor's samples and held-out quality."""
+    options = RoutingOptions.quick(workloads=("slo",), strategies=("default", "slo"))
+    doc = await run_routing(options)
+    runs = {r["strategy"]: r for r in doc["runs"]}
+    assert set(runs) == {"default", "slo"}
+    for run in runs.values():
+        classes = run["classes"]
+        assert set(classes) == {"critical", "sheddable"}
+        for counts in classes.values():
+            assert 0 <= counts["slo_attainment"] <= 1 and counts["met"] <= counts["served"]
+        assert run["slo_goodput_rps"] <= run["goodput_rps"]
+    predictor = runs["slo"]["predictor"]
+    assert predictor["samples"]["ttft"] > 0 and predictor["samples"]["tpot"] > 0
+    assert "predictor" not in runs["default"]

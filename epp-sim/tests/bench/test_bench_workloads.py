@@ -20,6 +20,7 @@ from epp_sim.bench.workloads import (
     chat_mix,
     overload,
     shared_prefix,
+    slo_mix,
 )
 
 
@@ -119,3 +120,14 @@ def test_bursty_comes_in_bursts_of_unique_prompts() -> None:
     firsts = [json.loads(a.data)["messages"][0]["content"][:16] for a in arrivals]
     assert len(set(firsts)) == len(arrivals)  # unique from the first block: no prefix to share
     assert all(100 <= a.prompt_tokens <= 310 and 16 <= a.max_tokens <= 48 for a in arrivals)
+
+
+def test_slo_mix_two_classes_objectives_only_on_the_interactive_one() -> None:
+    arrivals = slo_mix(20.0, 50.0, 4)
+    interactive = [a for a in arrivals if a.service_class == "critical"]
+    batch = [a for a in arrivals if a.service_class == "sheddable"]
+    assert len(interactive) + len(batch) == len(arrivals) and 0.4 < len(interactive) / len(arrivals) < 0.6
+    assert all(a.slo_ms == (250.0, 50.0) and a.headers[OBJECTIVE] == CRITICAL_OBJECTIVE for a in interactive)
+    assert all(a.slo_ms == (0.0, 0.0) and a.headers[OBJECTIVE] == SHEDDABLE_OBJECTIVE for a in batch)
+    assert all(100 <= a.prompt_tokens <= 410 and 16 <= a.max_tokens <= 64 for a in interactive)
+    assert all(1000 <= a.prompt_tokens <= 2510 and 32 <= a.max_tokens <= 128 for a in batch)

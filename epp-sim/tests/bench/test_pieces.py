@@ -157,6 +157,28 @@ def test_in_flight_target_no_worse_anywhere_and_20pct_better_at_full_load(
         assert "@1.0: " in target["detail"] and "vs 5.000s" in target["detail"]
 
 
+@pytest.mark.parametrize(
+    ("rates", "met"),
+    [
+        ({("approximate", 1): 0.40, ("approximate-valkey", 2): 0.39, ("approximate-valkey", 3): 0.41}, True),
+        ({("approximate", 1): 0.40, ("approximate-valkey", 2): 0.37, ("approximate-valkey", 3): 0.41}, False),
+        ({("approximate", 1): 0.40, ("approximate", 2): 0.30}, None),
+    ],
+    ids=["met", "two-replicas-3-points-below", "not-measured"],
+)
+def test_shared_state_target_holds_the_hit_rate_within_2_points(
+    rates: dict[tuple[str, int], float], met: bool | None
+) -> None:
+    runs = [
+        {"workload": "cache-pressure", "strategy": strategy, "load": 0.5, "replicas": n, "prefix_hit_rate": rate}
+        for (strategy, n), rate in rates.items()
+    ]
+    target = routing_targets(runs)["approximate_valkey_replicas_hit_rate_within_2_points"]
+    assert target["met"] is met
+    if met is not None:
+        assert target["detail"].startswith("×2@0.5: 40.0% → ")
+
+
 def test_pod_hosts_are_distinct_loopback_host_addresses_past_254() -> None:
     hosts = [pod_host(i) for i in range(MAX_PODS)]
     assert hosts[:2] == ["127.0.0.2", "127.0.0.3"] and hosts[252] == "127.0.0.254" and hosts[253] == "127.0.1.1"

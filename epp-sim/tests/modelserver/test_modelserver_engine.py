@@ -249,3 +249,30 @@ def _lora_info(engine: Engine) -> tuple[str, str, str]:
     fam = next(f for f in text_string_to_metric_families(text) if f.name == "vllm:lora_requests_info")
     s = max(fam.samples, key=lambda s: s.value)
     return s.labels["max_lora"], s.labels["running_lora_adapters"], s.labels["waiting_lora_adapters"]
+
+
+async def test_latency_is_a_function_of_load(clock: ManualClock, make_engine: Callable[..., Engine]) -> None:
+    """As on vLLM: TTFT grows with the prompt and with the queue ahead, TPOT with the running batch."""
+    timing = {"prefill_time_per_token": 0.0005, "decode_time_base": 0.01, "decode_time_per_seq": 0.001}
+    engine = await started(make_engine(max_num_seqs=4, max_num_batched_tokens=4096, **timing))
+    short = engine.submit(GenerationRequest(prompt="s" * 400, max_tokens=2))  # 100 tokens
+    await advance_until(clock, lambda: short.done)
+    long = engine.submit(GenerationRequest(prompt="l" * 8000, max_tokens=2))  # 2,000 tokens
+    await advance_until(clock, lambda: long.done)
+    assert long.ttft is not None and short.ttft is not None
+    assert long.ttft > 5 * short.ttft  # the prefill is proportional to the uncached prompt
+
+    queued = [engine.submit(GenerationRequest(prompt=f"q{i} " * 100, max_tokens=40)) for i in range(12)]
+    await advance_until(clock, lambda: all(h.done for h in queued))
+    ttfts = [h.ttft or 0.0 for h in queued]
+    assert ttfts[-1] > 3 * ttfts[0]  # 4 run at once: the last waits for two batches ahead of it
+
+    async def tpot(batch: int) -> float:
+        handles = [engine.submit(GenerationRequest(prompt=f"b{batch} {i} " * 10, max_tokens=30)) for i in range(batch)]
+        await advance_until(clock, lambda: all(h.ttft is not None for h in handles))
+        first = engine.now()
+        await advance_until(clock, lambda: all(h.done for h in handles))
+        return (engine.now() - first) / 29
+
+    alone, together = await tpot(1), await tpot(4)
+    assert together > alone * 1.2  # each running sequence adds its decode time to every step

@@ -8,13 +8,17 @@ as a streaming chat completion with the headers the decision adds (a P/D decisio
 arrival: time waiting in the picker's flow-control queue included), the gaps between content
 chunks (the inter-token latency: each chunk's gap divided by the tokens it carries), the time per
 output token after the first, the end-to-end latency and the usage, by service class and by
-tenant. Arrivals in the warm-up window are sent but not recorded.
+tenant, and whether each met its objectives (the SLO headers, in simulated ms; a request without
+any meets them by completing). When a response completes, the strategy is told its usage and its
+timing (when it was routed, its first body byte, its end), as the ext_proc stream tells the
+pipeline. Arrivals in the warm-up window are sent but not recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from epp.errors import EppError
+from epp.framework.response import ResponseTiming, Usage
 from epp_sim.bench.routing.options import RoutingOptions
 from epp_sim.bench.routing.strategies import Route
 from epp_sim.bench.workloads import Arrival
@@ -42,10 +47,6 @@ class Outcome:
     e2e: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
     """Gaps between consecutive content chunks of a stream, each divided by the chunks it carries."""
-    tpot: list[float] = field(default_factory=list)
-    """Per request: (end − first content) / (output tokens − 1), for requests of two tokens or more."""
-    slo_met: int = 0
-    """Completed requests within the workload's SLO (TTFT and TPOT), when it has one."""
     output_tokens: int = 0
     shed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -83,7 +84,11 @@ class Counts:
     offered: int = 0
     served: int = 0
     dropped: int = 0
+    met: int = 0
+    """Served within the request's objectives (every served request without objectives)."""
     ttft: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    """Time per output token after the first, of served requests with more than one."""
 
 
 async def _send(
@@ -92,11 +97,11 @@ async def _send(
     index: int,
     arrival: Arrival,
     outcome: Outcome | None,
-    slo: tuple[float, float] | None = None,
+    scale: float,
 ) -> None:
     """Route and send one arrival; record it in ``outcome`` (None: a warm-up request, not recorded).
 
-    ``slo``: (TTFT, TPOT) in wall seconds a request must meet to count in ``slo_met``.
+    ``scale``: the time scale (simulated seconds per wall second), to judge the simulated-ms objectives.
     """
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -117,11 +122,14 @@ async def _send(
         return
     outcome.route_seconds += loop.time() - started
     outcome.routed += 1
+    routed_at = time.perf_counter()
+    first_byte: float | None = None
     first: float | None = None
     previous = 0.0
     gaps: list[float] = []
     tail = b""
     status = 0
+    answer: tuple[Usage, ResponseTiming] | None = None
     try:
         async with session.post(
             f"http://{routed.destination}/v1/chat/completions",
@@ -134,6 +142,8 @@ async def _send(
                 await resp.read()
                 return
             async for chunk in resp.content.iter_any():
+                if first_byte is None:
+                    first_byte = time.perf_counter()
                 contents = chunk.count(_CONTENT)
                 if contents:
                     now = loop.time()
@@ -143,32 +153,40 @@ async def _send(
                         gaps.extend([(now - previous) / contents] * contents)
                     previous = now
                 tail = (tail + chunk)[-1024:]
+            match = _COMPLETION_TOKENS.search(tail)
+            if match is not None:
+                answer = (
+                    Usage(completion_tokens=int(match.group(1))),
+                    ResponseTiming(routed_at, first_byte, time.perf_counter()),
+                )
     except aiohttp.ClientError as e:
         outcome.error(type(e).__name__)
         return
     finally:
-        routed.finished(status)
+        routed.finished(status, *(answer if answer is not None else (None, None)))
     end = loop.time()
-    match = _COMPLETION_TOKENS.search(tail)
-    if first is None or match is None:
+    if first is None or answer is None:
         outcome.error("incomplete_stream")
         return
+    tokens = answer[0].completion_tokens
     ttft = first - started
+    tpot = (end - first) / (tokens - 1) if tokens > 1 else None
+    ttft_slo, tpot_slo = arrival.slo_ms
+    met = (not ttft_slo or ttft * scale * 1000 <= ttft_slo) and (
+        not tpot_slo or tpot is None or tpot * scale * 1000 <= tpot_slo
+    )
     outcome.ttft.append(ttft)
     for tally in tallies:
         tally.ttft.append(ttft)
         tally.served += 1
+        tally.met += met
+        if tpot is not None:
+            tally.tpot.append(tpot)
     outcome.e2e.append(end - started)
-    tokens = int(match.group(1))
     outcome.output_tokens += tokens
     outcome.last_finish = max(outcome.last_finish, end)
     if len(outcome.itl) < _MAX_GAPS:
         outcome.itl.extend(gaps)
-    tpot = (end - first) / (tokens - 1) if tokens > 1 else 0.0
-    if tokens > 1:
-        outcome.tpot.append(tpot)
-    if slo is not None and ttft <= slo[0] and tpot <= slo[1]:
-        outcome.slo_met += 1
 
 
 async def replay(
@@ -177,15 +195,12 @@ async def replay(
     session: aiohttp.ClientSession,
     options: RoutingOptions,
     snapshot: Callable[[], Coroutine[Any, Any, dict[str, Any]]],
-    slo: tuple[float, float] | None = None,
 ) -> tuple[Outcome, dict[str, Any]]:
     """Release each arrival at its scaled time; wait for all of them, at most ``drain`` after the last.
 
     Arrivals in the warm-up window are sent but not recorded; the simulators' counters are
     snapshotted when the first recorded arrival goes out, so hit rates cover the same window.
-    ``slo``: the workload's (TTFT, TPOT) in simulated seconds, for the goodput.
     """
-    wall_slo = None if slo is None else (slo[0] / options.time_scale, slo[1] / options.time_scale)
     outcome = Outcome()
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -203,7 +218,7 @@ async def replay(
                 outcome.first_arrival = loop.time()
                 outcome.arrivals = len(arrivals) - index
             task = loop.create_task(
-                _send(session, route, index, arrival, outcome if recorded else None, wall_slo),
+                _send(session, route, index, arrival, outcome if recorded else None, options.time_scale),
                 name=f"bench-request-{index}",
             )
             tasks.add(task)

@@ -24,6 +24,7 @@ import aiohttp
 from epp.clock import SystemClock
 from epp.datalayer.scraper import ScraperManager
 from epp.framework.roles import DECODE, PREFILL
+from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.children import bench_work_dir
 from epp_sim.bench.procstat import cpu_seconds
@@ -38,7 +39,7 @@ from epp_sim.bench.routing.cluster import (
 from epp_sim.bench.routing.options import RoutingOptions
 from epp_sim.bench.routing.replay import replay
 from epp_sim.bench.routing.scoring import routing_targets, run_record
-from epp_sim.bench.routing.strategies import STRATEGIES, RealTokens, prefill_pods, router
+from epp_sim.bench.routing.strategies import LEARNING, STRATEGIES, RealTokens, prefill_pods, router
 from epp_sim.bench.workloads import WORKLOADS, Arrival, capacity
 from epp_sim.ports import free_port
 from epp_sim.stack.envoy import envoy_binary
@@ -48,6 +49,8 @@ from epp_sim.waits import wait_until
 __all__ = ["run_routing"]
 
 _SCRAPE_INTERVAL = 0.05
+_STATE = "slo-predictor.npz"
+"""The SLO strategies' predictor state, shared by their runs (a warm replica's models and samples)."""
 _TOKENIZER_VOCAB = 1000
 """Large enough that every word of :mod:`epp_sim.tiny_tokenizer` is one token."""
 
@@ -91,7 +94,15 @@ async def _one_run(
             interval=0.02,
             message="the scraper never read every simulator's /metrics",
         )
-        async with router(strategy, store, options.seed, replicas=replicas, tokens=tokens) as route:
+        async with router(
+            strategy,
+            store,
+            options.seed,
+            replicas=replicas,
+            tokens=tokens,
+            time_scale=options.time_scale,
+            state=work / _STATE,
+        ) as route:
             cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
             outcome, before = await replay(
                 arrivals,
@@ -99,7 +110,6 @@ async def _one_run(
                 session,
                 options,
                 lambda: server_counters(session, options.servers, port, roles),
-                spec.slo,
             )
             wall = time.perf_counter() - wall0
             cpu_sim, cpu_self = cpu_seconds(cluster.pid) - cpu_sim0, time.process_time() - cpu_self0
@@ -108,7 +118,7 @@ async def _one_run(
         await session.close()
         await scrapers.stop()
         await cluster.stop()
-    return run_record(
+    record = run_record(
         workload=workload,
         strategy=strategy,
         replicas=replicas,
@@ -118,11 +128,30 @@ async def _one_run(
         outcome=outcome,
         counters=counters_since(before, after),
         time_scale=options.time_scale,
-        slo=spec.slo,
         prefill_pods=prefill,
         wall=wall,
         cpu={"simulators": cpu_sim, "picker_and_client": cpu_self},
     )
+    if strategy in LEARNING:
+        record["predictor"] = await predictor_quality(work / _STATE)
+    return record
+
+
+async def predictor_quality(state: Path) -> dict[str, Any]:
+    """The SLO predictor as a run left it: its samples, and a model trained on them judged on the held-out ones."""
+    predictor = EmbeddedPredictor(EmbeddedSettings(retrain_interval=3600, state_file=str(state)))
+    try:
+        await predictor.load()
+        await predictor.train_now(force=True)
+        stats = predictor.stats
+        return {
+            "samples": dict(stats.samples),
+            "held_out": dict(stats.test_samples),
+            "p90_error": {t: q.error for t, q in stats.quality.items()},
+            "coverage": {t: q.coverage for t, q in stats.quality.items()},
+        }
+    finally:
+        await predictor.aclose(save=False)
 
 
 async def run_routing(options: RoutingOptions) -> dict[str, Any]:
@@ -151,7 +180,6 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
                 "time_scale": scaled.time_scale,
                 "num_gpu_blocks": workload.num_gpu_blocks or sim.num_gpu_blocks,
                 "max_num_batched_tokens": workload.max_num_batched_tokens or sim.max_num_batched_tokens,
-                "slo": None if workload.slo is None else {"ttft_s": workload.slo[0], "tpot_s": workload.slo[1]},
             }
             tokenizer = None
             if workload.real_tokens:
@@ -159,16 +187,27 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
             for load in options.loads:
                 rate = load * cap
                 arrivals = workload.generate(rate, options.sim_seconds, options.seed)
+                objectives = any(any(a.slo_ms) for a in arrivals)
                 for replicas in replica_counts:
                     for strategy in strategies:
+                        if strategy in LEARNING and not (work / _STATE).exists():
+                            # A picker that has been serving: one unrecorded run trains the predictor first.
+                            print(f"  {name:<14} load {load:4.2f} {strategy}: warm-up run (not recorded)", flush=True)
+                            await _one_run(scaled, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
                         run = await _one_run(scaled, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
                         runs.append(run)
                         label = strategy if replicas == 1 else f"{strategy} ×{replicas}"
+                        classes = run["classes"]
+                        slo = "".join(
+                            f"  {cls} SLO {classes[cls]['slo_attainment'] * 100:5.1f}%"
+                            for cls in ("critical", "standard", "sheddable")
+                            if objectives and cls in classes
+                        )
                         print(
                             f"  {name:<14} load {load:4.2f} ({rate:5.1f}/s) {label:<15} "
                             f"ttft p90 {run['ttft_s']['p90']:7.3f}s  itl p90 {run['itl_s']['p90'] * 1e3:6.1f}ms  "
                             f"hit {run['prefix_hit_rate'] * 100:5.1f}%  "
-                            f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}",
+                            f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}{slo}",
                             flush=True,
                         )
     return {

@@ -15,7 +15,10 @@ approximate index or with ``token-producer`` → ``precise-prefix-cache-producer
 simulators' KV events; ``precise`` needs a workload whose cluster has the bench tokenizer
 (:class:`RealTokens`). With ``replicas`` > 1, that many pickers each load the config (each its
 own index and subscribers, fed by the same events) and arrivals alternate between them, as
-Envoy spreads streams over ``epp serve`` replicas.
+Envoy spreads streams over ``epp serve`` replicas. ``approximate-valkey`` is ``approximate`` whose
+replicas share state as ``epp serve --state-sync-address`` does: a real Valkey/Redis server
+(:class:`~epp_sim.stack.valkey.ValkeyServer`) and each replica's
+:class:`~epp.statesync.replicas.ReplicaSync` (prefix insertions and in-flight counts).
 
 ``aggregated`` and ``pd-<P>p<D>d`` compare disaggregated serving with aggregated pods at equal
 pod count: ``aggregated`` is llm-d's sample weights on a pool of identical pods, ``pd-4p4d``
@@ -24,6 +27,15 @@ servers × P/(P+D) pods are labelled prefill and the rest decode, each decode po
 ``epp sidecar`` (:func:`prefill_pods`). Its decider sends a request to a prefill pod first when
 the decode pod lacks at least ``PD_NON_CACHED_TOKENS`` of its prompt, and the decision's stage
 headers (``x-prefiller-host-port``) travel with the request to the sidecar, as Envoy forwards them.
+
+``queue-kv`` is ``queue-scorer`` and ``kv-cache-utilization-scorer`` alone, weight 1 each; ``slo`` is
+the llm-d router's SLO-aware profile (``predicted-latency-producer`` in streaming mode with the
+embedded predictor, ``slo-headroom-tier-filter``, ``latency-scorer``, ``weighted-random-picker``,
+``latency-slo-admitter``; ``slo-most`` the same with ``headroomSelectionStrategy: most``). The picker
+runs in wall time while the simulators and the workload's
+objectives are in simulated time, so each request's SLO headers are divided by the time scale on
+their way to the picker; the predictor's models and samples are kept in a state file of the bench's
+work directory, so each ``slo`` run starts from what the previous ones learnt (a warm replica).
 """
 
 from __future__ import annotations
@@ -31,34 +43,49 @@ from __future__ import annotations
 import itertools
 import random
 import re
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
+from prometheus_client import CollectorRegistry
+
 from epp.clock import SystemClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.datastore.store import Datastore
+from epp.framework.headers import TPOT_SLO, TTFT_SLO
 from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.replication import SyncSettings
 from epp.framework.request import InferenceRequest
+from epp.framework.response import ResponseTiming, Usage
 from epp.plugins import register_in_tree
 from epp.requestcontrol.pool_routing import PoolRouting
+from epp.statesync.metrics import SyncMetrics
+from epp.statesync.replicas import ReplicaSync
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.workloads import Arrival
+from epp_sim.stack.valkey import ValkeyServer
+from epp_sim.waits import wait_until
 
 __all__ = [
     "AGGREGATED",
     "APPROXIMATE",
+    "APPROXIMATE_VALKEY",
     "DEFAULT",
     "DEFAULT_STRATEGIES",
     "FLOW_CONTROL",
     "IN_FLIGHT",
+    "LEARNING",
     "LEAST_QUEUE",
     "NEEDS_REAL_TOKENS",
     "PD_NON_CACHED_TOKENS",
     "PRECISE",
+    "QUEUE_KV",
     "ROUND_ROBIN",
+    "SLO",
+    "SLO_MOST",
     "STRATEGIES",
     "RealTokens",
     "Route",
@@ -76,7 +103,11 @@ FLOW_CONTROL_TTL_WALL_S = 1.0
 LEAST_QUEUE = "least-queue"
 IN_FLIGHT = "in-flight"
 APPROXIMATE = "approximate"
+APPROXIMATE_VALKEY = "approximate-valkey"
 PRECISE = "precise"
+QUEUE_KV = "queue-kv"
+SLO = "slo"
+SLO_MOST = "slo-most"
 AGGREGATED = "aggregated"
 PD_NON_CACHED_TOKENS = 1024
 """The P/D strategies' ``nonCachedTokens``: prompts shorter than this are prefilled where they are decoded."""
@@ -171,6 +202,8 @@ schedulingProfiles:
 """
     + _LLM_D_WEIGHTS,
 }
+"""Strategy name → EndpointPickerConfig (None: round robin's baseline, or the default profile)."""
+STRATEGIES[APPROXIMATE_VALKEY] = STRATEGIES[APPROXIMATE]
 STRATEGIES[AGGREGATED] = STRATEGIES[APPROXIMATE]
 _PD = (
     _HEADER.replace("inference.networking.x-k8s.io", "llm-d.ai")
@@ -203,7 +236,38 @@ schedulingProfiles:
 )
 STRATEGIES["pd-4p4d"] = _PD
 STRATEGIES["pd-6p2d"] = _PD
-"""Strategy name → EndpointPickerConfig (None: round robin's baseline, or the default profile)."""
+STRATEGIES[QUEUE_KV] = (
+    _HEADER
+    + """plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+"""
+)
+_SLO_PROFILE = """plugins:
+- type: predicted-latency-producer
+  parameters:
+    streamingMode: true
+    predictor: {embedded: {retrainInterval: 1s, minSamplesForRetrain: 50, stateFile: "$state"}}
+- type: slo-headroom-tier-filter
+- type: latency-scorer
+  parameters: {headroomSelectionStrategy: STRATEGY}
+- type: latency-slo-admitter
+- type: weighted-random-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: slo-headroom-tier-filter
+  - pluginRef: latency-scorer
+  - pluginRef: weighted-random-picker
+"""
+STRATEGIES[SLO] = _HEADER + _SLO_PROFILE.replace("STRATEGY", "least")
+STRATEGIES[SLO_MOST] = _HEADER + _SLO_PROFILE.replace("STRATEGY", "most")
+LEARNING = frozenset({SLO, SLO_MOST})
+"""Strategies whose predictor learns from the responses (their runs share its state file)."""
+
+SHARED_STATE = frozenset({APPROXIMATE_VALKEY})
+"""Strategies whose replicas share state through a Valkey/Redis server the bench starts."""
 
 DEFAULT_STRATEGIES = (ROUND_ROBIN, "random", "least-queue", "legacy-v0.3", DEFAULT, "prefix-aware")
 """What a workload without its own strategies runs unless told (``overload``, ``bursty`` and
@@ -227,8 +291,9 @@ def prefill_pods(strategy: str, servers: int) -> int:
     return min(servers - 1, max(1, round(servers * p / (p + d))))
 
 
-Finished = Callable[[int], None]
-"""Called once when an arrival's response has finished, with its HTTP status (0: none came)."""
+Finished = Callable[[int, Usage | None, ResponseTiming | None], None]
+"""Called once when an arrival's response has finished, with its HTTP status (0: none came), its usage and
+its timing (``time.perf_counter()``: routed, first byte, end) when it completed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +320,45 @@ class RealTokens:
     events_port: int
 
 
-def _config(strategy: str, seed: int, metrics: EppMetrics, tokens: RealTokens | None) -> LoadedConfig:
+@asynccontextmanager
+async def _shared_state(strategy: str, pickers: list[PoolRouting]) -> AsyncIterator[None]:
+    """For a :data:`SHARED_STATE` strategy, a Valkey server and every replica's sync, connected.
+
+    The bench's replicas route over one datastore, so they already see each other's in-flight
+    counts; each sync is given an empty datastore of its own so only prefix insertions travel
+    (sharing the counts again would count them twice).
+    """
+    if strategy not in SHARED_STATE or len(pickers) < 2:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="epp-bench-valkey-") as work:
+        async with ValkeyServer(Path(work)) as server:
+            settings = SyncSettings(server.url)
+            syncs = [
+                ReplicaSync(
+                    p.key,
+                    Datastore(),
+                    settings,
+                    p.config.plugins,
+                    clock=SystemClock(),
+                    metrics=SyncMetrics(CollectorRegistry()),
+                    source=f"replica-{i}",
+                )
+                for i, p in enumerate(pickers)
+            ]
+            for sync in syncs:
+                await sync.start()
+            try:
+                await wait_until(lambda: all(s.link.connected for s in syncs), timeout=20, message="replicas synced")
+                yield
+            finally:
+                for sync in syncs:
+                    await sync.stop()
+
+
+def _config(
+    strategy: str, seed: int, metrics: EppMetrics, tokens: RealTokens | None, state: Path | None
+) -> LoadedConfig:
     registry = PluginRegistry()
     register_in_tree(registry)
     context = PluginContext(clock=SystemClock(), pool_name="sim", seed=seed)
@@ -266,19 +369,30 @@ def _config(strategy: str, seed: int, metrics: EppMetrics, tokens: RealTokens | 
         if tokens is None:
             raise ValueError(f"strategy {strategy!r} needs a workload with real tokens")
         text = Template(text).substitute(tokenizer=tokens.tokenizer, events_port=tokens.events_port)
+    if strategy in LEARNING:
+        if state is None:
+            raise ValueError(f"strategy {strategy!r} needs a state file")
+        text = Template(text).substitute(state=state)
     return load_config(text, registry, context, metrics=metrics)
 
 
-def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None) -> PoolRouting:
+def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None, state: Path | None) -> PoolRouting:
     """One picker replica: its own configuration (plugins, indexes, subscribers) and routing, as ``epp serve``'s."""
     metrics = EppMetrics()
-    config = _config(strategy, seed, metrics, tokens)
+    config = _config(strategy, seed, metrics, tokens, state)
     return PoolRouting(("sim", "sim"), store, config, metrics=metrics, clock=SystemClock(), rng=random.Random(seed))
 
 
 @asynccontextmanager
 async def router(
-    strategy: str, store: Datastore, seed: int, *, replicas: int = 1, tokens: RealTokens | None = None
+    strategy: str,
+    store: Datastore,
+    seed: int,
+    *,
+    replicas: int = 1,
+    tokens: RealTokens | None = None,
+    time_scale: float = 1.0,
+    state: Path | None = None,
 ) -> AsyncIterator[Route]:
     """The :data:`Route` of ``strategy`` over the endpoints in ``store``, split over ``replicas`` pickers.
 
@@ -295,28 +409,35 @@ async def router(
 
         yield round_robin
         return
-    pickers = [_picker(strategy, store, seed + i, tokens) for i in range(replicas)]
+    pickers = [_picker(strategy, store, seed + i, tokens, state) for i in range(replicas)]
     for picker in pickers:
         await picker.start()
 
     async def route(index: int, arrival: Arrival) -> Routed:
         pipeline = pickers[index % len(pickers)].pipeline
-        request = InferenceRequest(request_id=str(index), headers={**arrival.headers, **_PATH})
+        headers = {**arrival.headers, **_PATH}
+        for name in (TTFT_SLO, TPOT_SLO):
+            if name in headers:  # simulated ms → the picker's wall ms
+                headers[name] = f"{float(headers[name]) / time_scale:g}"
+        request = InferenceRequest(request_id=str(index), headers=headers)
         ctx = pipeline.parse(request, arrival.data, None)
         decision = await pipeline.route(ctx)
 
-        def finished(status: int) -> None:
+        def finished(status: int, usage: Usage | None, timing: ResponseTiming | None) -> None:
+            if timing is not None:
+                pipeline.response_complete(ctx, usage, status, timing)
             pipeline.finished(ctx, completed=status != 0, status=status)
 
         return Routed(decision.destination.split(",")[0], finished, decision.upstream_headers)
 
     try:
-        yield route
+        async with _shared_state(strategy, pickers):
+            yield route
     finally:
         for picker in pickers:
             await picker.stop()
             await picker.aclose()
 
 
-def _nothing(status: int) -> None:
+def _nothing(status: int, usage: Usage | None, timing: ResponseTiming | None) -> None:
     return None

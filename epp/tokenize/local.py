@@ -1,0 +1,107 @@
+"""A local ``tokenizer.json`` run on worker threads, so long prompts use several cores and never stall serving.
+
+Hugging Face ``tokenizers`` releases the GIL in its batch entry points only: ``Tokenizer.encode``
+holds it for the whole call (measured: a 400 KiB prompt stalled every other thread of the process,
+the serving event loop included, for 0.4 s), while ``encode_batch_fast`` lets the event loop and
+other encodes run beside it, and skips the character offsets nobody here reads (1.5-1.8x less
+CPU). So every encode goes through ``encode_batch_fast`` on a thread of this tokenizer's own pool
+(``workers`` threads): N requests tokenize on N cores at once while the loop keeps serving.
+Worker processes were measured too and lost: the prompt and its ids cross a pipe, which costs
+the serving process about as much per request as the routing itself (docs/benchmarks.md).
+
+Chat requests are rendered with ``tokenizer_config.json``'s ``chat_template`` (jinja, sandboxed) on
+the same thread, then encoded without special tokens (the template writes them). Ids come back as
+``array('I')``: 4 bytes a token, hashed in place by the precise index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from array import array
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from epp.framework.plugin import PluginConfigError
+
+__all__ = ["LocalTokenizer", "TokenizationError", "default_workers"]
+
+
+class TokenizationError(Exception):
+    """The prompt could not be tokenized (the request goes on without tokens)."""
+
+
+def default_workers() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class LocalTokenizer:
+    """A ``tokenizer.json`` (and, beside it, ``tokenizer_config.json``'s chat template), loaded once.
+
+    ``path`` is the file or a directory holding it; errors name ``where`` (the parameter path).
+    """
+
+    def __init__(self, path: str, *, workers: int = 1, where: str = "tokenizerPath") -> None:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from tokenizers import Tokenizer
+
+        if workers < 1:
+            raise PluginConfigError(f"workers must be >= 1, got {workers}")
+        directory = path if os.path.isdir(path) else os.path.dirname(path)
+        file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+        try:
+            self._tokenizer = Tokenizer.from_file(file)
+        except Exception as e:  # tokenizers raises plain Exception for a missing or bad file
+            raise PluginConfigError(f"{where}: cannot load {file!r}: {e}") from e
+        self._template: Any = None
+        self._special: dict[str, str] = {}
+        config_file = os.path.join(directory, "tokenizer_config.json")
+        if os.path.exists(config_file):
+            with open(config_file, encoding="utf-8") as f:
+                config = json.load(f)
+            template = config.get("chat_template")
+            if isinstance(template, str):
+                env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+                self._template = env.from_string(template)
+            self._special = {k: v for k, v in config.items() if k in ("bos_token", "eos_token") and isinstance(v, str)}
+        self.workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _executor(self) -> ThreadPoolExecutor:
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="epp-tokenize")
+        return pool
+
+    def encode_prompt(self, prompt: str) -> array[int]:
+        """The ids of a completion prompt (special tokens added as the tokenizer's post-processor says)."""
+        (encoding,) = self._tokenizer.encode_batch_fast([prompt])
+        return array("I", encoding.ids)
+
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]]) -> array[int]:
+        """The ids of chat ``messages`` rendered with the chat template (which writes the special tokens)."""
+        if self._template is None:
+            raise TokenizationError("no chat_template in tokenizer_config.json")
+        text = self._template.render(messages=messages, add_generation_prompt=True, **self._special)
+        (encoding,) = self._tokenizer.encode_batch_fast([text], add_special_tokens=False)
+        return array("I", encoding.ids)
+
+    async def prompt_ids(self, prompt: str) -> array[int]:
+        """:meth:`encode_prompt` on a worker thread; cancelling the await drops a call not yet started."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), self.encode_prompt, prompt)
+
+    async def chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> array[int]:
+        """:meth:`encode_chat` on a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), self.encode_chat, messages)
+
+    def close(self) -> None:
+        """Stop the worker threads once their current encodes end (queued ones are dropped)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
