@@ -4,18 +4,20 @@ Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool
 sync with the other replicas (``--state-sync-address``, ``statesync.replicas``) and its
 routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, so per-endpoint
 plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
-Shared: the metrics registry, the kr8s API, the ext_proc/health servers, the metrics server and the
-configuration watcher. A reloaded configuration is swapped in whole, and in the same step each
-pool's scrapers take its data layer (``Scrapers.apply``) and its routing the new pipeline
-(``PoolRouting.apply``: stateful plugins hand over their state). Each pool's flow controller
-(the ``flowControl`` gate) belongs to the pool, not the config: a reload keeps its queue, and one
-that changes the flow-control settings is refused.
+Shared: the metrics (every area's series set declared at once, ``epp.picker_series``), the kr8s
+API, the HTTP client plugins are handed (``PluginContext.http``; its session opens on first use),
+the ext_proc/health servers, the metrics server and the configuration watcher. A reloaded
+configuration is swapped in whole, and in the same step each pool's scrapers take its data layer
+(``Scrapers.apply``) and its routing the new pipeline (``PoolRouting.apply``: stateful
+plugins hand over their state). Each pool's flow controller (the ``flowControl`` gate) belongs to
+the pool, not the config: a reload keeps its queue, and one that changes the flow-control
+settings is refused.
 
 Start order: logging → metrics → API client → config → datastores, routings and reconcilers →
 scrapers → state sync → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
 (bounded) → config watcher → elector → state sync → plugins' background resources (KV-event subscribers) →
-reconcilers → scrapers → gauges → metrics server → API client.
+the plugins' HTTP client → reconcilers → scrapers → gauges → metrics server → API client.
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
 ``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer; with
 ``--metrics-cert-dir`` it has its own port (``--epp-api-port``) behind the metrics TLS instead,
@@ -35,6 +37,7 @@ import random
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from epp.api.auth import ApiAuthInterceptor
 from epp.api.service import ApiSources, add_api
@@ -48,41 +51,43 @@ from epp.config.loader import LoadedConfig, load_config, load_default_config
 from epp.config.options import OptionsError, ServeOptions
 from epp.config.reload import ConfigHolder, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
+from epp.datalayer.http_client import SessionClient
 from epp.datalayer.pool_gauges import PoolGauges
 from epp.datalayer.scrape_process import make_scrapers
 from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.datalayer.scraper import Scrapers
 from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME, DiscoveryReconciler
+from epp.datastore.health_recorder import HealthRecorder
 from epp.datastore.store import Datastore
 from epp.extproc.cert_reload import CertReloader
+from epp.extproc.processor import StreamOptions
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
-from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig
 from epp.framework.health import HealthPolicy
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
+from epp.kube.reviews import KubeReviewer
 from epp.kube.standalone import standalone_pool_name
+from epp.picker_series import declare_picker_series
 from epp.plugins import register_in_tree
-from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
-from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
-from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
 from epp.plugins.predicted_latency_producer import PredictedLatencyProducer
+from epp.requestcontrol.plugin_series import PluginSeries
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.requestcontrol.pools import PoolPipelines
-from epp.slo.predictor import PredictorStats
 from epp.slo.series import SloSeries
 from epp.statesync.metrics import SyncMetrics
-from epp.statesync.replicas import ReplicaSync
 from epp.tasks import Service, cancel_and_wait, start_guarded
-from epp.telemetry.endpoint_health import HealthRecorder
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
 from epp.telemetry.metrics_server import MetricsServer
 from epp.telemetry.tracing import Tracing
 
 __all__ = ["PoolRuntime", "Runtime", "RuntimePorts"]
+
+if TYPE_CHECKING:
+    from epp.statesync.replicas import ReplicaSync
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +138,9 @@ class Runtime(Service):
         self.options = options
         self.clock = clock or SystemClock()
         self.metrics = metrics or EppMetrics(naming=options.metrics_naming)
-        self.slo_series = SloSeries(self.metrics)
-        self.scope_violations = DataScopeViolations(self.metrics, options.metrics_naming)
+        declare_picker_series(self.metrics)
+        self.slo_series = self.metrics.series(SloSeries)
+        self.scope_violations = self.metrics.series(DataScopeViolations)
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
         register_in_tree(self.registry)
@@ -143,6 +149,8 @@ class Runtime(Service):
         self.configs: ConfigHolder[Configs] | None = None
         self._readiness_interval = readiness_interval
         self._api: Api | None = None
+        self._http = SessionClient()
+        """The HTTP client plugins are given (``PluginContext.http``); closed once, at stop."""
         self._server: ExtProcServer | None = None
         self._api_port: ApiTlsPort | None = None
         self._metrics_server: MetricsServer | None = None
@@ -191,7 +199,9 @@ class Runtime(Service):
         build_scrape = functools.partial(build_scrape_spec, flags=self.options.model_server_metrics)
         configs: Configs = {}
         for key in keys:
-            context = PluginContext(clock=self.clock, pool_name=key[1], extras={"latency_recorder": self.slo_series})
+            context = PluginContext(
+                clock=self.clock, pool_name=key[1], http=self._http, extras={"latency_recorder": self.slo_series}
+            )
             if text.strip():
                 configs[key] = load_config(
                     text,
@@ -256,7 +266,9 @@ class Runtime(Service):
             stream_metrics=o.enable_grpc_stream_metrics,
         )
         endpoint = o.metrics_endpoint
-        auth = MetricsAuth(self._api, clock=self.clock) if endpoint.auth and self._api is not None else None
+        auth = None
+        if endpoint.auth and self._api is not None:
+            auth = MetricsAuth(KubeReviewer(self._api), clock=self.clock)
         api = self._api_services(pipelines, holder, auth)
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
@@ -299,7 +311,7 @@ class Runtime(Service):
                 prepare=lambda t: import_named(self.registry, t),
             )
             await self._watcher.start(text)
-        self._readiness = start_guarded(self._follow_readiness(), name="epp-readiness")
+        self._readiness = start_guarded(self._follow_readiness(), "epp-readiness", forever=True)
         log.info(
             "epp serving",
             extra={
@@ -416,6 +428,9 @@ class Runtime(Service):
         )
         pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, routing)
         if o.state_sync is not None:
+            # Imported only when asked for: redis-py imports the OpenTelemetry SDK at import time.
+            from epp.statesync.replicas import ReplicaSync
+
             if self._sync_metrics is None:
                 self._sync_metrics = SyncMetrics(self.metrics.registry)
             pool.state_sync = ReplicaSync(
@@ -434,33 +449,18 @@ class Runtime(Service):
                 pool.state_sync.bind(new[pool.key].plugins)
 
     def _refresh_gauges(self) -> None:
+        """Just before a scrape: the pool gauges, and what the plugins in force measure (every pool's)."""
         for pool in self.pools:
             pool.gauges.refresh()
             if pool.state_sync is not None:
                 pool.state_sync.refresh()
-        if self.configs is not None:
-            sizes: dict[tuple[str, str], int] = {}
-            precise: list[PrecisePrefixCacheProducer] = []
-            predictors: list[tuple[str, PredictorStats]] = []
-            for config in (pool.routing.config for pool in self.pools):  # one plugin name may live in several pools
-                for plugin in config.plugins.values():
-                    parts = plugin.parts if isinstance(plugin, PrecisePrefixCacheScorer) else (plugin,)
-                    for p in parts:
-                        if isinstance(p, ApproxPrefixCacheProducer | PrecisePrefixCacheProducer):
-                            key = (p.typed_name.name, p.typed_name.type)
-                            sizes[key] = sizes.get(key, 0) + p.index_size
-                        if isinstance(p, PrecisePrefixCacheProducer):
-                            precise.append(p)
-                    if isinstance(plugin, PredictedLatencyProducer) and plugin.predictor is not None:
-                        predictors.append((plugin.typed_name.name, plugin.predictor.stats))
-            self.metrics.set_prefix_indexer_sizes(sizes)
-            self.metrics.set_kv_events(
-                [s for p in precise for s in p.event_sources()],
-                [p.index for p in precise],
-                active=sum(p.active_subscribers for p in precise),
-                unattributed=sum(p.central.unattributed for p in precise if p.central is not None),
-            )
-            self.slo_series.mirror(predictors)
+        plugins = [plugin for pool in self.pools for plugin in pool.routing.config.plugins.values()]
+        self.metrics.series(PluginSeries).publish(plugins)
+        self.slo_series.mirror(
+            (p.typed_name.name, p.predictor.stats)
+            for p in plugins
+            if isinstance(p, PredictedLatencyProducer) and p.predictor is not None
+        )
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""
@@ -475,7 +475,6 @@ class Runtime(Service):
             ready = self.ready
             if ready != current:
                 self.server.set_ready(ready)
-                self.metrics.ready.set(1 if ready else 0)
                 log.info("readiness changed", extra={"ready": ready})
                 current = ready
             await self.clock.sleep(self._readiness_interval)
@@ -495,7 +494,6 @@ class Runtime(Service):
         self._readiness = None
         if self._server is not None:
             self._server.drain()
-        self.metrics.ready.set(0)
         log.info("draining: NOT_SERVING, ext_proc still serving")
         if self.elector is not None:
             await self.elector.stop()  # releases the Lease
@@ -529,8 +527,9 @@ class Runtime(Service):
         for pool in self.pools:
             if pool.state_sync is not None:
                 await pool.state_sync.stop()
-        for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer clients)
+        for pool in self.pools:  # plugins' background resources (KV-event subscribers, tokenizer threads)
             await pool.routing.aclose()
+        await self._http.aclose()
         for pool in reversed(self.pools):
             pool.unsubscribe()
             await pool.reconciler.stop()

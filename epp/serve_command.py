@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from epp.config.flags import add_serve_flags, logging_options_from_args, no_effect_flags, options_from_args
-from epp.config.options import OptionsError, ServeOptions
+from epp.config.options import LoggingOptions, OptionsError, ServeOptions
 from epp.config.tls_policy import apply_cipher_suites
 
 __all__ = ["STREAM_GRACE", "add_parser", "options_from_args"]
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             setup_logging(logging_options_from_args(args))
         except OptionsError:
-            setup_logging()
+            setup_logging(LoggingOptions())
         log.error("epp serve: invalid flags", extra={"error": str(e)})
         return 2
     setup_logging(options.logging)

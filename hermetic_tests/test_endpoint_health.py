@@ -262,7 +262,7 @@ async def test_a_pod_answering_500s_is_ejected_and_back_after_it_recovers(
     env = await epp_pool("v1", pods=3, envoy=True, picker_args=[SCRAPE], sim_config=SIM)
     await env.set_pins([IDLE, BUSY, BUSY])
     failing = env.hostport(0)
-    with caplog.at_level(logging.INFO, logger="epp.telemetry.endpoint_health"):
+    with caplog.at_level(logging.INFO, logger="epp.datastore.health_recorder"):
         async with steady_load(env.envoy_url) as load:
             await wait_until(lambda: load.count_after(0) >= 20, timeout=10)
             broke_at = time.monotonic()
@@ -289,7 +289,7 @@ async def test_a_flapping_pod_is_not_let_back_faster_than_its_back_off(
     env = await epp_pool("v1", pods=3, envoy=True, picker_args=[SCRAPE], sim_config=SIM)
     await env.set_pins([IDLE, BUSY, BUSY])
     server = env.servers[0]
-    with caplog.at_level(logging.INFO, logger="epp.telemetry.endpoint_health"):
+    with caplog.at_level(logging.INFO, logger="epp.datastore.health_recorder"):
         async with steady_load(env.envoy_url):
             started = time.monotonic()
             while time.monotonic() - started < 4.0:  # 500s for 100 ms, then fine for 100 ms, and again

@@ -15,10 +15,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
 from picker_configs import LEGACY_V03
 from pool_modes import ALL_MODES, CRD_MODES, POOL, served
+from prometheus_client.parser import text_string_to_metric_families
 
 from epp.api import pb
 from epp_sim.kube_objects import PoolMode, inference_objective
@@ -39,6 +41,18 @@ async def prefix_index_size(env: HermeticPool) -> int:
     async with grpc.aio.insecure_channel(env.picker.health_target) as channel:
         listing = await pb.EndpointsStub(channel).ListEndpoints(pb.ListEndpointsRequest(), timeout=10)
     return sum(sum(p.prefix_index_sizes.values()) for p in listing.pools)
+
+
+async def scraped_index_sizes(env: HermeticPool) -> tuple[float, float]:
+    """GIE's prefix-indexer size and the sum of the llm-d router's per-plugin ones, as ``/metrics`` serves them."""
+    async with aiohttp.ClientSession() as session, session.get(env.picker.metrics_url) as response:
+        text = await response.text()
+    values = {"inference_extension_prefix_indexer_size": 0.0, "llm_d_epp_prefix_indexer_size": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in values:
+                values[sample.name] += sample.value
+    return values["inference_extension_prefix_indexer_size"], values["llm_d_epp_prefix_indexer_size"]
 
 
 def counted(env: HermeticPool) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -91,6 +105,8 @@ async def test_modern_config_same_pick_same_scores_no_side_effects(epp_pool: Poo
     assert routed.status == 200 and [routed.endpoint] == list(first.picked) == [env.hostport(1)]
     assert routed.endpoint_scores == pytest.approx(totals(first))
     assert await prefix_index_size(env) > index_before  # the real request taught the index
+    size = await prefix_index_size(env)  # and /metrics, refreshed from the plugins as it is scraped, agrees
+    assert await scraped_index_sizes(env) == (size, size)
 
     after = await explain(env, body)  # the index now favours the pod that served the prompt
     prefix = [row.scores[2].raw for row in after.profiles[0].endpoints if row.address == env.hostport(1)]

@@ -154,6 +154,10 @@ async def test_second_sigterm_or_sigint_stops_at_once(signals: tuple[signal.Sign
         assert picker.child.returncode == code
 
 
+def _ready_gauge(runtime: Runtime) -> float | None:
+    return runtime.metrics.registry.get_sample_value("epp_ready")
+
+
 async def test_drain_releases_the_lease_and_keeps_serving(
     epp_pool: PoolFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,13 +167,15 @@ async def test_drain_releases_the_lease_and_keeps_serving(
     first = Runtime(options, rng=random.Random(1), readiness_interval=0.02)
     await first.start()
     try:
-        await wait_until(lambda: first.ready, timeout=10, message="first picker leads")
+        await wait_until(lambda: _ready_gauge(first) == 1, timeout=10, message="first picker leads: epp_ready 1")
         monkeypatch.setenv("POD_NAME", "epp-second")
         async with Runtime(options, rng=random.Random(2), readiness_interval=0.02) as second:
             await wait_until(lambda: second.pools[0].synced, timeout=10, message="follower synced")
+            assert _ready_gauge(second) == 0  # synced, but the lease is held by the first
             await first.drain()
+            assert _ready_gauge(first) == 0  # from the start of the drain
             # "At once": well before the 15 s lease would expire by itself.
-            await wait_until(lambda: second.ready, timeout=7, message="the follower takes over at once")
+            await wait_until(lambda: _ready_gauge(second) == 1, timeout=7, message="the follower takes over at once")
             target = f"127.0.0.1:{first.ports.grpc}"
             assert await _status(f"127.0.0.1:{first.ports.health}", "readiness") == NOT_SERVING
             async with ExtProcClient(target) as client:  # the drained picker still routes

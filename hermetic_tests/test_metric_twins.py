@@ -71,7 +71,8 @@ async def test_every_twin_carries_the_value_of_its_gie_series(epp_pool: PoolFact
     env = await epp_pool("v1", pods=2, objects=OBJECTS)
     await exchange(env)
     values, twins = totals(await scrape(env))
-    assert len(twins) == 28  # every upstream series but v0.3's inference_model_request_total (5 of flow control)
+    # Every upstream series but v0.3's inference_model_request_total (5 of flow control, 6 of SLO routing).
+    assert len(twins) == 34
     for gie, twin in twins.items():
         assert values[gie] == values[twin], f"{gie} vs {twin}"
     for gie in ("inference_objective_request", "inference_objective_input_tokens", "inference_pool_ready_pods"):

@@ -26,7 +26,8 @@ from bench_scheduler import make_store
 from epp.clock import SystemClock
 from epp.config.loader import load_default_config
 from epp.extproc import pb
-from epp.extproc.stream import Processor, Stream, StreamOptions
+from epp.extproc.processor import Processor, StreamOptions
+from epp.extproc.stream import Stream
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.plugins import register_in_tree
 from epp.requestcontrol.pool_routing import PoolRouting

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from epp.config.loader import ConfigError, LoadedConfig, load_config  # noqa: E402
+from epp.datalayer.http_client import SessionClient  # noqa: E402
 from epp.framework.plugin import PluginContext, PluginRegistry  # noqa: E402
 from epp.plugins import register_in_tree  # noqa: E402
 
@@ -78,7 +79,9 @@ def outcomes(reg: PluginRegistry | None = None) -> list[Outcome]:
     for entry in pinned()["configs"]:
         text = (DATA / entry["file"]).read_text()
         try:
-            loaded = load_config(text, reg, PluginContext(), allow_experimental_plugins=True)
+            # As epp serve loads it: with the shared HTTP client (opened on a first call; nothing calls here).
+            context = PluginContext(http=SessionClient())
+            loaded = load_config(text, reg, context, allow_experimental_plugins=True)
         except ConfigError as exc:
             message = str(exc)
             found = _REFUSED.search(message) or _SETTING.search(message)

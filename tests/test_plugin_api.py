@@ -64,10 +64,15 @@ INTERNAL = {
     "epp.framework.headers": "the picker's wire header names",
     "epp.framework.disaggregation": "P/D stages, deciders and prefix matches (issue 25), in-tree only",
     "epp.framework.roles": "the llm-d.ai/role label's stages, shared by the role filters and stage-aware saturation",
+    "epp.framework.http": "the picker's shared HTTP client (PluginContext.http, token-producer): new with issue 20",
+    "epp.framework.measures": "what the prefix-cache and KV-event plugins report for upstream's /metrics series",
+    "epp.tasks": "the picker's one owner of background tasks (the precise producer's KV-event subscribers)",
     "epp.kvevents": "the KV-event subscribers and index",
     "epp.labels": "label selectors (the precise producer's pod discovery)",
     "epp.framework.latency": "SLO-aware routing's predictions (the SLO plugins, prefix-cache-affinity-filter)",
     "epp.slo": "the latency predictor behind predicted-latency-producer",
+    "epp.framework.replication": "state shared between replicas (--state-sync-address, issue 23): in-tree only so far",
+    "epp.tokenize": "token-producer's local tokenizer threads and token cache",
 }
 
 

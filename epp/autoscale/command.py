@@ -35,6 +35,7 @@ from epp.config.options import MetricsEndpointOptions, OptionsError
 from epp.datalayer.http_client import create_session
 from epp.durations import parse_duration
 from epp.kube.client import KubeError, close_api, make_api
+from epp.kube.reviews import KubeReviewer
 from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.metrics_auth import MetricsAuth
 from epp.telemetry.metrics_server import MetricsServer, MetricsTlsError
@@ -279,7 +280,7 @@ async def run(args: argparse.Namespace, *, stop: asyncio.Event | None = None) ->
     clock = SystemClock()
     server = MetricsServer(
         metrics,
-        auth=MetricsAuth(api, clock=clock) if endpoint.auth else None,
+        auth=MetricsAuth(KubeReviewer(api), clock=clock) if endpoint.auth else None,
         cert_dir=endpoint.cert_dir,
         client_ca_file=endpoint.client_ca_file,
     )

@@ -1,4 +1,4 @@
-"""The ``wva_*`` series: upstream WVA v0.9's names, labels and meanings, on a registry this object owns.
+"""The ``wva_*`` series: upstream WVA v0.9's names, labels and meanings, on the autoscaler's own registry.
 
 The scaling signal HPA and KEDA read: ``wva_desired_replicas`` (with ``wva_current_replicas`` and
 ``wva_desired_ratio``), labels ``variant_name`` (the declaring HPA, ScaledObject or VA), ``namespace``
@@ -10,6 +10,9 @@ variant's series go when it does, so a deleted scaler stops steering anything.
 
 Not emitted: ``wva_available_gpus`` (upstream fills it from GPU discovery on Nodes, which this
 autoscaler does not do; ``wva_gpu_discovery_up`` says so with 0).
+
+Declared as every area's series are (a series set on the process's
+:class:`~epp.telemetry.metrics.EppMetrics`, with :mod:`epp.telemetry.series`).
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from epp.autoscale.decision import Signals
 from epp.autoscale.types import VariantKey
+from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.series import Counter, Gauge, GaugeValue, Histogram
 
 __all__ = ["UNRESOLVED", "AutoscalerMetrics"]
 
@@ -31,8 +34,8 @@ _OPTIMIZERS = ("greedy-by-score", "cost-aware")
 class AutoscalerMetrics:
     """Every ``wva_*`` series; methods take the values, labels come from the keys."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, controller_instance: str = "") -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+    def __init__(self, metrics: EppMetrics | None = None, *, controller_instance: str = "") -> None:
+        self.registry = (metrics if metrics is not None else EppMetrics()).registry
         self._instance = controller_instance
         extra = ("controller_instance",) if controller_instance else ()
         r = self.registry
@@ -120,7 +123,7 @@ class AutoscalerMetrics:
     def _x(self, *values: str) -> tuple[str, ...]:
         return (*values, *((self._instance,) if self._instance else ()))
 
-    def _plain(self, gauge: Gauge) -> Gauge:
+    def _plain(self, gauge: Gauge) -> Gauge | GaugeValue:
         """A gauge without labels of its own (one with ``controller_instance`` only when set)."""
         return gauge.labels(self._instance) if self._instance else gauge
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from epp.config.options import MetricsNaming
 from epp.framework.data import DataKey, DataScope
-from epp.telemetry.families import CounterFamily, Families, Names
+from epp.telemetry.families import CounterFamily, Names
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["DataScopeViolations"]
@@ -28,10 +27,10 @@ _NAMES = Names(
 
 
 class DataScopeViolations:
-    """The counter, fed by every scope :meth:`watch` is given (one instance per metrics registry)."""
+    """The counter, fed by every scope :meth:`watch` is given; a series set, one per process's metrics."""
 
-    def __init__(self, metrics: EppMetrics, naming: MetricsNaming) -> None:
-        self._family: CounterFamily = Families(metrics.registry, naming).counter(_NAMES)
+    def __init__(self, metrics: EppMetrics) -> None:
+        self._family: CounterFamily = metrics.families.counter(_NAMES)
 
     def watch(self, scopes: Iterable[DataScope]) -> None:
         """Count the refused accesses of ``scopes`` from now on."""

@@ -37,7 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from epp.config.compat import IGNORABLE_SETTINGS, ConfigNotice, feature_gates, ignored_settings, normalized
+from epp.config.compat import ConfigNotice, feature_gates, ignored_settings, normalized
+from epp.config.config_series import ConfigSeries
 from epp.config.data_graph import DataGraph, resolve_data
 from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources, discovery_plugin
 from epp.config.defaults import (
@@ -199,9 +200,7 @@ def build_config(
     notices += ignored_settings(config, gates, {p.name: p.type for p in config.plugins})
     notices += loaded.notices
     if metrics is not None:
-        ignored = {n.setting for n in notices if not n.deprecated}
-        for setting in IGNORABLE_SETTINGS:
-            metrics.config_ignored_settings.labels(setting).set(1 if setting in ignored else 0)
+        metrics.series(ConfigSeries).set_ignored({n.setting for n in notices if not n.deprecated})
     return dataclasses.replace(
         loaded,
         feature_gates=frozenset(g for g, on in gates.items() if on),

@@ -17,6 +17,7 @@ from epp.config.tls_policy import TlsPolicyError, check_min_version, openssl_cip
 from epp.durations import parse_duration
 from epp.framework.replication import SyncSettings
 from epp.labels import Selector, SelectorError, parse_selector
+from epp.telemetry.families import METRICS_NAMINGS, MetricsNaming
 
 __all__ = [
     "LEASE_NAME_STYLES",
@@ -42,9 +43,6 @@ MIN_REFRESH_METRICS_INTERVAL = 0.05
 LeaseNameStyle = Literal["gie", "llm-d"]
 """Whose Lease name ``--ha-enable-leader-election`` uses (``--ha-lease-name-style``)."""
 LEASE_NAME_STYLES: tuple[LeaseNameStyle, ...] = ("gie", "llm-d")
-MetricsNaming = Literal["gie", "llm-d", "both"]
-"""Whose names upstream's series are exported under (``--metrics-naming``)."""
-METRICS_NAMINGS: tuple[MetricsNaming, ...] = ("gie", "llm-d", "both")
 
 
 class OptionsError(ValueError):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from epp.clock import Clock
+from epp.config.config_series import ConfigSeries
 from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 
@@ -61,7 +62,7 @@ class ConfigWatcher(Generic[T]):
         self.holder = holder
         self._load = load
         self._clock = clock
-        self._metrics = metrics
+        self._metrics = metrics.series(ConfigSeries)
         self.interval = interval
         self._on_swap = on_swap
         self._prepare = prepare
@@ -73,8 +74,8 @@ class ConfigWatcher(Generic[T]):
     async def start(self, initial_text: str) -> None:
         """Remember the text the holder was built from and start polling."""
         self._digest = hashlib.sha256(initial_text.encode()).hexdigest()
-        self._metrics.config_last_reload_success.set(1)
-        self._task = start_guarded(self._run(), name=f"config-watch:{self.path.name}")
+        self._metrics.last_reload_success.set(1)
+        self._task = start_guarded(self._run(), f"config-watch:{self.path.name}", forever=True)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
@@ -99,8 +100,8 @@ class ConfigWatcher(Generic[T]):
         self.holder.swap(new)
         self._digest = digest
         self.last_error = ""
-        self._metrics.config_reloads.labels(result="success").inc()
-        self._metrics.config_last_reload_success.set(1)
+        self._metrics.reloads.labels(result="success").inc()
+        self._metrics.last_reload_success.set(1)
         log.info("configuration reloaded", extra={"path": str(self.path), "generation": self.holder.generation})
         if self._on_swap is not None:
             self._on_swap(old, new)
@@ -111,8 +112,8 @@ class ConfigWatcher(Generic[T]):
             return None  # the same unreadable file: already reported
         self._digest = digest
         self.last_error = reason
-        self._metrics.config_reloads.labels(result="rejected").inc()
-        self._metrics.config_last_reload_success.set(0)
+        self._metrics.reloads.labels(result="rejected").inc()
+        self._metrics.last_reload_success.set(0)
         log.error(
             "configuration rejected, keeping the last good one",
             extra={"path": str(self.path), "reason": reason},

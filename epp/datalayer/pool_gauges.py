@@ -14,6 +14,7 @@ fresh its metrics are: ``epp_endpoint_metrics_age_seconds`` (since the last succ
 every scrape, so hundreds of endpoints cost the scrape loop nothing. Each gauge is written
 under the names ``--metrics-naming`` asks for: its ``llm_d_epp_*`` twin has the same value
 (``llm_d_epp_ready_endpoints``, ``llm_d_epp_per_endpoint_queue_size`` with ``model_server_endpoint``).
+:class:`PoolSeries` declares them.
 """
 
 from __future__ import annotations
@@ -26,11 +27,99 @@ from typing import Protocol
 from epp.clock import Clock
 from epp.datastore.types import PoolSpec
 from epp.framework.endpoint import EndpointState
+from epp.tasks import cancel_and_wait, start_guarded
+from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.series import Gauge
 
-__all__ = ["PoolGauges"]
+__all__ = ["PoolGauges", "PoolSeries"]
 
 _log = logging.getLogger(__name__)
+
+_ENDPOINT = ("endpoint_name", "namespace")
+
+
+def _pool(gie: str, llm_d: str, gie_help: str, llm_d_help: str = "") -> Names:
+    return Names(gie, llm_d, gie_help, llm_d_help, labels=("name",))
+
+
+class PoolSeries:
+    """Upstream's pool gauges (label ``name``: the pool), per-endpoint queue and in-flight gauges; ours
+    for how fresh each endpoint's metrics are."""
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        f = metrics.families
+        self.avg_kv = f.gauge(
+            _pool(
+                "inference_pool_average_kv_cache_utilization",
+                "llm_d_epp_average_kv_cache_utilization",
+                "The average kv cache utilization for an inference server pool.",
+            )
+        )
+        self.avg_queue = f.gauge(
+            _pool(
+                "inference_pool_average_queue_size",
+                "llm_d_epp_average_queue_size",
+                "The average number of requests pending in the model server queue.",
+            )
+        )
+        self.avg_running = f.gauge(
+            _pool(
+                "inference_pool_average_running_requests",
+                "llm_d_epp_average_running_requests",
+                "The average number of running requests across all pods in the inference pool.",
+                "The average number of running requests across model servers in the pool.",
+            )
+        )
+        self.ready_pods = f.gauge(
+            _pool(
+                "inference_pool_ready_pods",
+                "llm_d_epp_ready_endpoints",
+                "The number of ready pods in the inference server pool.",
+                "The number of ready endpoints in the inference server pool.",
+            )
+        )
+        self.inflight_requests = f.gauge(  # values: endpoint name, namespace
+            Names(
+                None,
+                "llm_d_epp_inflight_requests",
+                "Current number of in-flight requests per endpoint, as tracked by the picker "
+                "(routed, response not yet ended).",
+                labels=_ENDPOINT,
+            )
+        )
+        self.inflight_tokens = f.gauge(  # values: endpoint name, namespace
+            Names(
+                None,
+                "llm_d_epp_inflight_tokens",
+                "Current number of in-flight tokens per endpoint (estimated prompt tokens, optionally plus "
+                "estimated output), as tracked by the picker.",
+                labels=_ENDPOINT,
+            )
+        )
+        self.per_pod_queue = f.gauge(
+            Names(
+                "inference_pool_per_pod_queue_size",
+                "llm_d_epp_per_endpoint_queue_size",
+                "The total number of requests pending in the model server queue for each underlying pod.",
+                "The total number of requests pending in the model server queue for each underlying endpoint.",
+                labels=("name", "model_server_endpoint"),
+                gie_labels=("name", "model_server_pod"),
+                renamed={"model_server_pod": "model_server_endpoint"},
+            )
+        )
+        self.scrape_interval = Gauge(
+            "epp_endpoint_scrape_interval_seconds",
+            "Per endpoint: seconds between its last two successful scrapes (absent until two).",
+            ("name", "model_server_endpoint"),
+            registry=metrics.registry,
+        )
+        self.metrics_age = Gauge(
+            "epp_endpoint_metrics_age_seconds",
+            "Per endpoint: seconds since its last successful scrape (absent until one).",
+            ("name", "model_server_endpoint"),
+            registry=metrics.registry,
+        )
 
 
 class PoolSource(Protocol):
@@ -57,7 +146,7 @@ class PoolGauges:
         if interval <= 0 or staleness_threshold <= 0:
             raise ValueError(f"interval ({interval}) and staleness threshold ({staleness_threshold}) must be > 0")
         self._datastore = datastore
-        self._metrics = metrics
+        self._metrics = metrics.series(PoolSeries)
         self._clock = clock
         self._interval = interval
         self._staleness = staleness_threshold
@@ -92,7 +181,7 @@ class PoolGauges:
                 ready += 1
             pod = state.endpoint.name
             seen.add(pod)
-            m.pool_per_pod_queue.labels(name, pod).set(metrics.waiting_queue)
+            m.per_pod_queue.labels(name, pod).set(metrics.waiting_queue)
             self._freshness(name, pod, metrics.age(now), metrics.scrape_interval)
             endpoint = (pod, state.endpoint.namespace)
             seen_in_flight.add(endpoint)
@@ -103,14 +192,14 @@ class PoolGauges:
         self._pod_series = seen
         self._forget_in_flight(self._in_flight_series - seen_in_flight)
         self._in_flight_series = seen_in_flight
-        m.pool_avg_kv.labels(name).set(kv / count if count else 0.0)
-        m.pool_avg_queue.labels(name).set(queue / count if count else 0.0)
-        m.pool_avg_running.labels(name).set(running / count if count else 0.0)
-        m.pool_ready_pods.labels(name).set(ready)
+        m.avg_kv.labels(name).set(kv / count if count else 0.0)
+        m.avg_queue.labels(name).set(queue / count if count else 0.0)
+        m.avg_running.labels(name).set(running / count if count else 0.0)
+        m.ready_pods.labels(name).set(ready)
 
     def _forget(self, name: str) -> None:
         m = self._metrics
-        for gauge in (m.pool_avg_kv, m.pool_avg_queue, m.pool_avg_running, m.pool_ready_pods):
+        for gauge in (m.avg_kv, m.avg_queue, m.avg_running, m.ready_pods):
             gauge.remove(name)
         for pod in self._pod_series:
             self._forget_pod(name, pod)
@@ -122,17 +211,17 @@ class PoolGauges:
         """The endpoint's metrics age and achieved scrape interval; each absent until it means something."""
         m = self._metrics
         if age == float("inf"):
-            m.endpoint_metrics_age.remove(name, pod)
+            m.metrics_age.remove(name, pod)
         else:
-            m.endpoint_metrics_age.labels(name, pod).set(max(age, 0.0))
+            m.metrics_age.labels(name, pod).set(max(age, 0.0))
         if interval:
-            m.endpoint_scrape_interval.labels(name, pod).set(interval)
+            m.scrape_interval.labels(name, pod).set(interval)
         else:
-            m.endpoint_scrape_interval.remove(name, pod)
+            m.scrape_interval.remove(name, pod)
 
     def _forget_pod(self, name: str, pod: str) -> None:
         m = self._metrics
-        for gauge in (m.pool_per_pod_queue, m.endpoint_metrics_age, m.endpoint_scrape_interval):
+        for gauge in (m.per_pod_queue, m.metrics_age, m.scrape_interval):
             gauge.remove(name, pod)
 
     def _forget_in_flight(self, endpoints: set[tuple[str, str]]) -> None:
@@ -143,13 +232,11 @@ class PoolGauges:
     async def start(self) -> None:
         """Refresh every ``interval`` of the injected clock until :meth:`stop`."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="epp-pool-gauges")
+            self._task = start_guarded(self._run(), "epp-pool-gauges", forever=True)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:

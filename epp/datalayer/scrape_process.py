@@ -30,9 +30,10 @@ from collections.abc import Callable, Sequence
 from epp.clock import Clock
 from epp.config.options import LoggingOptions
 from epp.datalayer.scrape_wire import Batch, Setup, read_frame, write_frame
-from epp.datalayer.scraper import EndpointSource, ScraperManager, Scrapers
+from epp.datalayer.scraper import EndpointSource, ScraperManager, Scrapers, ScrapeSeries
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.endpoint import EndpointState
+from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["ScrapeProcess", "make_scrapers"]
@@ -67,7 +68,7 @@ class ScrapeProcess:
             )
         self._datastore = datastore
         self._clock = clock
-        self._metrics = metrics
+        self._metrics = metrics.series(ScrapeSeries)
         self._setup = Setup(
             interval, timeout, max_backoff, max_body_bytes, flush_interval, logging_options or LoggingOptions()
         )
@@ -101,7 +102,7 @@ class ScrapeProcess:
         except BaseException:  # no worker: say so at start, and follow nothing
             await self.stop()
             raise
-        self._task = asyncio.create_task(self._supervise(first), name="epp-scrape-process")
+        self._task = start_guarded(self._supervise(first), "epp-scrape-process", forever=True)
 
     def apply(self, spec: ScrapeSpec | None) -> None:
         """Scrape by ``spec`` (None: the default) from now on (a configuration reload)."""
@@ -117,9 +118,7 @@ class ScrapeProcess:
             self._unsubscribe()
             self._unsubscribe = None
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
         self._states.clear()
         self._by_key.clear()
 
@@ -166,7 +165,7 @@ class ScrapeProcess:
                     self._proc = None
                     await _end(proc)
             proc = None
-            self._metrics.scrape_worker_restarts.inc()
+            self._metrics.worker_restarts.inc()
             await self._clock.sleep(self._restart_delay)
 
     async def _spawn(self) -> asyncio.subprocess.Process:
@@ -206,11 +205,11 @@ class ScrapeProcess:
                 getattr(state.health, method)(*args)
         m = self._metrics
         for engine, (counts, total) in batch.durations.items():
-            m.scrape_duration.labels(engine=engine).add(counts, total)
+            m.duration.labels(engine=engine).add(counts, total)
         for engine, (counts, total) in batch.intervals.items():
-            m.scrape_interval.labels(engine=engine).add(counts, total)
+            m.interval.labels(engine=engine).add(counts, total)
         for reason, count in batch.errors.items():
-            m.scrape_errors.labels(reason=reason).inc(count)
+            m.errors.labels(reason=reason).inc(count)
 
 
 async def _end(proc: asyncio.subprocess.Process) -> None:

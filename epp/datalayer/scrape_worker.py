@@ -28,11 +28,12 @@ from typing import Any
 from epp.clock import SystemClock
 from epp.datalayer.metrics_fetch import TlsFileError, tls_context
 from epp.datalayer.scrape_wire import Batch, Setup, read_frame, write_frame
-from epp.datalayer.scraper import ScraperManager
+from epp.datalayer.scraper import ScraperManager, ScrapeSeries
 from epp.datastore.types import EndpointListener
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.endpoint import Endpoint, EndpointState
 from epp.framework.health import EndpointHealth
+from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.logs import setup_logging
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Counter, Histogram
@@ -113,7 +114,7 @@ class _MetricDeltas:
     """What the worker's scrape metrics gained since the last batch."""
 
     def __init__(self, metrics: EppMetrics) -> None:
-        self._metrics = metrics
+        self._metrics = metrics.series(ScrapeSeries)
         self._sent: dict[tuple[str, tuple[str, ...]], tuple[list[int], float]] = {}
 
     def _histogram(self, name: str, histogram: Histogram) -> dict[str, tuple[list[int], float]]:
@@ -139,9 +140,9 @@ class _MetricDeltas:
 
     def fill(self, batch: Batch) -> None:
         m = self._metrics
-        batch.durations = self._histogram("duration", m.scrape_duration)
-        batch.intervals = self._histogram("interval", m.scrape_interval)
-        batch.errors = self._counter("errors", m.scrape_errors)
+        batch.durations = self._histogram("duration", m.duration)
+        batch.intervals = self._histogram("interval", m.interval)
+        batch.errors = self._counter("errors", m.errors)
 
 
 def _with_tls(spec: ScrapeSpec) -> ScrapeSpec:
@@ -201,8 +202,10 @@ async def _serve(reader: asyncio.StreamReader, out: asyncio.WriteTransport) -> N
         max_body_bytes=setup.max_body_bytes,
     )
     await scrapers.start()
-    flusher = asyncio.create_task(
-        _flush(out, outbox, source, _MetricDeltas(metrics), setup.flush_interval), name="epp-scrape-worker-flush"
+    flusher = start_guarded(
+        _flush(out, outbox, source, _MetricDeltas(metrics), setup.flush_interval),
+        "epp-scrape-worker-flush",
+        forever=True,
     )
     try:
         while (message := await read_frame(reader)) is not None:
@@ -217,9 +220,7 @@ async def _serve(reader: asyncio.StreamReader, out: asyncio.WriteTransport) -> N
             else:
                 raise ValueError(f"scrape worker: unknown message {kind!r}")
     finally:
-        flusher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await flusher
+        await cancel_and_wait(flusher)
         await scrapers.stop()
 
 

@@ -26,7 +26,9 @@ business, unless the source's ``port`` overrides it.
 
 The request path never waits on a scrape: a poll ends with one reference assignment,
 ``state.metrics = snapshot``, which a scheduling cycle reads whole or not at all. Intervals are
-waited on the injected clock, so tests drive the loop with ``ManualClock``.
+waited on the injected clock, so tests drive the loop with ``ManualClock``. The poll tasks are
+held by the manager's :class:`~epp.tasks.TaskSet` until they have finished, cancelled ones too.
+:class:`ScrapeSeries` declares the scrape series.
 """
 
 from __future__ import annotations
@@ -48,13 +50,49 @@ from epp.datastore.types import EndpointListener
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.endpoint import EndpointState
 from epp.framework.engine_metrics import EngineSpec
+from epp.tasks import TaskSet
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.series import Counter, Histogram
 
-__all__ = ["EndpointSource", "ScraperManager", "Scrapers", "scrape_phase"]
+__all__ = ["EndpointSource", "ScrapeSeries", "ScraperManager", "Scrapers", "scrape_phase"]
 
 _log = logging.getLogger(__name__)
 
 _REASONS = ("timeout", "http", "connect", "parse")
+_SCRAPE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_SCRAPE_INTERVAL_BUCKETS = (0.025, 0.05, 0.055, 0.06, 0.0667, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 5.0)
+
+
+class ScrapeSeries:
+    """Ours (upstream has no scrape series): each scrape's duration and the interval achieved, by engine;
+    failures by reason; restarts of the scrape worker process."""
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        self.duration = Histogram(
+            "epp_scrape_duration_seconds",
+            "Time to fetch and parse one model server's /metrics.",
+            ("engine",),
+            buckets=_SCRAPE_BUCKETS,
+            registry=metrics.registry,
+        )
+        self.interval = Histogram(
+            "epp_scrape_interval_seconds",
+            "Seconds between two successful scrapes of the same model server (the interval achieved).",
+            ("engine",),
+            buckets=_SCRAPE_INTERVAL_BUCKETS,
+            registry=metrics.registry,
+        )
+        self.worker_restarts = Counter(
+            "epp_scrape_worker_restarts_total",
+            "Times the scrape worker process (--metrics-scrape-process) ended and was started again.",
+            registry=metrics.registry,
+        )
+        self.errors = Counter(
+            "epp_scrape_errors_total",
+            "Failed /metrics scrapes of model servers, by reason (timeout, http, connect, parse).",
+            ("reason",),
+            registry=metrics.registry,
+        )
 
 
 def scrape_phase(key: str, interval: float) -> float:
@@ -130,7 +168,7 @@ class ScraperManager:
             )
         self._datastore = datastore
         self._clock = clock
-        self._metrics = metrics
+        self._metrics = metrics.series(ScrapeSeries)
         self._base_interval = interval
         self._timeout = timeout
         self._max_backoff = max_backoff
@@ -138,9 +176,9 @@ class ScraperManager:
         self._interval = self._effective_interval()
         self._max_body = max_body_bytes
         self._phase = phase
-        self._errors = {reason: metrics.scrape_errors.labels(reason=reason) for reason in _REASONS}
+        self._errors = {reason: self._metrics.errors.labels(reason=reason) for reason in _REASONS}
         self._tasks: dict[str, tuple[_Target, asyncio.Task[None]]] = {}
-        self._retiring: set[asyncio.Task[None]] = set()
+        self._running = TaskSet()
         self._unsubscribe: Callable[[], None] | None = None
 
     @property
@@ -186,11 +224,8 @@ class ScraperManager:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        for _, task in self._tasks.values():
-            self._retire(task)
         self._tasks.clear()
-        if self._retiring:
-            await asyncio.gather(*self._retiring, return_exceptions=True)
+        await self._running.stop()
 
     def _on_change(self, added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
         # Removals first: a replaced endpoint arrives in both lists under the same key.
@@ -198,16 +233,14 @@ class ScraperManager:
             entry = self._tasks.get(state.endpoint.key)
             if entry is not None and entry[0].state is state:
                 del self._tasks[state.endpoint.key]
-                self._retire(entry[1])
+                entry[1].cancel()
         for state in added:
             key = state.endpoint.key
             previous = self._tasks.pop(key, None)
             if previous is not None:
-                self._retire(previous[1])
+                previous[1].cancel()
             target = self._target(state)
-            task = asyncio.get_running_loop().create_task(self._poll(target), name=f"epp-scrape:{key}")
-            task.add_done_callback(self._task_ended)
-            self._tasks[key] = (target, task)
+            self._tasks[key] = (target, self._running.start(self._poll(target), f"epp-scrape:{key}", forever=True))
 
     def _engine(self, state: EndpointState) -> EngineSpec:
         """The map ``state``'s endpoint is read with; an engine label the table lacks is logged."""
@@ -230,21 +263,8 @@ class ScraperManager:
         conn = MetricsConnection(ep.address, port, transport.path, tls=self._spec.tls, max_body=self._max_body)
         return _Target(state, self._engine(state), conn, PageMemo())
 
-    def _retire(self, task: asyncio.Task[None]) -> None:
-        task.cancel()
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
-
-    @staticmethod
-    def _task_ended(task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        # _poll never returns and catches per-poll errors, so reaching here is a bug: say so loudly.
-        _log.error("Scrape task ended unexpectedly", extra={"task": task.get_name()}, exc_info=exc)
-
     async def _poll(self, target: _Target) -> None:
-        duration = self._metrics.scrape_duration
+        duration = self._metrics.duration
         clock = self._clock
         key = target.state.endpoint.key
         phase = self._phase(key, self._interval)
@@ -306,7 +326,7 @@ class ScraperManager:
             snapshot = state.metrics = extraction.snapshot
             state.health.scrape_ok(snapshot.updated_at)
             if snapshot.scrape_interval:
-                self._metrics.scrape_interval.labels(engine=target.engine.name).observe(snapshot.scrape_interval)
+                self._metrics.interval.labels(engine=target.engine.name).observe(snapshot.scrape_interval)
         if extraction.errors:
             problem = "; ".join(extraction.errors)
             if not extraction.updated:

@@ -1,5 +1,5 @@
 """Envoy ext_proc boundary: the gRPC server, the per-stream state machine and its wire builders.
 
 Nothing below this package sees protobuf or gRPC; it talks to the request path through the
-:class:`epp.extproc.stream.Directors` seam.
+protocols in :mod:`epp.extproc.processor` (``Pipelines``, ``RequestPipeline``).
 """

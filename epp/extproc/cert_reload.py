@@ -90,7 +90,7 @@ class CertReloader:
         except OSError as e:
             inotify.close()
             raise TlsError(f"--cert-path {self.cert_path!r}: cannot watch it: {e}") from e
-        self._task = start_guarded(self._watch(inotify), name=f"cert-reload:{self.cert_path}")
+        self._task = start_guarded(self._watch(inotify), f"cert-reload:{self.cert_path}", forever=True)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

@@ -21,8 +21,7 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter
 
-from prometheus_client import CollectorRegistry
-
+from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Counter, Gauge, Histogram
 
 __all__ = ["GrpcStreamMetrics"]
@@ -30,30 +29,31 @@ __all__ = ["GrpcStreamMetrics"]
 _BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600)
 
 
-def _alpha(text: str) -> str:
-    return f"[ALPHA] {text}"
-
-
 class GrpcStreamMetrics:
-    """The three series, on ``registry``; :meth:`started` and :meth:`finished` bracket each stream."""
+    """The three series (a series set: ``metrics.series(GrpcStreamMetrics)``, only when the flag is on);
+    :meth:`started` and :meth:`finished` bracket each stream.
+
+    Under every ``--metrics-naming``: GIE has no such series to stand in for them.
+    """
 
     __slots__ = ("_duration", "_ended", "_inflight")
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, metrics: EppMetrics) -> None:
+        registry = metrics.registry
         self._inflight = Gauge(
             "llm_d_epp_extproc_streams_inflight",
-            _alpha("Number of ext_proc gRPC streams currently open."),
+            "[ALPHA] Number of ext_proc gRPC streams currently open.",
             registry=registry,
         )
         self._duration = Histogram(
             "llm_d_epp_extproc_stream_duration_seconds",
-            _alpha("Duration an ext_proc gRPC stream stays open, in seconds."),
+            "[ALPHA] Duration an ext_proc gRPC stream stays open, in seconds.",
             buckets=_BUCKETS,
             registry=registry,
         )
         self._ended = Counter(
             "llm_d_epp_extproc_streams",
-            _alpha("Total ext_proc gRPC streams completed, by gRPC status code."),
+            "[ALPHA] Total ext_proc gRPC streams completed, by gRPC status code.",
             ("code",),
             registry=registry,
         )

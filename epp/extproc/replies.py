@@ -9,7 +9,8 @@ Envoy has the answer and has reset the stream; starting the send and returning a
 the status right behind the message in gRPC core (one operation of each kind may be pending,
 and the transport sends the messages before the status), so both leave together. Initial
 metadata goes first on its own when nothing was sent yet, since gRPC refuses two pending
-initial-metadata operations.
+initial-metadata operations. That last send runs as a task of the server's :class:`~epp.tasks.TaskSet`,
+held until it ends (a failure there only means the stream was already gone).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 from typing import Protocol
 
 from epp.extproc import pb
+from epp.tasks import TaskSet
 
 __all__ = ["Replies", "ReplyChannel"]
 
@@ -33,10 +35,11 @@ class ReplyChannel(Protocol):
 class Replies:
     """Answers of one stream, in order; :meth:`send_last` for the one after which the RPC ends."""
 
-    __slots__ = ("_channel", "_started")
+    __slots__ = ("_channel", "_sends", "_started")
 
-    def __init__(self, channel: ReplyChannel) -> None:
+    def __init__(self, channel: ReplyChannel, sends: TaskSet) -> None:
         self._channel = channel
+        self._sends = sends
         self._started = False
 
     async def send(self, answer: pb.ProcessingResponse) -> None:
@@ -48,12 +51,5 @@ class Replies:
         if not self._started:
             await self._channel.send_initial_metadata(())
             self._started = True
-        task = asyncio.ensure_future(self._channel.write(answer))
+        self._sends.start(self._channel.write(answer), "ext_proc-last-answer", quiet=True)
         await asyncio.sleep(0)  # the write task runs its first step, which starts the send
-        task.add_done_callback(_consume_outcome)
-
-
-def _consume_outcome(task: asyncio.Future[None]) -> None:
-    """A send that failed because the stream is already gone is nothing to report."""
-    if not task.cancelled():
-        task.exception()

@@ -10,6 +10,9 @@ plaintext, as kubelet's gRPC probes need; it may carry more services (the ``epp.
 gateway's active health check on the ext_proc port keeps sending streams. Shutdown
 follows the house order: NOT_SERVING first, then ``server.stop(grace)``: no new streams, and
 in-flight ones finish or are cancelled when ``grace`` runs out.
+
+The server declares the picker's process series (:class:`ServerSeries`): ``epp_ready``, which
+follows the health port's readiness, and upstream's build-info gauge.
 """
 
 from __future__ import annotations
@@ -21,17 +24,22 @@ from typing import Any
 
 import grpc
 
+from epp import __version__
 from epp.extproc import pb
 from epp.extproc.grpc_stream_metrics import GrpcStreamMetrics
 from epp.extproc.health import HealthState
+from epp.extproc.processor import Pipelines, Processor, StreamOptions
 from epp.extproc.replies import Replies
-from epp.extproc.stream import Pipelines, Processor, Stream, StreamOptions
+from epp.extproc.stream import Stream
 from epp.extproc.tls import ServerTls
 from epp.framework.endpoint import join_host_port
+from epp.tasks import TaskSet
+from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.series import Gauge
 from epp.telemetry.tracing import Tracing
 
-__all__ = ["SERVER_OPTIONS", "ExtProcOptions", "ExtProcServer", "ExtraServices", "bind_port"]
+__all__ = ["SERVER_OPTIONS", "ExtProcOptions", "ExtProcServer", "ExtraServices", "ServerSeries", "bind_port"]
 
 log = logging.getLogger(__name__)
 
@@ -82,19 +90,41 @@ class ExtraServices:
     interceptors: tuple[Any, ...] = ()
 
 
+class ServerSeries:
+    """``epp_ready`` (ours) and upstream's ``inference_extension_info`` (1, with the build)."""
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        self.ready = Gauge(
+            "epp_ready",
+            "1 while the health port reports readiness SERVING (every pool synced and, with leader election, "
+            "the lease held), else 0; 0 from the start of a graceful drain.",
+            registry=metrics.registry,
+        )
+        self.info = metrics.families.gauge(
+            Names(
+                "inference_extension_info",
+                "llm_d_epp_info",
+                "General information of the current build of Inference Extension.",
+                labels=("commit", "build_ref"),
+            )
+        )
+        self.info.labels("", f"epp-{__version__}").set(1)
+
+
 class _ExtProcServicer(pb.ExternalProcessorServicer):  # type: ignore[misc]  # generated base is untyped
-    def __init__(self, processor: Processor) -> None:
+    def __init__(self, processor: Processor, sends: TaskSet) -> None:
         self._processor = processor
+        self._sends = sends
 
     async def Process(self, request_iterator: Any, context: Any) -> None:  # noqa: N802 (gRPC method name)
-        await Stream(self._processor).run(request_iterator, Replies(context))
+        await Stream(self._processor).run(request_iterator, Replies(context, self._sends))
 
 
 class _MeteredExtProcServicer(_ExtProcServicer):
     """With ``--enable-grpc-stream-metrics``: each stream counted, timed and classified by its end."""
 
-    def __init__(self, processor: Processor, metrics: GrpcStreamMetrics) -> None:
-        super().__init__(processor)
+    def __init__(self, processor: Processor, sends: TaskSet, metrics: GrpcStreamMetrics) -> None:
+        super().__init__(processor, sends)
         self._metrics = metrics
 
     async def Process(self, request_iterator: Any, context: Any) -> None:  # noqa: N802 (gRPC method name)
@@ -136,7 +166,10 @@ class ExtProcServer:
         self._processor = Processor(pipelines, metrics, options, tracing)
         self._ext_proc = ext_proc or ExtProcOptions()
         # Registered only when asked for, as upstream: the series do not exist otherwise.
-        self._stream_metrics = GrpcStreamMetrics(metrics.registry) if self._ext_proc.stream_metrics else None
+        self._stream_metrics = metrics.series(GrpcStreamMetrics) if self._ext_proc.stream_metrics else None
+        self._ready = metrics.series(ServerSeries).ready
+        self._sends = TaskSet()
+        """Each stream's last answer, sent while its RPC ends (:meth:`Replies.send_last`)."""
         self._health = HealthState()
         # The ext_proc port's own copy: same readiness, but it keeps serving through a drain.
         self._ext_proc_health = HealthState()
@@ -152,10 +185,12 @@ class ExtProcServer:
         """SERVING for readiness, ``""`` and ext_proc once the pool is synced (liveness always is)."""
         self._health.set_ready(ready)
         self._ext_proc_health.set_ready(ready)
+        self._ready.set(1 if self._health.ready else 0)
 
     def drain(self) -> None:
         """SIGTERM: the health port says NOT_SERVING (but liveness); ext_proc streams keep being served."""
         self._health.drain()
+        self._ready.set(0)
 
     async def start(self, host: str, grpc_port: int, health_port: int, tls: ServerTls | None) -> tuple[int, int]:
         """Bind and start both servers; ports may be 0. Returns the bound (grpc, health) ports."""
@@ -163,9 +198,9 @@ class ExtProcServer:
             raise RuntimeError("ExtProcServer already started")
         ext_proc = grpc.aio.server(options=self._ext_proc.server_options())
         servicer = (
-            _ExtProcServicer(self._processor)
+            _ExtProcServicer(self._processor, self._sends)
             if self._stream_metrics is None
-            else _MeteredExtProcServicer(self._processor, self._stream_metrics)
+            else _MeteredExtProcServicer(self._processor, self._sends, self._stream_metrics)
         )
         pb.add_ExternalProcessorServicer_to_server(servicer, ext_proc)
         if self._ext_proc.health_checking:
@@ -205,3 +240,4 @@ class ExtProcServer:
         servers, self._servers = self._servers, []
         for server in servers:
             await server.stop(grace)
+        await self._sends.stop()  # what a stream ended by the stop could not send

@@ -29,14 +29,13 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import AsyncIterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterable, Sequence
 from time import perf_counter
-from typing import Protocol
 
 from epp.errors import EppError, ErrorCode
 from epp.extproc import pb
-from epp.extproc.observe import RequestLabels, StreamMetrics
+from epp.extproc.observe import RequestLabels
+from epp.extproc.processor import Processor, RequestPipeline
 from epp.extproc.replies import Replies
 from epp.extproc.response_relay import ResponseRelay
 from epp.extproc.responses import (
@@ -49,93 +48,20 @@ from epp.extproc.responses import (
 )
 from epp.extproc.served_endpoint import served_endpoint_echo
 from epp.extproc.subset_hint import subset_hint
-from epp.extproc.usage import Usage
 from epp.framework import headers as wire
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.framework.response import ResponseTiming
 from epp.requestcontrol.context import RequestContext
 from epp.telemetry.logs import request_id_var
-from epp.telemetry.metrics import EppMetrics
-from epp.telemetry.tracing import RequestTrace, Tracing, activated
+from epp.telemetry.tracing import RequestTrace, activated
 
-__all__ = ["Phase", "Pipelines", "Processor", "RequestPipeline", "Stream", "StreamOptions"]
+__all__ = ["Phase", "Stream"]
 
 log = logging.getLogger(__name__)
 
 _FULL_DUPLEX = pb.BODY_FULL_DUPLEX_STREAMED
 _BUFFERED = pb.BODY_BUFFERED
 _MODEL_SERVER_ERROR = ErrorCode.MODEL_SERVER_ERROR.label
-
-
-@dataclass(frozen=True, slots=True)
-class StreamOptions:
-    """Per-stream limits and switches (from ``ServeOptions``).
-
-    ``max_response_buffer_bytes``: a non-SSE response is held whole to read its ``usage``; past
-    this size it is passed through instead (and its usage goes unread), bounding memory.
-    ``conformance_test_hooks``: echo the served endpoint the data plane reports in the response
-    header ``x-conformance-test-served-endpoint`` (``served_endpoint.py``).
-    """
-
-    max_request_body_bytes: int = 16 * 1024 * 1024
-    disable_subset_filter: bool = False
-    chunk_size: int = 62_000
-    max_response_buffer_bytes: int = 64 * 1024 * 1024
-    conformance_test_hooks: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_request_body_bytes <= 0:
-            raise ValueError(f"max_request_body_bytes must be > 0, got {self.max_request_body_bytes}")
-        if not 0 < self.chunk_size <= 62_000:
-            raise ValueError(f"chunk_size must be in 1..62000 (Envoy's per-message limit), got {self.chunk_size}")
-        if self.max_response_buffer_bytes <= 0:
-            raise ValueError(f"max_response_buffer_bytes must be > 0, got {self.max_response_buffer_bytes}")
-
-
-class RequestPipeline(Protocol):
-    """What one request needs from its pool's pipeline (``requestcontrol.pipeline.Pipeline``)."""
-
-    def parse(self, request: InferenceRequest, raw: bytes, subset: frozenset[str] | None) -> RequestContext:
-        """The request's context with its body read; EppError(BAD_REQUEST) when no parser takes it."""
-        ...
-
-    async def route(self, ctx: RequestContext) -> RoutingDecision:
-        """Resolve target model, objective and priority, admit (possibly waiting in the flow-control queue)
-        and schedule; raises EppError (429, 503, 404...). Cancelling it takes the request out of the queue."""
-        ...
-
-    def context(self, request: InferenceRequest, subset: frozenset[str] | None) -> RequestContext:
-        """The context of a request without a body."""
-        ...
-
-    def route_headers_only(self, ctx: RequestContext) -> RoutingDecision:
-        """Header-only request: a random endpoint; EppError(INTERNAL, 'no pods available in datastore') if none."""
-        ...
-
-    def response_complete(
-        self, ctx: RequestContext, usage: Usage | None, status: int, timing: ResponseTiming | None = None
-    ) -> Mapping[str, Mapping[str, float]]:
-        """The response ended (before ``finished``): plugins read its usage and ``timing`` (when it went
-        upstream, its first body byte, its end); returns their dynamic metadata."""
-        ...
-
-    def finished(self, ctx: RequestContext, *, completed: bool, status: int = 0, gateway_reply: bool = False) -> None:
-        """Called exactly once per request that reached its pipeline, when the stream is over with it.
-
-        ``ctx.decision`` is None when routing itself raised; ``completed`` is True only when the
-        response was seen to its end; ``status`` is the response's HTTP status, 0 when no response
-        headers came; ``gateway_reply``: Envoy made that answer itself (it could not reach the
-        endpoint, or the connection was reset), the model server never answered.
-        """
-        ...
-
-
-class Pipelines(Protocol):
-    """The pipelines of every pool the picker serves (``requestcontrol.pools.PoolPipelines``)."""
-
-    def pipeline_for(self, request: InferenceRequest) -> RequestPipeline:
-        """The pipeline in force in the pool the request names; EppError (404, 400) when it names none we serve."""
-        ...
 
 
 class Phase(enum.Enum):
@@ -147,23 +73,6 @@ class Phase(enum.Enum):
     ROUTED = "routed"  # the destination was sent; the request is on its way upstream
     RESPONDING = "responding"  # response messages are being relayed
     DONE = "done"  # the response is complete (or the stream was rejected)
-
-
-class Processor:
-    """What every stream of one server shares: the pools' pipelines, the metric recorder, the options, the tracing.
-
-    ``tracing`` is None when requests are not traced (``--tracing=false``, or no exporter).
-    """
-
-    __slots__ = ("observe", "options", "pipelines", "tracing")
-
-    def __init__(
-        self, pipelines: Pipelines, metrics: EppMetrics, options: StreamOptions, tracing: Tracing | None = None
-    ) -> None:
-        self.pipelines = pipelines
-        self.observe = StreamMetrics(metrics)
-        self.options = options
-        self.tracing = tracing
 
 
 class Stream:

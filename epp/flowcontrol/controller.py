@@ -27,7 +27,8 @@ as upstream's ticker; the loop sleeps on an event when the queue is empty). Each
 A client that goes away while queued cancels the awaiting task; the item leaves the queue at
 once (``EvictedContextCancelled``) and frees its slot. :meth:`stop` evicts everything left
 with 503 ``rejected-shutting-down``. The controller outlives configuration reloads (it belongs
-to the pool, not to the config), so a reload keeps every queued request.
+to the pool, not to the config), so a reload keeps every queued request. Its series are
+upstream's flow-control ones (:class:`FlowControlSeries`), declared whether or not the gate is on.
 """
 
 from __future__ import annotations
@@ -47,18 +48,86 @@ from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import SaturationDetector, stage_saturation
-from epp.scheduling.plugin_errors import plugin_errors, read_saturation
+from epp.scheduling.plugin_errors import PluginErrors, read_saturation
 from epp.tasks import cancel_and_wait, start_guarded
-from epp.telemetry.families import GaugeChild
+from epp.telemetry.children import CappedLabel
+from epp.telemetry.families import GaugeChild, Names
 from epp.telemetry.metrics import EppMetrics
 
-__all__ = ["FlowController"]
+__all__ = ["FlowControlSeries", "FlowController"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TICK = 0.001
 _MAX_FAIRNESS_LABELS = 1000
 _OVERFLOW = "__overflow__"
+
+_OBJECTIVE = ("model_name", "target_model_name")
+_FLOW = ("fairness_id", "priority", "inference_pool", *_OBJECTIVE)
+"""Queue labels; values always in this order."""
+_QUEUE_DURATION_BUCKETS = (
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+_CYCLE_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
+
+
+class FlowControlSeries:
+    """Upstream's flow-control series: the queue (values in ``_FLOW`` order), its outcomes, the pool's saturation."""
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        f = metrics.families
+        self.queue_size = f.gauge(
+            Names(
+                "inference_extension_flow_control_queue_size",
+                "llm_d_epp_flow_control_queue_size",
+                "Current number of requests actively held in the Flow Control queue.",
+                labels=_FLOW,
+            )
+        )
+        self.queue_bytes = f.gauge(
+            Names(
+                "inference_extension_flow_control_queue_bytes",
+                "llm_d_epp_flow_control_queue_bytes",
+                "Current total size in bytes of requests actively held in the Flow Control queue.",
+                labels=_FLOW,
+            )
+        )
+        self.queue_duration = f.histogram(  # values: fairness id, priority, outcome, pool, model, target
+            Names(
+                "inference_extension_flow_control_request_queue_duration_seconds",
+                "llm_d_epp_flow_control_request_queue_duration_seconds",
+                "Distribution of total time requests spend in the Flow Control layer (from enqueue to final outcome).",
+                labels=("fairness_id", "priority", "outcome", "inference_pool", *_OBJECTIVE),
+            ),
+            _QUEUE_DURATION_BUCKETS,
+        )
+        self.dispatch_cycle = f.histogram(
+            Names(
+                "inference_extension_flow_control_dispatch_cycle_duration_seconds",
+                "llm_d_epp_flow_control_dispatch_cycle_duration_seconds",
+                "Distribution of time taken for each internal dispatch cycle in the Flow Control layer.",
+            ),
+            _CYCLE_BUCKETS,
+        )
+        self.pool_saturation = f.gauge(  # values: pool, stage (this picker gates on "effective" only)
+            Names(
+                "inference_extension_flow_control_pool_saturation",
+                "llm_d_epp_flow_control_pool_saturation",
+                "Current saturation level of the inference pool (0.0 = empty, 1.0 = fully saturated).",
+                "Pool saturation signal gating Flow Control dispatch. 1.0 is the gating set point; values above "
+                "1.0 indicate the magnitude of oversubscription past it. An empty pool reads as 1.0.",
+                labels=("inference_pool", "stage"),
+                gie_labels=("inference_pool",),
+            )
+        )
+        self.requests = f.counter(  # values: outcome, priority, pool
+            Names(
+                None,
+                "llm_d_epp_flow_control_requests_total",
+                "Total number of requests processed by the Flow Control layer.",
+                labels=("outcome", "priority", "inference_pool"),
+            )
+        )
 
 
 class FlowController:
@@ -80,9 +149,9 @@ class FlowController:
         self._endpoints = endpoints
         self._detector = detector
         self._clock = clock
-        self._metrics = metrics
+        self._metrics = metrics.series(FlowControlSeries)
         self._tick = tick
-        self._errors = plugin_errors(metrics)
+        self._errors = metrics.series(PluginErrors)
         self._queues = Queues(settings, self._errors.failed)
         self._arrivals: OrderedDict[int, Item] = OrderedDict()
         """Live items in enqueue order (the TTL sweep reads the front)."""
@@ -92,11 +161,11 @@ class FlowController:
         self._busy = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running = False
-        self._fairness_labels: set[str] = set()
+        self._fairness_labels = CappedLabel(_MAX_FAIRNESS_LABELS, _OVERFLOW)
         self._failing = False
-        self._saturation = metrics.fc_pool_saturation.labels(pool_name, "effective")
+        self._saturation = self._metrics.pool_saturation.labels(pool_name, "effective")
         self._stages: dict[str, GaugeChild | None] = {"prefill": None, "decode": None}
-        self._cycle_duration = metrics.fc_dispatch_cycle.labels()
+        self._cycle_duration = self._metrics.dispatch_cycle.labels()
 
     @property
     def queued(self) -> int:
@@ -109,7 +178,7 @@ class FlowController:
 
     async def start(self) -> None:
         self._running = True
-        self._task = start_guarded(self._run(), name=f"flow-control-{self._pool}")
+        self._task = start_guarded(self._run(), f"flow-control-{self._pool}", forever=True)
 
     async def stop(self) -> None:
         """Stop dispatching; every queued request ends with 503 ``rejected-shutting-down``."""
@@ -129,7 +198,7 @@ class FlowController:
         fairness_id = headers.read(request.headers, headers.FAIRNESS_ID) or headers.DEFAULT_FAIRNESS_ID
         priority = request.priority
         labels = (
-            self._fairness_label(fairness_id),
+            self._fairness_labels.value(fairness_id),
             str(priority),
             self._pool,
             request.model,
@@ -150,8 +219,8 @@ class FlowController:
         )
         self._queues.add(item)
         self._arrivals[item.seq] = item
-        self._metrics.fc_queue_size.labels(*labels).inc()
-        self._metrics.fc_queue_bytes.labels(*labels).inc(item.size)
+        self._metrics.queue_size.labels(*labels).inc()
+        self._metrics.queue_bytes.labels(*labels).inc(item.size)
         self.cycle()
         if self._queues.count:
             self._busy.set()
@@ -196,10 +265,10 @@ class FlowController:
         child = self._stages[stage]
         if value is not None:
             if child is None:
-                child = self._stages[stage] = self._metrics.fc_pool_saturation.exact(self._pool, stage)
+                child = self._stages[stage] = self._metrics.pool_saturation.exact(self._pool, stage)
             child.set(value)
         elif child is not None:
-            self._metrics.fc_pool_saturation.remove_exact(self._pool, stage)
+            self._metrics.pool_saturation.remove_exact(self._pool, stage)
             self._stages[stage] = None
 
     def _expire(self, now: float) -> None:
@@ -221,8 +290,8 @@ class FlowController:
         self._queues.remove(item)
         del self._arrivals[item.seq]
         metrics, labels = self._metrics, item.labels
-        metrics.fc_queue_size.labels(*labels).dec()
-        metrics.fc_queue_bytes.labels(*labels).dec(item.size)
+        metrics.queue_size.labels(*labels).dec()
+        metrics.queue_bytes.labels(*labels).dec(item.size)
         self._record(labels, outcome, self._clock.now() - item.enqueued_at)
         future = item.future
         if not future.done():
@@ -234,17 +303,8 @@ class FlowController:
 
     def _record(self, labels: tuple[str, ...], outcome: Outcome, waited: float) -> None:
         fairness, priority, pool, model, target = labels
-        self._metrics.fc_queue_duration.labels(fairness, priority, outcome.label, pool, model, target).observe(waited)
-        self._metrics.fc_requests.labels(outcome.label, priority, pool).inc()
-
-    def _fairness_label(self, fairness_id: str) -> str:
-        """The fairness id as a metric label; past 1000 distinct ids, one overflow label (bounded series)."""
-        seen = self._fairness_labels
-        if fairness_id not in seen:
-            if len(seen) >= _MAX_FAIRNESS_LABELS:
-                return _OVERFLOW
-            seen.add(fairness_id)
-        return fairness_id
+        self._metrics.queue_duration.labels(fairness, priority, outcome.label, pool, model, target).observe(waited)
+        self._metrics.requests.labels(outcome.label, priority, pool).inc()
 
     async def _run(self) -> None:
         """Cycles every ``tick`` while something is queued; parked while the queue is empty."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from epp.clock import Clock, SystemClock
+from epp.framework.http import HttpClient
 
 __all__ = [
     "NamedPlugin",
@@ -117,12 +118,17 @@ class RefusedTypeError(PluginConfigError):
 
 @dataclass(frozen=True)
 class PluginContext:
-    """Shared services a factory may hand to its plugin (time, randomness seed, pool name)."""
+    """Shared services a factory may hand to its plugin (time, randomness seed, pool name, HTTP client).
+
+    ``http`` is the process's one shared client (None where nothing made one: a plugin that needs
+    it refuses to load without it).
+    """
 
     clock: Clock = field(default_factory=SystemClock)
     pool_name: str = ""
     seed: int | None = None
     extras: Mapping[str, Any] = field(default_factory=dict)
+    http: HttpClient | None = None
 
 
 PluginFactory = Callable[[str, Mapping[str, Any], PluginContext], Plugin]

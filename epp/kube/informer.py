@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,24 +35,13 @@ from epp.kube.client import (
     stream_lines,
 )
 from epp.kube.resources import ResourceKind
+from epp.tasks import cancel_and_wait, start_guarded
 
-__all__ = ["Backoff", "Informer", "InformerHandler", "InformerSettings", "guarded_task"]
+__all__ = ["Backoff", "Informer", "InformerHandler", "InformerSettings"]
 
 log = logging.getLogger(__name__)
 
 _QUICK_WATCH_SECONDS = 1.0
-
-
-def guarded_task(coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
-    """A named task that logs at once if it ends with an exception (these loops never should)."""
-
-    def log_exit(task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and (error := task.exception()) is not None:
-            log.error("task crashed", extra={"task": task.get_name()}, exc_info=error)
-
-    task = asyncio.create_task(coro, name=name)
-    task.add_done_callback(log_exit)
-    return task
 
 
 class InformerHandler(Protocol):
@@ -142,15 +131,12 @@ class Informer:
     def start(self) -> None:
         """Start the loop as a named task (idempotent)."""
         if self._task is None or self._task.done():
-            self._task = guarded_task(self.run(), name=self.name)
+            self._task = start_guarded(self.run(), self.name, forever=True)
 
     async def stop(self) -> None:
         """Cancel the loop and wait until it has finished."""
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        await asyncio.wait({task})  # the caller's own cancellation still propagates
+        await cancel_and_wait(task)
 
     async def run(self) -> None:
         """List, then watch; reconnect, relist or back off as needed, until cancelled."""

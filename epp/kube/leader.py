@@ -90,7 +90,7 @@ class LeaderElector:
 
     async def start(self) -> None:
         if self._task is None:
-            self._task = start_guarded(self._run(), name=f"leader-election:{self.name}")
+            self._task = start_guarded(self._run(), f"leader-election:{self.name}", forever=True)
 
     async def stop(self) -> None:
         """Stop campaigning; a held lease is released so a follower takes over without waiting.

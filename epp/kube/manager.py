@@ -18,6 +18,7 @@ kind found by discovery has been listed once, and cleared when the pool is delet
 reports ready while it would still answer a v1alpha2 model 404 or give an objective's request
 the default priority, merely because those lists had not arrived yet. Losing the API server
 later changes nothing: the informers retry and the store keeps serving its last known state.
+:class:`KubeSeries` declares the one series this package writes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 from epp.datastore.types import DatastoreWriter, ObjectiveSpec, PoolSpec, RewriteSpec
 from epp.kube.client import Api, KubeError, served_kinds
 from epp.kube.group_merge import GroupMerge, Sink
-from epp.kube.informer import Informer, InformerHandler, InformerSettings, guarded_task
+from epp.kube.informer import Informer, InformerHandler, InformerSettings
 from epp.kube.keyed import KeyedReconciler
 from epp.kube.objective_reconciler import model_reconciler, objective_reconciler
 from epp.kube.pod_reconciler import PodReconciler
@@ -46,11 +47,26 @@ from epp.kube.resources import (
 )
 from epp.kube.rewrite_reconciler import rewrite_reconciler
 from epp.kube.standalone import StandaloneReconciler
+from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.series import Gauge
 
-__all__ = ["PoolReconcilers", "StandaloneReconciler"]
+__all__ = ["KubeSeries", "PoolReconcilers", "StandaloneReconciler"]
 
 log = logging.getLogger(__name__)
+
+
+class KubeSeries:
+    """``epp_api_group_shadowed_objects`` (ours): legacy objects an ``llm-d.ai`` one of the same name hides."""
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        self.shadowed_objects = Gauge(
+            "epp_api_group_shadowed_objects",
+            "Objects of inference.networking.x-k8s.io ignored because an object of the same kind, namespace "
+            "and name exists in llm-d.ai, which wins (both groups are watched and merged).",
+            ("pool", "kind"),
+            registry=metrics.registry,
+        )
 
 
 class PoolReconcilers:
@@ -104,14 +120,12 @@ class PoolReconcilers:
         for informer in self._informers:
             informer.start()
         if self._discovery is None:
-            self._discovery = guarded_task(self._discover(), name=f"discover:{self._pool_name}")
+            self._discovery = start_guarded(self._discover(), f"discover:{self._pool_name}")
 
     async def stop(self) -> None:
         """Stop discovery and every informer; the store keeps its state."""
         task, self._discovery = self._discovery, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task})
+        await cancel_and_wait(task)
         await asyncio.gather(*(informer.stop() for informer in self._informers))
 
     def _informer(self, kind: ResourceKind, handler: InformerHandler, *, field_selector: str = "") -> Informer:
@@ -199,4 +213,4 @@ class PoolReconcilers:
         """Sets ``epp_api_group_shadowed_objects`` for this pool and kind."""
         if self._metrics is None:
             return None
-        return self._metrics.shadowed_objects.labels(self._pool_name, kinds[0].kind).set
+        return self._metrics.series(KubeSeries).shadowed_objects.labels(self._pool_name, kinds[0].kind).set

@@ -112,20 +112,20 @@ class CentralReceiver:
         stream = self.streams.get(key)
         if stream is None:
             stream = self.streams[key] = PodStream(key, pod_id)
-        stream.messages += 1
+        stream.counts.messages += 1
         seq = int.from_bytes(seq_bytes, "big")
         last = stream.last_seq
         if last is not None and seq <= last:
-            stream.restarts += 1
+            stream.counts.restarts += 1
             self._clear(stream, f"publisher restarted (seq {seq} after {last})")
         elif last is not None and seq != last + 1:
-            stream.gaps += 1
+            stream.counts.gaps += 1
             self._clear(stream, f"missed seq {last + 1}..{seq - 1}")
         stream.last_seq = seq
         try:
             apply_message(self._index, key, topic, payload)
         except EventDecodeError as e:
-            stream.decode_errors += 1
+            stream.counts.decode_errors += 1
             self._clear(stream, f"undecodable payload: {e}")
 
     def _clear(self, stream: PodStream, why: str) -> None:

@@ -5,12 +5,14 @@ engine connects to (central mode) hand each message's topic and payload to :func
 under the endpoint it belongs to. The topic is llm-d's ``kv@<pod-id>@<model>``
 (:func:`topic_parts`); the model names a chain's first block unless the event carries a LoRA name.
 
-:class:`SourceCounts` holds what ``/metrics`` reports per endpoint (``EppMetrics.set_kv_events``),
+:class:`SourceCounts` holds what ``/metrics`` reports per endpoint (a
+:class:`~epp.framework.measures.KvEventCounts`, which the producer reports before each scrape),
 so both kinds of source count the same things the same way.
 """
 
 from __future__ import annotations
 
+from epp.framework.measures import KvEventCounts
 from epp.kvevents.decode import AllBlocksCleared, BlockRemoved, BlockStored, decode_batch
 from epp.kvevents.index import KvBlockIndex
 
@@ -28,15 +30,7 @@ class SourceCounts:
         self.source = source
         self.last_seq: int | None = None
         """The sequence number of the last message applied (None before the first, or after a disconnect)."""
-        self.messages = 0
-        """Messages received live (malformed ones included; replayed ones are not)."""
-        self.gaps = 0
-        self.restarts = 0
-        self.decode_errors = 0
-        self.replays = 0
-        self.disconnects = 0
-        self.reconnections = 0
-        """Sockets rebuilt after a ZMQ error (ZMQ's own reconnects of a dropped peer are :attr:`disconnects`)."""
+        self.counts = KvEventCounts()
 
 
 def topic_parts(topic: bytes) -> tuple[str, str]:

@@ -96,33 +96,33 @@ class Subscriber(SourceCounts):
                 sock.disable_monitor()
                 sock.close(linger=0)
             await asyncio.sleep(self._retry_interval)
-            self.reconnections += 1
+            self.counts.reconnections += 1
 
     async def _on_message(self, frames: list[bytes]) -> None:
-        self.messages += 1
+        self.counts.messages += 1
         if len(frames) != 3 or len(frames[1]) != 8:
-            self.decode_errors += 1
+            self.counts.decode_errors += 1
             self._unknown("malformed message")
             return
         topic, seq_bytes, payload = frames
         seq = int.from_bytes(seq_bytes, "big")
         last = self.last_seq
         if last is not None and seq <= last:
-            self.restarts += 1
+            self.counts.restarts += 1
             self._index.clear(self.pod)
             log.info("kv-events publisher restarted", extra={"pod": self.pod, "seq": seq, "last_seq": last})
             last = None
         if last is None and seq > 0 or last is not None and seq != last + 1:
             start = 0 if last is None else last + 1
             if last is not None:
-                self.gaps += 1
+                self.counts.gaps += 1
             if not await self._replay(start, seq, topic) and last is not None:
                 self._unknown(f"missed seq {start}..{seq - 1}")
         self.last_seq = seq
         self._apply(topic, payload)
 
     def _disconnected(self) -> None:
-        self.disconnects += 1
+        self.counts.disconnects += 1
         self.last_seq = None
         self._index.clear(self.pod)
         log.info("kv-events publisher disconnected: pod entries cleared", extra={"pod": self.pod})
@@ -135,14 +135,14 @@ class Subscriber(SourceCounts):
         try:
             apply_message(self._index, self.pod, topic, payload)
         except EventDecodeError as e:
-            self.decode_errors += 1
+            self.counts.decode_errors += 1
             self._unknown(f"undecodable payload: {e}")
 
     async def _replay(self, start: int, until: int, topic: bytes) -> bool:
         """Fetch and apply messages ``start..until-1`` from the replay socket; True when all came."""
         if self.replay_endpoint is None or start >= until or time.monotonic() < self._replay_after:
             return False
-        self.replays += 1
+        self.counts.replays += 1
         sock = self._context.socket(zmq.DEALER)
         received: list[tuple[int, bytes]] = []
         try:

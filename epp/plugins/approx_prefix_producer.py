@@ -23,7 +23,8 @@ time), ``maxPrefixTokensToMatch`` (131072; 0 falls back to ``maxPrefixBlocksToMa
 both 0: the whole prompt), ``lruCapacityPerServer`` (31250), and the deprecated ``blockSize``
 (characters), taken as ``blockSizeTokens`` when that is left at its default. A prompt shorter
 than a block is one (partial) block. A request without tokens (its tokenization failed) gets no
-match info, so it is scored 0 everywhere, as upstream.
+match info, so it is scored 0 everywhere, as upstream. Before each ``/metrics`` scrape the
+producer reports its index's size (``measure``: the ``prefix_indexer_size`` gauges).
 
 With replicas sharing state (``--state-sync-address``) the producer is
 :class:`~epp.framework.replication.Replicated`: each insertion it makes is published (the endpoint,
@@ -44,6 +45,7 @@ import msgpack
 from epp.framework.data import NO_DATA, DataScope
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
 from epp.framework.endpoint import EndpointState
+from epp.framework.measures import Measurements
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.replication import Publish
@@ -170,6 +172,9 @@ class ApproxPrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
     @property
     def index_size(self) -> int:
         return len(self.index)
+
+    def measure(self, into: Measurements) -> None:
+        into.prefix_index_size(self.typed_name, self.index_size)
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> ApproxPrefixCacheProducer:

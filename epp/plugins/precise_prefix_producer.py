@@ -16,6 +16,12 @@ With ``speculativeIndexing`` (llm-d's, off by default) PreRequest records the re
 the chosen endpoint for ``speculativeTTL`` (2 s), so requests sharing a prefix follow the first
 one before its BlockStored events arrive (without it, a burst on a new prefix scatters by load).
 
+Each subscriber, and the central socket's receiver, runs as a task of the producer's
+:class:`~epp.tasks.TaskSet`: a subscriber's is cancelled when its endpoint leaves, all are stopped
+by ``aclose``. Before each ``/metrics`` scrape the producer reports (``measure``) its index's size
+and blocks per endpoint, its subscriber sockets, each source's counts and the central socket's
+dropped messages.
+
 Settings this picker does not have are refused by name: Redis or cost-aware indexes, CPU tiers
 (``kvCacheBackendConfigs``), ``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``); so is
 ``discoverPods: false`` without a ``zmqEndpoint`` (no events would ever arrive).
@@ -23,10 +29,10 @@ Settings this picker does not have are refused by name: Redis or cost-aware inde
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
+from asyncio import Task
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +46,7 @@ from epp.framework.data_keys import (
     PrefixCacheMatches,
 )
 from epp.framework.endpoint import EndpointState
+from epp.framework.measures import Measurements
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
@@ -51,6 +58,7 @@ from epp.kvevents.ingest import SourceCounts
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
 from epp.plugins._prefix_match import PrefixMatchPublisher
+from epp.tasks import TaskSet
 
 __all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]
 
@@ -106,8 +114,8 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         self.discover_pods = discover_pods
         self.subscribers: dict[str, Subscriber] = {}
         self.central: CentralReceiver | None = None
-        self._central_task: asyncio.Task[None] | None = None
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._running = TaskSet()
+        self._tasks: dict[str, Task[None]] = {}
         self._context: zmq.asyncio.Context | None = None
         self._cycle_key = f"{TYPE}/{name}/keys"
         self._closed = False
@@ -141,9 +149,7 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
                 topic_filter=self.topic_filter,
             )
             self.subscribers[key] = subscriber
-            task = asyncio.get_running_loop().create_task(subscriber.run(), name=f"kv-events {key}")
-            task.add_done_callback(_report)
-            self._tasks[key] = task
+            self._tasks[key] = self._running.start(subscriber.run(), f"kv-events {key}", forever=True)
 
     def _zmq_context(self) -> zmq.asyncio.Context:
         if self._context is None:
@@ -156,11 +162,7 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
             self.central = CentralReceiver(
                 self._zmq_context(), self.index, endpoint=self.zmq_endpoint, topic_filter=self.topic_filter
             )
-            task = asyncio.get_running_loop().create_task(
-                self.central.run(), name=f"kv-events central {self.typed_name.name}"
-            )
-            task.add_done_callback(_report)
-            self._central_task = task
+            self._running.start(self.central.run(), f"kv-events central {self.typed_name.name}", forever=True)
         return self.central
 
     def endpoints_removed(self, keys: Collection[str]) -> None:
@@ -187,14 +189,8 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
 
     async def aclose(self) -> None:
         self._closed = True
-        tasks = list(self._tasks.values())
         self.endpoints_removed(list(self._tasks))
-        central, self._central_task = self._central_task, None
-        if central is not None:
-            central.cancel()
-            tasks.append(central)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._running.stop()
         context, self._context = self._context, None
         if context is not None:
             context.destroy(linger=0)
@@ -264,10 +260,15 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
     def index_size(self) -> int:
         return len(self.index)
 
-
-def _report(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("kv-events subscriber %s failed", task.get_name(), exc_info=task.exception())
+    def measure(self, into: Measurements) -> None:
+        into.prefix_index_size(self.typed_name, self.index_size)
+        into.kv_event_subscribers(self.active_subscribers)
+        for source in self.event_sources():
+            into.kv_event_source(source.pod, source.counts)
+        if self.central is not None:
+            into.kv_events_unattributed(self.central.unattributed)
+        index = self.index
+        into.kv_index({pod: index.blocks(pod) for pod in index.endpoints()}, index.skipped)
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheProducer:

@@ -25,6 +25,7 @@ from typing import Any
 
 from epp.framework.data import DataKey, DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
+from epp.framework.measures import Measurements
 from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
@@ -48,10 +49,9 @@ class PrecisePrefixCacheScorer(NamedPlugin):
         self.producer = producer
         self.scorer = PrefixCacheScorer(name, match_info_producer=name)
 
-    @property
-    def parts(self) -> tuple[PrecisePrefixCacheProducer, PrefixCacheScorer]:
-        """The producer and the scorer this plugin is made of (for the index gauges)."""
-        return self.producer, self.scorer
+    def measure(self, into: Measurements) -> None:
+        """What the producer part measures: its subscribers and its precise index (the scorer part holds none)."""
+        self.producer.measure(into)
 
     def produces(self) -> Mapping[DataKey, type]:
         return self.producer.produces()

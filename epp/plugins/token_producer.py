@@ -14,13 +14,15 @@ so the ids must be the engine's own. Two backends give them:
   ``local.workers`` threads of its own (default: the cores the process may use), without the
   GIL (``epp.tokenize.local``), so long prompts tokenize on several cores at once.
 
-Results are cached (``epp.tokenize.cache``: LRU by a digest of the prompt, bounded by
-``cacheMaxTokens`` ids in total, 16 Mi = 64 MiB by default; 0 turns it off), every call is
-bounded by the timeout, and a failure leaves the request without tokens (it is never rejected
-for it). Without ``vllm``, ``local`` or ``modelName`` the plugin is llm-d's ``estimate`` backend
-(``token_estimate.py``): pseudo-tokens from the prompt's bytes, enough for the approximate prefix
-index, never matching an engine's blocks. The deprecated ``udsTokenizerConfig`` is refused.
-Every backend produces ``TokenizedPrompt/<its name>`` (``framework.data_keys``).
+The render calls go through the picker's one shared HTTP client (``PluginContext.http``; the
+``vllm`` backend refuses to load without one). Results are cached (``epp.tokenize.cache``: LRU
+by a digest of the prompt, bounded by ``cacheMaxTokens`` ids in total, 16 Mi = 64 MiB by
+default; 0 turns it off), every call is bounded by the timeout, and a failure leaves the request
+without tokens (it is never rejected for it). Without ``vllm``, ``local`` or ``modelName`` the
+plugin is llm-d's ``estimate`` backend (``token_estimate.py``): pseudo-tokens from the prompt's
+bytes, enough for the approximate prefix index, never matching an engine's blocks. The
+deprecated ``udsTokenizerConfig`` is refused. Every backend produces ``TokenizedPrompt/<its
+name>`` (``framework.data_keys``).
 """
 
 from __future__ import annotations
@@ -31,12 +33,12 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
 import orjson
 
 from epp.framework.data import DataKey
 from epp.framework.data_keys import TOKENIZED_PROMPT, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
+from epp.framework.http import HttpClient, HttpError
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import ApiKind, InferenceRequest
@@ -71,14 +73,18 @@ class TokenProducer(NamedPlugin):
         mm_timeout: float = 30.0,
         local: LocalTokenizer | None = None,
         cache_max_tokens: int = DEFAULT_CACHE_TOKENS,
+        http: HttpClient | None = None,
     ) -> None:
+        """``local`` or ``http`` (the render calls' client): one of them is required."""
         super().__init__(name)
+        if local is None and http is None:
+            raise PluginConfigError(f"{TYPE}: the vllm backend needs the picker's HTTP client (none was given)")
         self.model_name = model_name
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.mm_timeout = mm_timeout
         self._local = local
-        self._client: httpx.AsyncClient | None = None
+        self._http = http
         self.cache = TokenCache(cache_max_tokens)
         self.failures = 0
 
@@ -102,10 +108,11 @@ class TokenProducer(NamedPlugin):
             request.token_ids = cached
             return
         multimodal = chat and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in payload)
+        budget = self.mm_timeout if multimodal else self.timeout
         try:
-            async with asyncio.timeout(self.mm_timeout if multimodal else self.timeout):
-                ids = await self._tokenize(chat, payload, body)
-        except (TokenizationError, TimeoutError, httpx.HTTPError, ValueError) as e:
+            async with asyncio.timeout(budget):
+                ids = await self._tokenize(chat, payload, body, budget)
+        except (TokenizationError, TimeoutError, HttpError, ValueError) as e:
             self.failures += 1
             log.warning(
                 "tokenization failed; scheduling without tokens",
@@ -115,7 +122,7 @@ class TokenProducer(NamedPlugin):
         self.cache.put(key, ids)
         request.token_ids = ids
 
-    async def _tokenize(self, chat: bool, payload: Any, body: Mapping[str, Any]) -> array[int]:
+    async def _tokenize(self, chat: bool, payload: Any, body: Mapping[str, Any], budget: float) -> array[int]:
         local = self._local
         if local is not None:
             if chat:
@@ -123,12 +130,12 @@ class TokenProducer(NamedPlugin):
             if not isinstance(payload, str):
                 raise TokenizationError("the local backend tokenizes a single string prompt")
             return await local.prompt_ids(payload)
-        return await self._render(chat, payload, body)
+        assert self._http is not None  # the constructor requires one of the two
+        return await self._render(self._http, chat, payload, body, budget)
 
-    async def _render(self, chat: bool, payload: Any, body: Mapping[str, Any]) -> array[int]:
-        client = self._client
-        if client is None:
-            client = self._client = httpx.AsyncClient(timeout=max(self.timeout, self.mm_timeout))
+    async def _render(
+        self, http: HttpClient, chat: bool, payload: Any, body: Mapping[str, Any], budget: float
+    ) -> array[int]:
         model = self.model_name or body.get("model") or ""
         if chat:
             request: dict[str, Any] = {"model": model, "messages": payload}
@@ -139,12 +146,14 @@ class TokenProducer(NamedPlugin):
         else:
             request = {"model": model, "prompt": payload}
             path = "/v1/completions/render"
-        # vLLM refuses a body without this header (400 "Unsupported Media Type"): found against a real one.
-        headers = {"Content-Type": "application/json"}
-        response = await client.post(self.url + path, content=orjson.dumps(request), headers=headers)
-        if response.status_code != 200:
-            raise TokenizationError(f"{path} answered {response.status_code}: {response.text[:200]}")
-        doc = response.json()
+        # vLLM refuses a body without a JSON Content-Type (400 "Unsupported Media Type"): found against a real one.
+        response = await http.post(
+            self.url + path, orjson.dumps(request), content_type="application/json", timeout=budget
+        )
+        if response.status != 200:
+            text = response.body[:200].decode("utf-8", "replace")
+            raise TokenizationError(f"{path} answered {response.status}: {text}")
+        doc = orjson.loads(response.body)
         if isinstance(doc, list):  # completions: one entry per prompt
             doc = doc[0] if doc else {}
         ids = doc.get("token_ids") if isinstance(doc, dict) else None
@@ -158,9 +167,6 @@ class TokenProducer(NamedPlugin):
     async def aclose(self) -> None:
         if self._local is not None:
             self._local.close()
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> TokenProducer | EstimatingTokenProducer:
@@ -202,5 +208,11 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Toke
     if not url.startswith("http://"):
         raise PluginConfigError(f"{TYPE}.parameters.vllm.url: must be http:// (as llm-d), got {url!r}")
     return TokenProducer(
-        name, model_name=model_name, url=url, timeout=timeout, mm_timeout=mm_timeout, cache_max_tokens=cache_tokens
+        name,
+        model_name=model_name,
+        url=url,
+        timeout=timeout,
+        mm_timeout=mm_timeout,
+        cache_max_tokens=cache_tokens,
+        http=context.http,
     )

@@ -32,7 +32,7 @@ class DisaggSeries:
 
     def __init__(self, metrics: EppMetrics) -> None:
         f = metrics.families
-        llm_d = metrics.naming != "gie"
+        llm_d = f.naming != "gie"
         self._families: dict[str, CounterFamily] = {
             "disagg": f.counter(
                 Names(

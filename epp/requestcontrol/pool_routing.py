@@ -18,7 +18,6 @@ Health feedback is the pipeline's ``finished``; the endpoints' health state itse
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from epp.requestcontrol.conformance import RoundRobin
 from epp.requestcontrol.pipeline import Pipeline, PoolParts
 from epp.requestcontrol.recorder import ServingRecorder
 from epp.requestcontrol.rewrites import ModelRewriter
-from epp.tasks import start_guarded
+from epp.tasks import TaskSet
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["PoolKey", "PoolRouting", "RoutingOptions"]
@@ -99,7 +98,8 @@ class PoolRouting:
             flow_control=self.flow_control,
         )
         self.pipeline = Pipeline(self._parts, config, metrics)
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing = TaskSet()
+        """The closing of replaced configurations' plugins (:meth:`apply`), awaited by :meth:`aclose`."""
         self._unsubscribe = datastore.subscribe(self._endpoints_changed)
         present = datastore.endpoints()
         if present:
@@ -123,7 +123,7 @@ class PoolRouting:
     async def aclose(self) -> None:
         """Stop following the endpoints and close every plugin's background resources (subscribers, clients)."""
         self._unsubscribe()
-        await asyncio.gather(*self._closing)
+        await self._closing.wait()
         await close_all(self.config.closables)
 
     def refusal(self, config: LoadedConfig) -> ConfigError | None:
@@ -154,9 +154,7 @@ class PoolRouting:
             for observer in config.endpoints_added:
                 observer.endpoints_added(present)
         if old.closables:
-            task = start_guarded(close_all(old.closables), name=f"epp-close-replaced-plugins-{self.key[1]}")
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._closing.start(close_all(old.closables), f"epp-close-replaced-plugins-{self.key[1]}")
 
     def _endpoints_changed(self, added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
         config = self.config

@@ -13,6 +13,7 @@ counted, the request counted in flight on its target, and the scheduling cycle's
   :class:`~epp.requestcontrol.explain.Explanation` instead.
 
 So Explain runs the code a request runs, and the hot path pays for no dry-run branch.
+:class:`RequestControlSeries` declares what the serving recorder counts itself.
 """
 
 from __future__ import annotations
@@ -34,13 +35,36 @@ from epp.requestcontrol.in_flight import count_in
 from epp.scheduling.plugin_errors import EXCEPTION
 from epp.scheduling.recorder import CycleMetrics, CycleRecorder, Observe
 from epp.scheduling.trace import SchedulingTrace
+from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
+from epp.telemetry.series import Counter
 
-__all__ = ["ExplainRecorder", "Recorder", "ServingRecorder", "TimedPreRequest"]
+__all__ = ["ExplainRecorder", "Recorder", "RequestControlSeries", "ServingRecorder", "TimedPreRequest"]
 
 
 TimedPreRequest = tuple[PreRequest, Observe]
 """A PreRequest plugin and its duration histogram child."""
+
+
+class RequestControlSeries:
+    """Upstream's model-rewrite decisions, and our count of fail-open schedulings per pool."""
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        self.rewrites = metrics.families.counter(
+            Names(
+                "inference_extension_model_rewrite_decisions_total",
+                "llm_d_epp_model_rewrite_decisions_total",
+                "Total number of model rewrite decisions.",
+                "Total number of inference model rewrite decisions.",
+                labels=("model_rewrite_name", "model_name", "target_model"),
+            )
+        )
+        self.fail_open = Counter(
+            "epp_endpoint_health_fail_open_total",
+            "Requests scheduled over every candidate because none was routable (all unreachable or ejected).",
+            ("name",),
+            registry=metrics.registry,
+        )
 
 
 class Recorder(Protocol):
@@ -93,12 +117,14 @@ class Recorder(Protocol):
 class ServingRecorder:
     """The effects of a served request; one per pool."""
 
-    __slots__ = ("_cycle", "_disagg", "_fail_open", "_metrics", "errors")
+    __slots__ = ("_cycle", "_disagg", "_fail_open", "_metrics", "_rewrites", "errors")
 
     def __init__(self, metrics: EppMetrics, pool_name: str) -> None:
-        self._metrics = metrics
+        series = metrics.series(RequestControlSeries)
+        self._rewrites = series.rewrites
         self._cycle = CycleMetrics(metrics)
-        self._fail_open = metrics.endpoint_health_fail_open.labels(pool_name)
+        self._fail_open = series.fail_open.labels(pool_name)
+        self._metrics = metrics
         self._disagg: DisaggSeries | None = None  # declared at the first disaggregated request
         self.errors = self._cycle.errors
         """Where plugin failures outside the scheduling cycle are counted (PostResponse)."""
@@ -108,7 +134,7 @@ class ServingRecorder:
         return self._cycle
 
     def rewritten(self, rewrite: str, model: str, target: str) -> None:
-        self._metrics.model_rewrite_decisions.labels(rewrite, model, target).inc()
+        self._rewrites.labels(rewrite, model, target).inc()
 
     def failed_open(self) -> None:
         self._fail_open.inc()

@@ -17,15 +17,14 @@ Callers tell failures through a :data:`PluginFailed` (a cycle recorder's ``plugi
 :meth:`PluginErrors.failed` itself). The saturation detector is read in two places, admission and
 the flow-control queue, by one rule: :func:`read_saturation`.
 
-The series is declared here, next to what writes it, once per metrics registry
-(:func:`plugin_errors`).
+The series is declared here, next to what writes it: :class:`PluginErrors` is the series set,
+declared once per process's metrics (``metrics.series(PluginErrors)``) and shared by every pool.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Final, Literal
 
@@ -46,7 +45,6 @@ __all__ = [
     "SLOW_CALL",
     "PluginErrors",
     "Reason",
-    "plugin_errors",
     "read_saturation",
 ]
 
@@ -69,19 +67,9 @@ LOG_INTERVAL: Final = 60.0
 PluginFailed = Callable[[str, TypedName, Reason, str, BaseException | None], None]
 """Where a plugin that broke its contract is told: (extension point, plugin, reason, detail, exception)."""
 
-_by_metrics: weakref.WeakKeyDictionary[EppMetrics, PluginErrors] = weakref.WeakKeyDictionary()
-
-
-def plugin_errors(metrics: EppMetrics) -> PluginErrors:
-    """The one :class:`PluginErrors` of ``metrics``' registry (its series can be registered only once)."""
-    errors = _by_metrics.get(metrics)
-    if errors is None:
-        errors = _by_metrics[metrics] = PluginErrors(metrics)
-    return errors
-
 
 class PluginErrors:
-    """Counts and logs plugin failures; one per metrics registry (:func:`plugin_errors`)."""
+    """Counts and logs plugin failures; a series set: one per process's metrics (``metrics.series(PluginErrors)``)."""
 
     __slots__ = ("_clock", "_errors", "_logged")
 

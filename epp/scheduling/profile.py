@@ -34,7 +34,7 @@ from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, Filter, Picker, ProfileResult, ScoredEndpoint, Scorer
 from epp.scheduling.plugin_errors import EXCEPTION, MALFORMED, OUT_OF_RANGE
-from epp.scheduling.recorder import CycleRecorder, Observe, accumulate, discard
+from epp.scheduling.recorder import CycleRecorder, Observe, SchedulingSeries, accumulate, discard
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.tracing import SCHEDULING_SCOPE, Span, span
 
@@ -56,7 +56,8 @@ def plugin_observer(metrics: EppMetrics | None, extension_point: str, typed_name
     """The ``observe`` of this plugin's duration histogram child (a no-op without metrics)."""
     if metrics is None:
         return discard
-    return metrics.plugin_duration.labels(extension_point, typed_name.type, typed_name.name).observe
+    durations = metrics.series(SchedulingSeries).plugin_duration
+    return durations.labels(extension_point, typed_name.type, typed_name.name).observe
 
 
 class ProfileError(Exception):

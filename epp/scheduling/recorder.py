@@ -7,6 +7,7 @@ series; :class:`~epp.scheduling.trace.SchedulingTrace`, Explain's, keeps each st
 and observes nothing. That is the whole difference between a real cycle and a dry one: the runner
 has no flag and no branch for it.
 
+:class:`SchedulingSeries` declares the series: upstream's scheduler and plugin-duration ones.
 ``accumulate`` is the one place where a scorer's raw scores become its weighted contribution. A plugin
 that breaks its contract is told with ``plugin_failed`` (counted and logged by the serving recorder,
 ``plugin_errors``; kept in Explain's answer); the serving recorder also counts a call that held the loop
@@ -22,10 +23,22 @@ from typing import Protocol
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
-from epp.scheduling.plugin_errors import Reason, plugin_errors
+from epp.scheduling.plugin_errors import PluginErrors, Reason
+from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
 
-__all__ = ["QUIET", "CycleMetrics", "CycleRecorder", "Observe", "QuietCycle", "accumulate", "discard"]
+__all__ = [
+    "QUIET",
+    "CycleMetrics",
+    "CycleRecorder",
+    "Observe",
+    "QuietCycle",
+    "SchedulingSeries",
+    "accumulate",
+    "discard",
+]
+
+_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +65,43 @@ def accumulate(totals: list[float], scores: Sequence[float], weight: float) -> b
         elif score != 0.0:  # negative, or NaN
             in_range = False
     return in_range
+
+
+class SchedulingSeries:
+    """Upstream's scheduler series and the duration of every plugin call (requestcontrol's plugins too)."""
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        f = metrics.families
+        self.e2e = f.histogram(
+            Names(
+                "inference_extension_scheduler_e2e_duration_seconds",
+                "llm_d_epp_scheduler_e2e_duration_seconds",
+                "Scheduling latency distribution in seconds.",
+                "End-to-end scheduling latency distribution in seconds.",
+            ),
+            _BUCKETS,
+        )
+        self.attempts = f.counter(
+            Names(
+                "inference_extension_scheduler_attempts_total",
+                "llm_d_epp_scheduler_attempts_total",
+                "Total number of scheduling attempts.",
+                labels=("status", "target_model_name", "endpoint_name", "namespace", "port"),
+                gie_labels=("status", "target_model_name", "pod_name", "namespace", "port"),
+                renamed={"pod_name": "endpoint_name"},
+            )
+        )
+        self.plugin_duration = f.histogram(  # values: extension point, plugin type, plugin name
+            Names(
+                "inference_extension_plugin_duration_seconds",
+                "llm_d_epp_plugin_duration_seconds",
+                "Plugin processing latency distribution in seconds for each extension point, plugin type and name.",
+                "Plugin processing latency distribution in seconds for each extension point, plugin type and "
+                "plugin name.",
+                labels=("extension_point", "plugin_type", "plugin_name"),
+            ),
+            _BUCKETS,
+        )
 
 
 class CycleRecorder(Protocol):
@@ -105,9 +155,10 @@ class CycleMetrics:
     __slots__ = ("_attempts", "_e2e", "errors")
 
     def __init__(self, metrics: EppMetrics) -> None:
-        self._e2e = metrics.scheduler_e2e
-        self._attempts = metrics.scheduler_attempts
-        self.errors = plugin_errors(metrics)
+        series = metrics.series(SchedulingSeries)
+        self._e2e = series.e2e
+        self._attempts = series.attempts
+        self.errors = metrics.series(PluginErrors)
 
     def profile_started(self, name: str) -> None:
         return None

@@ -33,7 +33,7 @@ from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 from epp.slo.predictor import Observation, PredictorStats
 from epp.slo.trainer import quality
-from epp.telemetry.families import Families, Names
+from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Counter, Gauge
 
@@ -81,11 +81,11 @@ def _names(suffix: str, text: str, *, typed: bool = False) -> Names:
 
 
 class SloSeries:
-    """The series; one per process, shared by every ``predicted-latency-producer``."""
+    """The series; a series set (``metrics.series(SloSeries)``), shared by every ``predicted-latency-producer``."""
 
     def __init__(self, metrics: EppMetrics) -> None:
         r = metrics.registry
-        f = Families(r, metrics.naming)
+        f = metrics.families
         self.predicted_ttft = f.histogram(
             _names("request_predicted_ttft_seconds", "Inference model Predicted TTFT distribution in seconds."),
             _GENERAL,

@@ -8,21 +8,22 @@ written through one call. Label values are given once, in the order of the llm-d
 superset); each metric takes the values of the labels it declares, so the GIE request series
 simply drop ``fairness_id``.
 
-Children are resolved once per tuple of label values and cached (bounded, rebuilt when full).
-Twins whose label values are the same (only the names differ) share one set of numbers, so a
-write is one update; twins that differ (the llm-d request series add ``fairness_id``) get two:
-the "tee" children below hold both and forward each update to them.
+Children are resolved once per tuple of label values and kept in the one label-child cache
+(:class:`~epp.telemetry.children.ChildCache`). Twins whose label values are the same (only the
+names differ) share one set of numbers, so a write is one update; twins that differ (the llm-d
+request series add ``fairness_id``) get two: the "tee" children below hold both and forward each
+update to them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from epp.config.options import METRICS_NAMINGS, MetricsNaming
+from epp.telemetry.children import ChildCache
 from epp.telemetry.series import Counter, Gauge, Histogram, Series
 
 __all__ = [
@@ -34,10 +35,14 @@ __all__ = [
     "GaugeFamily",
     "HistogramChild",
     "HistogramFamily",
+    "METRICS_NAMINGS",
+    "MetricsNaming",
     "Names",
 ]
 
-_MAX_CACHED = 4096
+MetricsNaming = Literal["gie", "llm-d", "both"]
+"""Whose names upstream's series are exported under (``--metrics-naming``)."""
+METRICS_NAMINGS: tuple[MetricsNaming, ...] = ("gie", "llm-d", "both")
 
 
 class _Tee:
@@ -55,6 +60,11 @@ class CounterChild(_Tee):
     def inc(self, amount: float = 1.0) -> None:
         for child in self._children:
             child.inc(amount)
+
+    def mirror(self, total: float) -> None:
+        """Take a count kept elsewhere (copied in before a scrape); a smaller one reads as a reset."""
+        for child in self._children:
+            child.mirror(total)
 
 
 class GaugeChild(_Tee):
@@ -93,19 +103,16 @@ class Family(Generic[ChildT]):
         self._child = child
         self._metrics = tuple(metrics)
         """Each metric with the positions (in the llm-d label order) of the values it takes."""
-        self._cache: dict[tuple[str, ...], ChildT] = {}
+        self._cache: ChildCache[tuple[str, ...], ChildT] = ChildCache(self._resolve)
+
+    def _resolve(self, values: tuple[str, ...]) -> ChildT:
+        return self._child(
+            tuple(metric.labels(*(values[i] for i in picks)) if picks else metric for metric, picks in self._metrics)
+        )
 
     def labels(self, *values: str) -> ChildT:
         """The (cached) child for these label values."""
-        child = self._cache.get(values)
-        if child is None:
-            if len(self._cache) >= _MAX_CACHED:
-                self._cache.clear()
-            children = tuple(
-                metric.labels(*(values[i] for i in picks)) if picks else metric for metric, picks in self._metrics
-            )
-            child = self._cache[values] = self._child(children)
-        return child
+        return self._cache.get(values)
 
     def exact(self, *values: str) -> ChildT:
         """A child writing only the metrics that take every label: values a twin with fewer labels could
@@ -127,7 +134,7 @@ class Family(Generic[ChildT]):
         requests have only ``model_name``) that shared series goes too: remove only where the
         label sets are the same under both names (the pool gauges).
         """
-        self._cache.pop(values, None)
+        self._cache.forget(values)
         for metric, picks in self._metrics:
             if picks:
                 metric.remove(*(values[i] for i in picks))
@@ -165,7 +172,8 @@ class Names:
     ``gie_labels`` the GIE series' labels when they differ (a subset, with ``renamed`` mapping a
     GIE label name to its llm-d name). ``None`` for a name: no series under that naming.
     ``successor`` names the llm-d series that replaces the GIE one when another family writes it
-    (the prefix index size: one sum here, a series per plugin there).
+    (the prefix index size: one sum here, a series per plugin there). ``alpha`` False: the HELP
+    has no ``[ALPHA]`` prefix (the llm-d router's KV-event series are plain Prometheus ones).
     """
 
     gie: str | None
@@ -176,14 +184,15 @@ class Names:
     gie_labels: tuple[str, ...] | None = None
     renamed: Mapping[str, str] = field(default_factory=dict)
     successor: str | None = None
+    alpha: bool = True
 
     def gie_picks(self) -> tuple[int, ...]:
         labels = self.labels if self.gie_labels is None else self.gie_labels
         return tuple(self.labels.index(self.renamed.get(name, name)) for name in labels)
 
 
-def _alpha(text: str) -> str:
-    return f"[ALPHA] {text}"
+def _help(names: Names, text: str) -> str:
+    return f"[ALPHA] {text}" if names.alpha else text
 
 
 class Families:
@@ -199,6 +208,11 @@ class Families:
         self._registry = registry
         self._naming = naming
 
+    @property
+    def naming(self) -> MetricsNaming:
+        """Whose names the families are registered under (a set with a twin of its own reads it)."""
+        return self._naming
+
     def _metrics(self, kind: type[Series[Any]], names: Names, **kw: Any) -> list[tuple[Any, tuple[int, ...]]]:
         """The family's metric(s); a twin with the GIE series' very label values shares its numbers."""
         out: list[tuple[Any, tuple[int, ...]]] = []
@@ -208,13 +222,15 @@ class Families:
             if self._naming == "both" and successor is not None:
                 help_text = f"[Deprecated: Use {successor}] {help_text}"
             labels = names.labels if names.gie_labels is None else names.gie_labels
-            metric = kind(names.gie, _alpha(help_text), labels, registry=self._registry, **kw)
+            metric = kind(names.gie, _help(names, help_text), labels, registry=self._registry, **kw)
             out.append((metric, names.gie_picks()))
         if names.llm_d is not None and self._naming in ("llm-d", "both"):
             help_text = names.llm_d_help or names.gie_help
             every = tuple(range(len(names.labels)))
             twin = out[0][0] if out and out[0][1] == every else None
-            metric = kind(names.llm_d, _alpha(help_text), names.labels, registry=self._registry, shares=twin, **kw)
+            metric = kind(
+                names.llm_d, _help(names, help_text), names.labels, registry=self._registry, shares=twin, **kw
+            )
             if twin is None:
                 out.append((metric, every))
         return out

@@ -21,15 +21,14 @@ import logging
 import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, TextIO
-
-from epp.config.options import LoggingOptions
+from typing import Any, Protocol, TextIO
 
 __all__ = [
     "TRACE",
     "VERBOSE",
     "JsonFormatter",
     "KeyValueFormatter",
+    "LogSettings",
     "RequestIdFilter",
     "level_for",
     "level_for_verbosity",
@@ -134,7 +133,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(fields, ensure_ascii=False, default=str)
 
 
-def level_for(options: LoggingOptions) -> int:
+class LogSettings(Protocol):
+    """What logging reads of the ``-v`` and ``--zap-*`` flags (``epp.config.options.LoggingOptions``)."""
+
+    @property
+    def verbosity(self) -> int: ...
+
+    @property
+    def zap_log_level(self) -> str: ...
+
+    @property
+    def zap_encoder(self) -> str: ...
+
+
+def level_for(options: LogSettings) -> int:
     """The stdlib level: ``--zap-log-level`` when given (a name, or n meaning ``-v n``), else ``-v``."""
     named = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR, "panic": logging.CRITICAL}
     chosen = options.zap_log_level
@@ -143,9 +155,8 @@ def level_for(options: LoggingOptions) -> int:
     return level_for_verbosity(int(chosen) if chosen else options.verbosity)
 
 
-def setup_logging(options: LoggingOptions | None = None, *, stream: TextIO | None = None) -> logging.Handler:
+def setup_logging(options: LogSettings, *, stream: TextIO | None = None) -> logging.Handler:
     """Install our handler on the root logger (replacing one installed earlier); returns it."""
-    options = options or LoggingOptions()
     level = level_for(options)
     json_format = options.zap_encoder == "json"
     for number in (TRACE, VERBOSE):

@@ -21,8 +21,9 @@ SubjectAccessReview allow 5 minutes and a deny 30 seconds; failed calls are neve
 review gives up after 10 seconds, and within them a call that failed for a passing reason (API
 server 5xx, 429, unreachable) is tried again with upstream's webhook backoff (0.5 s × 1.5ⁿ,
 ±20 %, 5 tries). The caches are LRU-bounded and keyed by a SHA-256 of the token, never the token.
-Everything runs on the event loop without blocking it: the calls go through the process's one
-kr8s ``Api`` (``epp.kube.client``).
+Everything runs on the event loop without blocking it. The reviews are created by a
+:class:`Reviewer` handed in (the picker's: ``epp.kube.reviews.KubeReviewer``, through the
+process's one kr8s ``Api``), so this module, beside the metrics server it guards, knows no client.
 """
 
 from __future__ import annotations
@@ -34,12 +35,19 @@ import random
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from epp.clock import Clock
-from epp.kube.client import Api, JsonObject, KubeError, KubeUnavailableError, call_json
 
-__all__ = ["MetricsAuth", "Refusal", "ReviewedUser", "bearer_token"]
+__all__ = [
+    "MetricsAuth",
+    "Refusal",
+    "ReviewError",
+    "ReviewUnavailableError",
+    "ReviewedUser",
+    "Reviewer",
+    "bearer_token",
+]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,23 @@ REVIEW_TIMEOUT = 10.0
 RETRY_DELAY, RETRY_FACTOR, RETRY_JITTER, RETRY_TRIES = 0.5, 1.5, 0.2, 5  # k8s webhook.DefaultRetryBackoff
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+JsonObject = dict[str, Any]
+
+
+class ReviewError(Exception):
+    """A review could not be created: the message says why."""
+
+
+class ReviewUnavailableError(ReviewError):
+    """A review failed for a passing reason (API server 5xx, 429, unreachable): worth trying again."""
+
+
+class Reviewer(Protocol):
+    """Creates review objects (``TokenReview``, ``SubjectAccessReview``) and returns the server's answer."""
+
+    async def create(self, group_version: str, plural: str, body: JsonObject) -> JsonObject:
+        """POST ``body`` to ``/apis/<group_version>/<plural>``; raises :class:`ReviewError`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +156,14 @@ class MetricsAuth:
 
     def __init__(
         self,
-        api: Api,
+        reviewer: Reviewer,
         *,
         clock: Clock,
         cache_size: int = 4096,
         timeout: float = REVIEW_TIMEOUT,
         rng: random.Random | None = None,
     ) -> None:
-        self._api = api
+        self._reviewer = reviewer
         self._clock = clock
         self._timeout = timeout
         self._rng = rng or random.Random()
@@ -151,7 +176,7 @@ class MetricsAuth:
             return Refusal(401, "Unauthorized")
         try:
             user = await self._authenticate(token)
-        except KubeError as e:
+        except ReviewError as e:
             log.error("Authentication failed", extra={"error": str(e)})
             return Refusal(500, "Authentication failed")
         if user is None:
@@ -160,7 +185,7 @@ class MetricsAuth:
         verb = method.lower()
         try:
             allowed = await self._authorize(user, verb, path)
-        except KubeError as e:
+        except ReviewError as e:
             message = f"Authorization for user {user.name} failed"
             log.error(message, extra={"error": str(e)})
             return Refusal(500, message)
@@ -205,7 +230,7 @@ class MetricsAuth:
             async with asyncio.timeout(self._timeout):
                 answer = await self._post_with_retries(group_version, plural, body)
         except TimeoutError:
-            raise KubeUnavailableError(f"POST {group_version}/{plural}: no answer within {self._timeout}s") from None
+            raise ReviewUnavailableError(f"POST {group_version}/{plural}: no answer within {self._timeout}s") from None
         status = answer.get("status")
         return status if isinstance(status, dict) else {}
 
@@ -213,8 +238,8 @@ class MetricsAuth:
         delay, attempt = RETRY_DELAY, 1
         while True:
             try:
-                return await call_json(self._api, "POST", group_version=group_version, path=plural, body=body)
-            except KubeUnavailableError:
+                return await self._reviewer.create(group_version, plural, body)
+            except ReviewUnavailableError:
                 if attempt == RETRY_TRIES:
                     raise
             await self._clock.sleep(delay * (1 + RETRY_JITTER * self._rng.random()))

@@ -142,6 +142,10 @@ class Series(Collector, Generic[ValueT]):
         """Every series with its label values (``()`` for an unlabelled metric), as of now."""
         return list(self._all())
 
+    def clear(self) -> None:
+        """Drop every labelled series (a set of labels that is replaced as a whole)."""
+        self._series.clear()
+
     def _only(self) -> ValueT:
         if self._unlabelled is None:
             raise ValueError(f"{self._name} has labels {self._labelnames}: use labels(...)")

@@ -29,6 +29,7 @@ from epp.autoscale.scrape import ScrapeSource
 from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
 from epp.kube.client import close_api, make_api
+from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_server import MetricsServer
 from epp_sim.apiserver.fixture import RunningApiServer, running_apiserver
 from epp_sim.scalers import SCALED_OBJECT_CRD, ClusterScalers, PrometheusStandIn, ScrapeTarget
@@ -153,7 +154,7 @@ async def loop_cluster(tmp_path: Path, *, configmap: Mapping[str, str] | None = 
             store.create("configmaps", cm, namespace=DEFAULT_CONFIG_NAMESPACE)
         workloads = WorkloadsController(store, clock=clock, load_delay=LOAD_DELAY, port=0, first_host=160)
         registry = CollectorRegistry()
-        metrics = AutoscalerMetrics(registry)
+        metrics = AutoscalerMetrics(EppMetrics(registry))
         server = MetricsServer(metrics)
         async with workloads:
             api = await make_api(str(api_server.kubeconfig))

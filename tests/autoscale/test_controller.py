@@ -12,6 +12,7 @@ from epp.autoscale.decision import Reason
 from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
+from epp.telemetry.metrics import EppMetrics
 
 SATURATED = (0.9, 9.0)
 IDLE = (0.0, 0.0)
@@ -35,7 +36,7 @@ def make(
         cluster,
         source,
         clock=clock,
-        metrics=AutoscalerMetrics(registry),
+        metrics=AutoscalerMetrics(EppMetrics(registry)),
         options=ControllerOptions(**opts),  # type: ignore[arg-type]
     )
     return ctl, clock, registry

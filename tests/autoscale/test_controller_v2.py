@@ -12,6 +12,7 @@ from epp.autoscale.decision import Reason
 from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
+from epp.telemetry.metrics import EppMetrics
 
 H100 = {"spec": {"nodeSelector": {"nvidia.com/gpu.product": "H100"}}}
 QUOTA = """\
@@ -26,7 +27,9 @@ CONFIG_NS = "workload-variant-autoscaler-system"
 
 def make(cluster: FakeCluster, source: PinnedSource) -> tuple[Controller, ManualClock, CollectorRegistry]:
     clock, registry = ManualClock(), CollectorRegistry()
-    ctl = Controller(cluster, source, clock=clock, metrics=AutoscalerMetrics(registry), options=ControllerOptions())
+    ctl = Controller(
+        cluster, source, clock=clock, metrics=AutoscalerMetrics(EppMetrics(registry)), options=ControllerOptions()
+    )
     return ctl, clock, registry
 
 

@@ -23,6 +23,7 @@ from epp.autoscale.scrape import ScrapeSource
 from epp.autoscale.types import VariantKey
 from epp.clock import ManualClock
 from epp.kube.client import close_api, make_api
+from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_server import MetricsServer
 from epp_sim.apiserver.fixture import running_apiserver
 from epp_sim.kube_objects import pod_status_ready
@@ -141,7 +142,7 @@ async def test_a_leaderworkerset_scales_in_groups(tmp_path: Path) -> None:
         store.create("horizontalpodautoscalers.autoscaling", hpa, namespace=NS)
 
         registry = CollectorRegistry()
-        metrics = AutoscalerMetrics(registry)
+        metrics = AutoscalerMetrics(EppMetrics(registry))
         server = MetricsServer(metrics)
         api = await make_api(str(api_server.kubeconfig))
         async with aiohttp.ClientSession() as session:

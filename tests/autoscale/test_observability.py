@@ -27,6 +27,7 @@ from epp.autoscale.metrics import AutoscalerMetrics
 from epp.autoscale.prometheus import PrometheusSource
 from epp.autoscale.types import ModelKey, ReplicaMetrics
 from epp.clock import ManualClock
+from epp.telemetry.metrics import EppMetrics
 
 OBSERVABILITY = Path(__file__).resolve().parents[2] / "manifests" / "observability"
 CONFIG_NS = "workload-variant-autoscaler-system"
@@ -89,7 +90,7 @@ async def prometheus_with_a_stranger() -> AsyncIterator[str]:
 
 async def test_every_queried_series_is_exposed(prometheus_with_a_stranger: str) -> None:
     registry = CollectorRegistry()
-    metrics = AutoscalerMetrics(registry)
+    metrics = AutoscalerMetrics(EppMetrics(registry))
     cluster, source = FakeCluster(), _FailingOnce()
     quota = (
         "analyzers: [{type: saturation}]\nenableLimiter: true\n"

@@ -10,6 +10,7 @@ from epp.autoscale.decision import Reason
 from epp.autoscale.types import VariantKey
 from epp.autoscale.wake import PickerReader
 from epp.clock import ManualClock
+from epp.flowcontrol.controller import FlowControlSeries
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_server import MetricsServer
 
@@ -40,7 +41,8 @@ async def test_the_picker_queue_wakes_the_variant_of_its_model() -> None:
             assert out[VariantKey("ns", "llama")].decision.reason is Reason.INACTIVE  # type: ignore[union-attr]
             assert cluster.scales == []
 
-            picker.fc_queue_size.labels(*FLOW, "alias", "llama").inc()  # one request for llama waits
+            queue = picker.series(FlowControlSeries).queue_size
+            queue.labels(*FLOW, "alias", "llama").inc()  # one request for llama waits
             out = await ctl.run_cycle()
             woken = out[VariantKey("ns", "llama")]
             assert woken.decision is not None

@@ -224,7 +224,7 @@ async def test_at_run_time_a_plugin_reaches_only_what_it_declared(caplog: pytest
 """
     )
     metrics = EppMetrics()
-    DataScopeViolations(metrics, "both").watch(loaded.data_scopes)
+    metrics.series(DataScopeViolations).watch(loaded.data_scopes)
     request = parsed("/v1/completions", {"model": "m", "prompt": "p"})
     candidates = [state("a")]
     producers = {p.typed_name.name: p for p in loaded.data_producers}

@@ -9,6 +9,7 @@ import pytest
 
 from epp.config.loader import ConfigError, LoadedConfig, load_config, load_default_config
 from epp.config.options import ModelServerMetricsOptions
+from epp.datalayer.http_client import SessionClient
 from epp.datalayer.scrape_spec import build_scrape_spec
 from epp.framework.datalayer import ScrapeSpec, Transport
 from epp.framework.plugin import PluginContext, PluginRegistry
@@ -29,7 +30,9 @@ def registry() -> PluginRegistry:
 
 
 def load(text: str, registry: PluginRegistry, **kw: object) -> LoadedConfig:
-    return load_config(text, registry, PluginContext(), build_scrape=BUILD, **kw)  # type: ignore[arg-type]
+    """Loaded as ``epp serve`` does: with the shared HTTP client in the plugins' context (never used here)."""
+    context = PluginContext(http=SessionClient())
+    return load_config(text, registry, context, build_scrape=BUILD, **kw)  # type: ignore[arg-type]
 
 
 def scrape(loaded: LoadedConfig) -> ScrapeSpec:

@@ -8,8 +8,8 @@ import grpc
 import pytest
 from extproc_harness import RecordingPipeline, Running, Start
 
+from epp.extproc.processor import Pipelines, StreamOptions
 from epp.extproc.server import ExtProcOptions, ExtProcServer
-from epp.extproc.stream import Pipelines, StreamOptions
 from epp.extproc.tls import TlsConfig
 from epp.telemetry.metrics import EppMetrics
 

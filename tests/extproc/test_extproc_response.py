@@ -21,7 +21,7 @@ from extproc_harness import (
 )
 
 from epp.extproc import pb
-from epp.extproc.stream import StreamOptions
+from epp.extproc.processor import StreamOptions
 from epp_sim.waits import wait_until
 
 

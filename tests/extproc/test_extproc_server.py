@@ -14,8 +14,8 @@ from extproc_harness import RECV_TIMEOUT, Running, Start, post_headers, request_
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from epp.extproc import pb
+from epp.extproc.processor import StreamOptions
 from epp.extproc.server import ExtProcOptions, ExtProcServer
-from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import TlsConfig, TlsError
 from epp_sim.waits import wait_until
 

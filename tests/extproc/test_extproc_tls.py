@@ -26,8 +26,8 @@ from extproc_harness import RECV_TIMEOUT, RecordingPipeline, post_headers, reque
 
 from epp.extproc import pb
 from epp.extproc.cert_reload import CertReloader
+from epp.extproc.processor import StreamOptions
 from epp.extproc.server import ExtProcServer
-from epp.extproc.stream import StreamOptions
 from epp.extproc.tls import ServerTls, TlsConfig, TlsError
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.apiserver.fixture import running_apiserver

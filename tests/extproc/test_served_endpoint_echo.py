@@ -8,7 +8,7 @@ import pytest
 from extproc_harness import Start, post_headers, request_body, request_headers, response_headers, set_headers
 
 from epp.extproc import pb
-from epp.extproc.stream import StreamOptions
+from epp.extproc.processor import StreamOptions
 
 ECHO = "x-conformance-test-served-endpoint"
 HOOKS = StreamOptions(conformance_test_hooks=True)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from epp.extproc.stream import StreamOptions
+from epp.extproc.processor import StreamOptions
 from epp.extproc.subset_hint import subset_ips
 from epp.extproc.usage import SseUsageScanner, Usage, usage_from_json
 

@@ -53,7 +53,7 @@ async def test_a_gap_or_a_restart_clears_only_that_pod(tokenizer_dir: Path) -> N
         await c.synced()
         await c.lose_one(c.servers[0], lost, sample_prompt(33))  # the message announcing `lost` never arrives
         stream = replica.producer.central.streams["ns/pod0-rank-0"]  # type: ignore[union-attr]
-        assert stream.gaps == 1
+        assert stream.counts.gaps == 1
         assert not replica.matched(await c.tokens(c.servers[0], kept), "127.0.0.2")  # unknown now: cleared
         assert replica.matched(await c.tokens(c.servers[1], other), "127.0.0.3")  # the other pod keeps its own
         assert replica.scrape("epp_kv_events_gaps_total") == 1
@@ -69,7 +69,7 @@ async def test_a_gap_or_a_restart_clears_only_that_pod(tokenizer_dir: Path) -> N
 
             async def restart_seen() -> bool:
                 await c.send(restarted, fresh)
-                return stream.restarts >= 1 and replica.synced(c.servers)
+                return stream.counts.restarts >= 1 and replica.synced(c.servers)
 
             await wait_until(restart_seen, timeout=15, interval=0.05, message="restart seen on the central socket")
             assert await replica.pick(fresh + " more") == "127.0.0.2"

@@ -62,7 +62,7 @@ async def test_publisher_restart_clears_the_pod_and_new_events_route_again(token
                 n += 1
                 await c.send(restarted, f"after restart {n} " + sample_prompt(500 + n, 30))
                 # Seen as the connection dropping (or, had it missed nothing, seq going backwards).
-                return subscriber.disconnects + subscriber.restarts >= 1 and replica.synced(c.servers)
+                return subscriber.counts.disconnects + subscriber.counts.restarts >= 1 and replica.synced(c.servers)
 
             await wait_until(restart_seen, timeout=15, interval=0.05, message="restart detected")
             # The new process holds nothing it was not sent: the old entries are gone.
@@ -86,9 +86,9 @@ async def test_a_dropped_message_clears_the_pod_without_replay(tokenizer_dir: Pa
         publisher = c.servers[0].kv_events
         subscriber = replica.producer.subscribers["ns/pod0-rank-0"]
         assert publisher is not None
-        sent_before, received_before = publisher.seq, subscriber.messages
+        sent_before, received_before = publisher.seq, subscriber.counts.messages
         await c.lose_one(c.servers[0], lost, sample_prompt(6))  # the message announcing `lost` never arrives
-        assert subscriber.gaps == 1
+        assert subscriber.counts.gaps == 1
         # Entries from before the gap are unknown now: not kept silently.
         assert not replica.matched(kept_ids, "127.0.0.2")
         assert not replica.matched(lost_ids, "127.0.0.2")
@@ -97,10 +97,10 @@ async def test_a_dropped_message_clears_the_pod_without_replay(tokenizer_dir: Pa
         assert replica.scrape("epp_kv_events_gaps_total", "ns/pod1-rank-0") == 0
         assert replica.scrape("epp_kv_events_replays_total") == 0
         received = replica.scrape("llm_d_epp_kv_cache_events_messages_received_total")
-        assert received == subscriber.messages
+        assert received == subscriber.counts.messages
         # Since the drop, all but the dropped one (a warm-up message sent before the subscription
         # reached the publisher may be lost to it, as with vLLM, so the count is taken from here).
-        assert subscriber.messages - received_before == publisher.seq - sent_before - 1
+        assert subscriber.counts.messages - received_before == publisher.seq - sent_before - 1
         blocks = replica.producer.index.blocks("ns/pod0-rank-0")
         assert blocks > 0 and replica.scrape("epp_kv_events_index_blocks") == blocks  # only what came after
 
@@ -143,7 +143,7 @@ async def test_a_dropped_message_is_replayed(tokenizer_dir: Path) -> None:
         await c.send(c.servers[0], sample_prompt(8))
         await c.synced()
         subscriber = replica.producer.subscribers["ns/pod0-rank-0"]
-        assert (subscriber.gaps, subscriber.replays) == (1, 1)
+        assert (subscriber.counts.gaps, subscriber.counts.replays) == (1, 1)
         assert (replica.scrape("epp_kv_events_gaps_total"), replica.scrape("epp_kv_events_replays_total")) == (1, 1)
         assert replica.matched(lost_ids, "127.0.0.2")
         assert await replica.pick(lost + " follow-up") == "127.0.0.2"

@@ -5,11 +5,13 @@ without a backend it is upstream's estimate (pseudo-tokens from the prompt's byt
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from scheduling_builders import parsed
 
+from epp.datalayer.http_client import SessionClient
 from epp.framework.data_keys import EstimatedTokens
 from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.framework.request import ApiKind, InferenceRequest
@@ -19,17 +21,27 @@ from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.tiny_tokenizer import sentence
 
 
+@pytest.fixture
+async def context() -> AsyncIterator[PluginContext]:
+    """A plugin context with a shared HTTP client, as the runtime makes it."""
+    http = SessionClient()
+    try:
+        yield PluginContext(http=http)
+    finally:
+        await http.aclose()
+
+
 def _request(api: ApiKind, body: dict[str, object]) -> InferenceRequest:
     request = InferenceRequest("r", model="m", api=api)
     request.body = body
     return request
 
 
-async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path) -> None:
+async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path, context: PluginContext) -> None:
     text = sentence(random.Random(3), 40)
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
     async with ModelServer(SimConfig(model="m", tokenizer=str(tokenizer_dir)), host="127.0.0.2") as server:
-        remote = token_producer.create("t", {"modelName": "m", "vllm": {"url": server.url}}, PluginContext())
+        remote = token_producer.create("t", {"modelName": "m", "vllm": {"url": server.url}}, context)
         local = token_producer.create("t", {"local": {"tokenizerPath": str(tokenizer_dir)}}, PluginContext())
         try:
             for api, body in (
@@ -46,17 +58,22 @@ async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path) -> None
             await remote.aclose()
 
 
-async def test_failed_tokenization_leaves_the_request_without_tokens() -> None:
-    producer = token_producer.create(
-        "t", {"modelName": "m", "vllm": {"url": "http://127.0.0.1:9", "timeout": "200ms"}}, PluginContext()
+async def test_failed_tokenization_leaves_the_request_without_tokens(context: PluginContext) -> None:
+    refused = token_producer.create(
+        "t", {"modelName": "m", "vllm": {"url": "http://127.0.0.1:9", "timeout": "200ms"}}, context
     )
-    try:
-        request = _request(ApiKind.COMPLETIONS, {"prompt": "hello"})
-        await producer.produce(request)  # never raises
-        assert request.token_ids is None
-        assert producer.failures == 1
-    finally:
-        await producer.aclose()
+    async with ModelServer(SimConfig(model="m"), host="127.0.0.2") as server:
+        missing = token_producer.create("t", {"modelName": "m", "vllm": {"url": server.url + "/nowhere"}}, context)
+        for producer in (refused, missing):  # no server there; a server without the render endpoints (404)
+            request = _request(ApiKind.COMPLETIONS, {"prompt": "hello"})
+            await producer.produce(request)  # never raises
+            assert request.token_ids is None
+            assert producer.failures == 1
+
+
+def test_the_vllm_backend_needs_the_pickers_http_client() -> None:
+    with pytest.raises(PluginConfigError, match="needs the picker's HTTP client"):
+        token_producer.create("t", {"modelName": "m"}, PluginContext())
 
 
 def test_no_backend_is_upstreams_estimate_and_the_unsupported_settings_are_refused() -> None:

@@ -8,6 +8,7 @@ from scheduling_builders import NOW
 
 from epp.clock import ManualClock
 from epp.config.loader import LoadedConfig, load_config, load_default_config
+from epp.datalayer.http_client import SessionClient
 from epp.datastore.store import Datastore
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.framework.request import InferenceRequest, RoutingDecision
@@ -39,7 +40,9 @@ class Harness:
             registry = PluginRegistry()
             register_in_tree(registry)
         self.registry = registry
-        context = PluginContext(clock=self.clock, seed=7)
+        self.http = SessionClient()
+        """The plugins' HTTP client, as the runtime hands it; a test that routes through one closes it."""
+        context = PluginContext(clock=self.clock, seed=7, http=self.http)
         config: LoadedConfig
         if config_text is None:
             config = load_default_config(registry, context, metrics=self.metrics)

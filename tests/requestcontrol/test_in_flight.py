@@ -13,7 +13,8 @@ from test_pipeline import make_store
 from epp.clock import ManualClock
 from epp.datalayer.pool_gauges import PoolGauges
 from epp.errors import EppError
-from epp.extproc.stream import Processor, Stream, StreamOptions
+from epp.extproc.processor import Processor, StreamOptions
+from epp.extproc.stream import Stream
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins.inflight_load import InFlightLoadProducer
 from epp.requestcontrol.pools import PoolPipelines

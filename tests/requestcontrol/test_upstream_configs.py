@@ -104,6 +104,7 @@ async def test_a_configuration_that_loads_routes_a_request(outcome: Any) -> None
     finally:
         await harness.routing.stop()
         await harness.routing.aclose()
+        await harness.http.aclose()
 
 
 def test_every_upstream_type_is_known_and_no_refusal_shadows_a_plugin() -> None:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from epp.picker_series import declare_picker_series
+from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
+from epp.plugins.pickers import RandomPicker
+from epp.requestcontrol.plugin_series import PluginSeries
 from epp.telemetry.families import Families, Names
 from epp.telemetry.metrics import EppMetrics
 
@@ -115,6 +121,7 @@ def test_every_upstream_series_of_the_picker_has_its_llm_d_twin() -> None:
     both, gie, llm_d = (EppMetrics(naming=n) for n in ("both", "gie", "llm-d"))  # type: ignore[arg-type]
 
     def names(metrics: EppMetrics) -> set[str]:
+        declare_picker_series(metrics)
         return {m.name for m in metrics.registry.collect()}
 
     assert names(both) == names(gie) | names(llm_d)
@@ -160,14 +167,25 @@ def test_every_upstream_series_of_the_picker_has_its_llm_d_twin() -> None:
     assert set(twins.values()) <= names(llm_d)
 
 
+def _producer(name: str, entries: int) -> ApproxPrefixCacheProducer:
+    """An approx-prefix-cache-producer whose index holds ``entries`` blocks."""
+    producer = ApproxPrefixCacheProducer(name)
+    producer.index.add("ns/pod-rank-0", list(range(entries)))
+    return producer
+
+
 def test_prefix_index_sizes_sum_for_gie_and_split_by_plugin_for_llm_d() -> None:
     metrics = EppMetrics()
-    metrics.set_prefix_indexer_sizes({("a", "prefix-cache-scorer"): 3, ("b", "prefix-cache-scorer"): 4})
-    metrics.set_prefix_indexer_sizes({("a", "prefix-cache-scorer"): 5})  # plugin b went away on a reload
+    series = metrics.series(PluginSeries)
+    picker = RandomPicker(rng=random.Random(1))  # a plugin that measures nothing: skipped
+    series.publish([_producer("a", 3), _producer("b", 4), picker])
+    series.publish([_producer("a", 2), _producer("a", 3)])  # plugin b went away on a reload; a is in two pools
     r = metrics.registry
     assert sample(r, "inference_extension_prefix_indexer_size") == 5
-    assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="a", plugin_type="prefix-cache-scorer") == 5
-    assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="b", plugin_type="prefix-cache-scorer") is None
+    assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="a", plugin_type="approx-prefix-cache-producer") == 5
+    assert (
+        sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="b", plugin_type="approx-prefix-cache-producer") is None
+    )
 
 
 def test_an_unknown_naming_is_refused() -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from epp.clock import ManualClock
 from epp.kube.client import close_api, make_api
+from epp.kube.reviews import KubeReviewer
 from epp.telemetry.metrics_auth import MetricsAuth, Refusal, bearer_token
 from epp_sim.pytest_plugin import PickerFactory
 from epp_sim.stack.cluster import FakeCluster
@@ -173,7 +174,7 @@ async def clocked_auth(epp_cluster: FakeCluster) -> AsyncIterator[tuple[MetricsA
     api = await make_api(str(epp_cluster.kubeconfig))
     clock = ManualClock()
     try:
-        yield MetricsAuth(api, clock=clock), clock
+        yield MetricsAuth(KubeReviewer(api), clock=clock), clock
     finally:
         await close_api(api)
 
@@ -212,7 +213,7 @@ async def test_a_review_gives_up_after_the_timeout(epp_cluster: FakeCluster) -> 
     epp_cluster.server.inject_latency(1.0, path_prefix="/apis/authentication.k8s.io")
     api = await make_api(str(epp_cluster.kubeconfig))
     try:
-        auth = MetricsAuth(api, clock=ManualClock(), timeout=0.2)
+        auth = MetricsAuth(KubeReviewer(api), clock=ManualClock(), timeout=0.2)
         assert await auth.check("GET", "/metrics", f"Bearer {tokens['prom']}") == Refusal(500, "Authentication failed")
     finally:
         await close_api(api)

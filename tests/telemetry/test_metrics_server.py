@@ -8,10 +8,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from epp.clock import ManualClock
 from epp.datalayer.pool_gauges import PoolGauges
+from epp.datalayer.scraper import ScrapeSeries
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import MetricsSnapshot
 from epp.labels import parse_selector
+from epp.picker_series import declare_picker_series
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_server import MetricsServer
 
@@ -22,7 +24,8 @@ async def test_serves_our_registry_refreshed_before_each_scrape() -> None:
     store.set_pool(PoolSpec("my-pool", "llm", parse_selector("app=vllm"), (8000,)))
     store.upsert_pod(PodInfo("p", "llm", "10.0.0.1", labels={"app": "vllm"}, ready=True))
     metrics = EppMetrics()
-    metrics.scrape_errors.labels(reason="timeout").inc(3)
+    declare_picker_series(metrics)
+    metrics.series(ScrapeSeries).errors.labels(reason="timeout").inc(3)
     gauges = PoolGauges(store, metrics, clock)
     server = MetricsServer(metrics, before_scrape=[gauges.refresh])
     port = await server.start("127.0.0.1", 0)
@@ -64,7 +67,9 @@ async def test_failing_hook_does_not_break_the_scrape_and_double_start_is_refuse
     def broken() -> None:
         raise RuntimeError("boom")
 
-    server = MetricsServer(EppMetrics(), before_scrape=[broken])
+    metrics = EppMetrics()
+    declare_picker_series(metrics)
+    server = MetricsServer(metrics, before_scrape=[broken])
     port = await server.start("127.0.0.1", 0)
     try:
         with pytest.raises(RuntimeError, match="already started"):

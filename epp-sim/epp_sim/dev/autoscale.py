@@ -36,7 +36,6 @@ from types import MappingProxyType
 from typing import Any
 
 import aiohttp
-from prometheus_client import CollectorRegistry
 
 from epp.autoscale.controller import Controller, ControllerOptions, Outcome
 from epp.autoscale.decision import Reason
@@ -53,6 +52,7 @@ from epp.clock import Clock, SystemClock
 from epp.datalayer.http_client import create_session
 from epp.kube.client import Api, close_api, make_api
 from epp.tasks import cancel_and_wait, start_guarded
+from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_server import MetricsServer
 from epp_sim.apiserver.errors import ApiError
 from epp_sim.dev.dashboard import PodRow, pod_row
@@ -248,7 +248,7 @@ class DevAutoscaler:
         if cfg.window > 0:
             source = PeakSource(source, cfg.clock, window=cfg.window)
         picker = PickerReader(self._session, [stack.picker.metrics_url], cfg.clock) if cfg.scale_to_zero else None
-        metrics = AutoscalerMetrics(CollectorRegistry())
+        metrics = AutoscalerMetrics(EppMetrics())
         self._metrics_server = MetricsServer(metrics)
         port = await self._metrics_server.start("127.0.0.1", 0)
         self._controller = Controller(
