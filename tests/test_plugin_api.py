@@ -63,6 +63,8 @@ INTERNAL = {
     "epp.framework.scheduling.InFlightEstimator": "inflight-load-producer, wired by the loader",
     "epp.framework.request.attribute_key": "request attributes, being reworked by the data-producer declarations",
     "epp.framework.headers": "the picker's wire header names",
+    "epp.framework.disaggregation": "P/D stages, deciders and prefix matches (issue 25), in-tree only",
+    "epp.framework.roles": "the llm-d.ai/role label's stages, shared by the role filters and stage-aware saturation",
     "epp.framework.http": "the picker's shared HTTP client (PluginContext.http, token-producer): new with issue 20",
     "epp.framework.measures": "what the prefix-cache and KV-event plugins report for upstream's /metrics series",
     "epp.tasks": "the picker's one owner of background tasks (the precise producer's KV-event subscribers)",

@@ -17,6 +17,7 @@ import yaml
 
 from epp.api import pb
 from epp.config.loader import LoadedConfig
+from epp.framework.disaggregation import Decision
 from epp.framework.endpoint import EndpointState
 from epp.framework.staleness import Staleness
 from epp.requestcontrol.admission import Admission
@@ -103,11 +104,16 @@ def explanation_message(pool: str, explanation: Explanation) -> pb.ExplainRespon
         primary_profile=explanation.scheduling.primary_profile,
         picked=[t.endpoint.hostport for t in explanation.picked],
         profiles=[_profile_message(p) for p in explanation.scheduling.profiles],
+        destination=explanation.destination,
+        upstream_headers=explanation.upstream_headers,
         plugin_failures=[
             pb.PluginFailure(plugin=str(f.plugin), extension_point=f.extension_point, reason=f.reason, detail=f.detail)
             for f in explanation.scheduling.failures
         ],
     )
+    decision = explanation.disaggregation
+    if decision is not None:
+        message.disaggregation.CopyFrom(_disaggregation_message(decision))
     if explanation.admission is not None:
         message.admission.verdict = _ADMISSION[explanation.admission]
         message.admission.reason = explanation.admission_reason
@@ -138,6 +144,25 @@ def explanation_message(pool: str, explanation: Explanation) -> pb.ExplainRespon
         message.failure.http_status = error.code.http_status
         message.failure.message = str(error)
     return message
+
+
+def _disaggregation_message(decision: Decision) -> pb.Disaggregation:
+    return pb.Disaggregation(
+        handler=str(decision.handler),
+        decision=decision.decision_type,
+        stages=[
+            pb.StageExplanation(
+                stage=str(s.stage),
+                profile=s.profile,
+                ran=s.ran,
+                reason=s.reason,
+                decider=str(s.decider) if s.decider is not None else "",
+                numbers=dict(s.verdict.numbers) if s.verdict is not None else {},
+                targets=_keys(s.targets),
+            )
+            for s in decision.stages
+        ],
+    )
 
 
 def _profile_message(trace: ProfileTrace) -> pb.ProfileExplanation:

@@ -64,9 +64,15 @@ _DEPRECATED_TYPES: Mapping[str, str] = MappingProxyType(
         f"prefixMatchInfoProducerName: {_PRECISE_PREFIX_PRODUCER}",
         "by-label-selector": "upstream removes it in v0.11; use 'label-selector-filter'",
         "by-label": "upstream removes it in v0.11; use 'label-selector-filter'",
+        # Disaggregated serving (llm-d router v0.7, v0.9): the unified handler sets the headers itself.
+        "pd-profile-handler": "use disagg-profile-handler (with deciders.prefill)",
+        "disagg-headers-handler": "disagg-profile-handler sets the prefill and encode headers itself",
+        "prefill-header-handler": "disagg-profile-handler sets the prefill and encode headers itself",
+        "data-parallel-profile-handler": "use single-profile-handler with a pool listing every rank's port "
+        "(gateways route to each port: Istio 1.28.1 or later)",
     }
 )
-"""Plugin types upstream deprecates (still loaded), and what replaces each."""
+"""Plugin types upstream deprecates (still loaded), and what replaces each (a notice each)."""
 
 IGNORABLE_SETTINGS = (
     "flowControl",

@@ -13,6 +13,11 @@ Here the candidates pass through three tiers, and the first non-empty one is sch
    again, counted in ``epp_endpoint_health_fail_open_total``: a request sent to a doubtful
    endpoint beats one refused by the picker.
 
+In a pool with ``llm-d.ai/role`` labels, each role's pods are tiered on their own: decode pods
+that are all ``suspect`` (their sidecar slow to pass a scrape on) stay candidates while the
+prefill pods are in service, rather than leaving the decode stage with nobody and the request
+refused. The order of the candidates is kept.
+
 When every candidate is in service (the usual case) the candidates are returned as they came,
 with no copy.
 """
@@ -23,6 +28,7 @@ from collections.abc import Sequence
 
 from epp.framework.endpoint import EndpointState
 from epp.framework.health import Health
+from epp.framework.roles import ROLE_LABEL
 from epp.framework.staleness import Staleness
 
 __all__ = ["healthy_candidates"]
@@ -40,6 +46,21 @@ def healthy_candidates(
             break
     else:
         return candidates, False
+    roles: dict[str | None, list[EndpointState]] = {}
+    for s in candidates:
+        roles.setdefault(s.endpoint.labels.get(ROLE_LABEL), []).append(s)
+    if len(roles) == 1:
+        return _tier(candidates, now, fresh_since)
+    kept: set[int] = set()
+    failed_open = False
+    for group in roles.values():
+        tier, failed = _tier(group, now, fresh_since)
+        kept.update(id(s) for s in tier)
+        failed_open = failed_open or failed
+    return [s for s in candidates if id(s) in kept], failed_open
+
+
+def _tier(candidates: Sequence[EndpointState], now: float, fresh_since: float) -> tuple[Sequence[EndpointState], bool]:
     in_service = [s for s in candidates if s.health.state is _HEALTHY and s.metrics.updated_at >= fresh_since]
     if in_service:
         return in_service, False

@@ -30,11 +30,12 @@ class Harness:
         config_text: str | None = None,
         registry: PluginRegistry | None = None,
         options: RoutingOptions | None = None,
+        metrics: EppMetrics | None = None,
         allow_experimental_plugins: bool = False,
     ) -> None:
         self.store = store
         self.clock = ManualClock(start=NOW)
-        self.metrics = EppMetrics()
+        self.metrics = metrics or EppMetrics()
         if registry is None:
             registry = PluginRegistry()
             register_in_tree(registry)
