@@ -32,3 +32,5 @@ WORKDIR /tmp
 # ext_proc gRPC, gRPC health, Prometheus metrics.
 EXPOSE 9002 9003 9090
 ENTRYPOINT ["epp", "serve"]
+# The same image is the decode pods' sidecar of disaggregated serving: command ["epp", "sidecar"]
+# (manifests/overlays/pd; it listens on 8000 and serves its metrics on --metrics-port).

@@ -1,7 +1,7 @@
 """``epp COMMAND``: argument parsing only; each command lives in its package.
 
-The picker's own commands (``serve``, ``autoscale``, and ``explain``, a client of a running
-picker) are registered here. The tooling commands
+The picker's own commands (``serve``, ``autoscale``, ``explain``, a client of a running
+picker, and ``sidecar``, the decode pod's proxy of disaggregated serving) are registered here. The tooling commands
 (``sim``, ``dev``, ``bench``) belong to the ``epp-sim`` distribution, which registers them in the
 ``epp.commands`` entry-point group; they appear when it is installed, and a one-line message names
 the distribution when it is not. Only the module of the command being run is imported, so
@@ -33,6 +33,7 @@ _CORE_COMMANDS = {
     "serve": "epp.serve_command",
     "autoscale": "epp.autoscale.command",
     "explain": "epp.api.explain_command",
+    "sidecar": "epp.sidecar.command",
 }
 
 Command = Callable[[argparse.Namespace], int]

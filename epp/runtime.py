@@ -1,17 +1,22 @@
 """Composition root of ``epp serve``: builds every part, starts them in order, stops them in reverse.
 
-Per pool (``PoolRuntime``): a datastore, its reconcilers, its scrapers, its pool gauges, its state
-sync with the other replicas (``--state-sync-address``, ``statesync.replicas``) and its
-routing (``requestcontrol.pool_routing.PoolRouting``: its own plugin instances, so per-endpoint
-plugin state never crosses pools, the pipeline of the configuration in force, the flow controller).
-Shared: the metrics (every area's series set declared at once, ``epp.picker_series``), the kr8s
-API, the HTTP client plugins are handed (``PluginContext.http``; its session opens on first use),
-the ext_proc/health servers, the metrics server and the configuration watcher. A reloaded
-configuration is swapped in whole, and in the same step each pool's scrapers take its data layer
-(``Scrapers.apply``) and its routing the new pipeline (``PoolRouting.apply``: stateful
-plugins hand over their state). Each pool's flow controller (the ``flowControl`` gate) belongs to
-the pool, not the config: a reload keeps its queue, and one that changes the flow-control
-settings is refused.
+Per pool, a :class:`~epp.pool_runtime.PoolRuntime`: a datastore, its reconcilers, scrapers, pool
+gauges, state sync with the other replicas (``--state-sync-address``, ``statesync.replicas``) and
+routing, and the configuration in force. Shared: the metrics (every area's series set declared at
+once, ``epp.picker_series``), the kr8s API, the HTTP client plugins are handed
+(``PluginContext.http``; its session opens on first use), the ext_proc/health servers, the metrics
+server and the configuration watcher.
+
+A configuration (at start, and each reload of ``--config-file``) is loaded on a worker thread:
+decoding, validation, plugin instances, the files it names (tokenizers, certificates), with no
+effect on anything running. A reload is refused whole when any pool refuses it (a change of flow
+control, read once at startup: each pool's queue belongs to the pool, not the config); a refused
+reload changes nothing but the watcher's failure counter and log line. Otherwise every pool puts
+its configuration in force in one loop step (``PoolRuntime.apply``), and only then are the
+configuration's notices logged and ``epp_config_ignored_settings`` set
+(``compat.publish_notices``). ``--metrics-staleness-threshold`` becomes one
+:class:`~epp.framework.staleness.Staleness`, handed to every pool's gauges and routing and to the
+epp.v1 API.
 
 Start order: logging → metrics → API client → config → datastores, routings and reconcilers →
 scrapers → state sync → gRPC servers (NOT_SERVING) → metrics server → readiness follows the pools' sync.
@@ -35,46 +40,37 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from epp.api.auth import ApiAuthInterceptor
 from epp.api.service import ApiSources, add_api
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
-from epp.config.compat import log_notices
+from epp.config.compat import ConfigNotice
+from epp.config.config_series import publish_notices
 from epp.config.data_scope_series import DataScopeViolations
-from epp.config.discovery_mode import check_discovery_options, discovery_configured, discovery_refusal
-from epp.config.installed_plugins import discover, import_named
-from epp.config.loader import LoadedConfig, load_config, load_default_config
+from epp.config.discovery_mode import check_discovery_options, discovery_configured
+from epp.config.installed_plugins import discover
 from epp.config.options import OptionsError, ServeOptions
-from epp.config.reload import ConfigHolder, ConfigWatcher
+from epp.config.reload import ConfigStatus, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
 from epp.datalayer.http_client import SessionClient
-from epp.datalayer.pool_gauges import PoolGauges
-from epp.datalayer.scrape_process import make_scrapers
-from epp.datalayer.scrape_spec import build_scrape_spec
-from epp.datalayer.scraper import Scrapers
-from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME, DiscoveryReconciler
-from epp.datastore.health_recorder import HealthRecorder
-from epp.datastore.store import Datastore
+from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME
 from epp.extproc.cert_reload import CertReloader
 from epp.extproc.processor import StreamOptions
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
 from epp.extproc.tls import ServerTls, TlsConfig
-from epp.framework.health import HealthPolicy
-from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.plugin import PluginRegistry
+from epp.framework.staleness import Staleness
 from epp.kube.client import Api, close_api, make_api
 from epp.kube.leader import LeaderElector, lease_name
-from epp.kube.manager import PoolReconcilers, StandaloneReconciler
 from epp.kube.reviews import KubeReviewer
 from epp.kube.standalone import standalone_pool_name
 from epp.picker_series import declare_picker_series
 from epp.plugins import register_in_tree
-from epp.plugins.predicted_latency_producer import PredictedLatencyProducer
-from epp.requestcontrol.plugin_series import PluginSeries
-from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
+from epp.pool_runtime import Configs, PoolConfigLoader, PoolRuntime, refresh_gauges
+from epp.requestcontrol.pool_routing import PoolKey
 from epp.requestcontrol.pools import PoolPipelines
 from epp.slo.series import SloSeries
 from epp.statesync.metrics import SyncMetrics
@@ -84,14 +80,9 @@ from epp.telemetry.metrics_auth import MetricsAuth
 from epp.telemetry.metrics_server import MetricsServer
 from epp.telemetry.tracing import Tracing
 
-__all__ = ["PoolRuntime", "Runtime", "RuntimePorts"]
-
-if TYPE_CHECKING:
-    from epp.statesync.replicas import ReplicaSync
+__all__ = ["Runtime", "RuntimePorts"]
 
 log = logging.getLogger(__name__)
-
-Configs = dict[PoolKey, LoadedConfig]
 
 
 @dataclass
@@ -103,24 +94,6 @@ class RuntimePorts:
     metrics: int = 0
     api: int = 0
     """The epp.v1 API's own TLS port; 0 when the API is on the health port or off."""
-
-
-@dataclass
-class PoolRuntime:
-    """Everything that belongs to one pool."""
-
-    key: PoolKey
-    datastore: Datastore
-    reconciler: PoolReconcilers | StandaloneReconciler | DiscoveryReconciler
-    scrapers: Scrapers
-    gauges: PoolGauges
-    routing: PoolRouting
-    state_sync: ReplicaSync | None = None
-    unsubscribe: Callable[[], None] = field(default=lambda: None)
-
-    @property
-    def synced(self) -> bool:
-        return self.reconciler.synced.is_set()
 
 
 class Runtime(Service):
@@ -144,21 +117,29 @@ class Runtime(Service):
         self.rng = rng or random.Random()
         self.registry = PluginRegistry()
         register_in_tree(self.registry)
+        self.staleness = Staleness(options.metrics_staleness_threshold)
+        """``--metrics-staleness-threshold``, the one object every pool's gauges and routing and the API read."""
         self.ports = RuntimePorts()
         self.pools: list[PoolRuntime] = []
-        self.configs: ConfigHolder[Configs] | None = None
-        self._readiness_interval = readiness_interval
-        self._api: Api | None = None
+        self.config_status = ConfigStatus(_config_source(options))
         self._http = SessionClient()
         """The HTTP client plugins are given (``PluginContext.http``); closed once, at stop."""
+        self._loader = PoolConfigLoader(
+            self.registry, self.clock, options, self._http, extras={"latency_recorder": self.slo_series}
+        )
+        self._keys: list[PoolKey] = []
+        """The pools served, known once the configuration text is read (its ``dataLayer.discovery`` decides)."""
+        self._readiness_interval = readiness_interval
+        self._api: Api | None = None
         self._server: ExtProcServer | None = None
         self._api_port: ApiTlsPort | None = None
         self._metrics_server: MetricsServer | None = None
-        self._watcher: ConfigWatcher[Configs] | None = None
+        self._watcher: ConfigWatcher | None = None
         self._readiness: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self._cert_reloader: CertReloader | None = None
-        self._sync_metrics: SyncMetrics | None = None
+        self._sync_metrics = SyncMetrics(self.metrics.registry) if options.state_sync is not None else None
+        """The state sync's series, one set for every pool's sync (``--state-sync-address``)."""
         self.tracing: Tracing | None = None  # None unless --tracing and an exporter is configured
 
     @property
@@ -194,54 +175,37 @@ class Runtime(Service):
                 return f.read()
         return o.config_text
 
-    def _load_configs(self, text: str, keys: Sequence[PoolKey]) -> Configs:
-        """One set of plugin instances per pool, all from the same configuration text."""
-        build_scrape = functools.partial(build_scrape_spec, flags=self.options.model_server_metrics)
-        configs: Configs = {}
-        for key in keys:
-            context = PluginContext(
-                clock=self.clock, pool_name=key[1], http=self._http, extras={"latency_recorder": self.slo_series}
-            )
-            if text.strip():
-                configs[key] = load_config(
-                    text,
-                    self.registry,
-                    context,
-                    metrics=self.metrics,
-                    allow_experimental_plugins=self.options.allow_experimental_plugins,
-                    build_scrape=build_scrape,
-                )
-            else:
-                configs[key] = load_default_config(
-                    self.registry, context, metrics=self.metrics, build_scrape=build_scrape
-                )
-        log_notices(notice for config in configs.values() for notice in config.notices)
-        for config in configs.values():
-            self.scope_violations.watch(config.data_scopes)
-        return configs
+    async def _load(self, text: str) -> Configs:
+        """Every pool's configuration from ``text``, made on a worker thread (files read there); no effect."""
+        return await asyncio.to_thread(self._loader.load, text, self._keys)
 
     async def start(self) -> None:
         o = self.options
         # Installed distributions' plugin types: their metadata only, off the loop (a clash fails here).
         await asyncio.to_thread(discover, self.registry)
         text = await asyncio.to_thread(self._config_text)
-        keys = self._pool_keys(text)
-        await asyncio.to_thread(import_named, self.registry, text)  # the installed types it names, off the loop
-        self.configs = ConfigHolder(self._load_configs(text, keys))  # a bad config fails before binding
+        self._keys = keys = await asyncio.to_thread(self._pool_keys, text)  # decodes the text
+        configs = await self._load(text)  # a bad config fails before binding
         if o.tracing:  # a bad OTEL_* variable fails here too; imports and exporter set-up off the loop
             self.tracing = await asyncio.to_thread(Tracing.from_environment)
-        holder = self.configs
-        if holder.current[keys[0]].discovery is None:  # with dataLayer.discovery: no Kubernetes at all
+        if configs[keys[0]].discovery is None:  # with dataLayer.discovery: no Kubernetes at all
             self._api = await make_api(o.kubeconfig or None)
         for key in keys:
-            self.pools.append(self._build_pool(key, holder))
+            pool = PoolRuntime.build(
+                key,
+                configs[key],
+                api=self._api,
+                options=o,
+                staleness=self.staleness,
+                metrics=self.metrics,
+                clock=self.clock,
+                rng=self.rng,
+                sync_metrics=self._sync_metrics,
+            )
+            self.pools.append(pool)
+        self._in_force(configs)
         for pool in self.pools:
-            await pool.reconciler.start()
-            await pool.scrapers.start()
-            await pool.gauges.start()
-            await pool.routing.start()
-            if pool.state_sync is not None:
-                await pool.state_sync.start()
+            await pool.start()
         if o.leader_election and self._api is not None:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
@@ -269,7 +233,7 @@ class Runtime(Service):
         auth = None
         if endpoint.auth and self._api is not None:
             auth = MetricsAuth(KubeReviewer(self._api), clock=self.clock)
-        api = self._api_services(pipelines, holder, auth)
+        api = self._api_services(pipelines, auth)
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
             pipelines,
@@ -293,7 +257,7 @@ class Runtime(Service):
             )
         self._metrics_server = MetricsServer(
             self.metrics,
-            before_scrape=[self._refresh_gauges],
+            before_scrape=[functools.partial(refresh_gauges, self.pools, self.metrics, self.slo_series)],
             auth=auth,
             pprof=endpoint.pprof,
             cert_dir=endpoint.cert_dir,
@@ -302,13 +266,7 @@ class Runtime(Service):
         self.ports.metrics = await self._metrics_server.start(o.bind_address, o.metrics_endpoint.port)
         if o.config_file:
             self._watcher = ConfigWatcher(
-                o.config_file,
-                holder,
-                lambda t: self._reloaded(t, keys),
-                clock=self.clock,
-                metrics=self.metrics,
-                on_swap=self._apply_reload,
-                prepare=lambda t: import_named(self.registry, t),
+                o.config_file, self._reload, self.config_status, clock=self.clock, metrics=self.metrics
             )
             await self._watcher.start(text)
         self._readiness = start_guarded(self._follow_readiness(), "epp-readiness", forever=True)
@@ -323,33 +281,34 @@ class Runtime(Service):
             },
         )
 
-    def _reloaded(self, text: str, keys: Sequence[PoolKey]) -> Configs:
-        """A changed config file, loaded; refused when it changes flow control, which is read once at startup."""
-        configs = self._load_configs(text, keys)
+    async def _reload(self, text: str) -> None:
+        """A changed config file (the watcher's ``apply``): loaded off the loop; refused whole (raises) when a
+        pool refuses it; else in force in every pool in one loop step, then its notices published."""
+        configs = await self._load(text)
         for pool in self.pools:
-            refusal = pool.routing.refusal(configs[pool.key]) or discovery_refusal(
-                self.configs.current[pool.key] if self.configs is not None else None, configs[pool.key]
-            )
+            refusal = pool.refusal(configs[pool.key])
             if refusal is not None:
                 raise refusal
-        return configs
+        for pool in self.pools:
+            pool.apply(configs[pool.key])
+        self._in_force(configs)
 
-    def _api_services(
-        self, pipelines: PoolPipelines, holder: ConfigHolder[Configs], auth: MetricsAuth | None
-    ) -> ExtraServices | None:
+    def _in_force(self, configs: Configs) -> None:
+        """Once ``configs`` are in force: their notices published, their plugins' data accesses counted."""
+        publish_notices(_notices(configs), self.metrics)
+        for config in configs.values():
+            self.scope_violations.watch(config.data_scopes)
+
+    def _api_services(self, pipelines: PoolPipelines, auth: MetricsAuth | None) -> ExtraServices | None:
         """The epp.v1 API, guarded by the /metrics authorizer; None when it is off."""
-        o = self.options
-        if not o.epp_api:
+        if not self.options.epp_api:
             return None
-        source = f"--config-file {o.config_file}" if o.config_file else "--config-text" if o.config_text else "default"
         sources = ApiSources(
             pools=self.pools,
             pipelines=pipelines,
-            generation=lambda: holder.generation,
-            last_reload=lambda: (self._watcher is not None, self._watcher.last_error if self._watcher else ""),
-            config_source=source,
+            config=self.config_status,
             clock=self.clock,
-            staleness_threshold=o.metrics_staleness_threshold,
+            staleness=self.staleness,
         )
         interceptors = (ApiAuthInterceptor(auth, "/epp.v1."),) if auth is not None else ()
         return ExtraServices(lambda server: add_api(server, sources), interceptors)
@@ -366,101 +325,6 @@ class Runtime(Service):
         self._cert_reloader = CertReloader(o.cert_path, pair)
         await self._cert_reloader.start()
         return self._cert_reloader
-
-    def _build_pool(self, key: PoolKey, holder: ConfigHolder[Configs]) -> PoolRuntime:
-        o = self.options
-        health = HealthRecorder(self.metrics, key[1])
-        datastore = Datastore(
-            metrics_port=o.model_server_metrics.port or 0, health=HealthPolicy(on_transition=health.transition)
-        )
-        reconciler: PoolReconcilers | StandaloneReconciler | DiscoveryReconciler
-        discovery = holder.current[key].discovery
-        if discovery is not None:
-            reconciler = DiscoveryReconciler(discovery, datastore, pool_name=key[1], namespace=key[0])
-        elif self._api is None:
-            raise RuntimeError("the Kubernetes API client is not made")
-        elif o.standalone:
-            reconciler = StandaloneReconciler(
-                self._api,
-                datastore,
-                selector=o.selector,
-                target_ports=o.endpoint_target_ports,
-                namespace=key[0],
-                pool_name=key[1],
-            )
-        else:
-            reconciler = PoolReconcilers(
-                self._api,
-                datastore,
-                pool_name=key[1],
-                namespace=key[0],
-                pool_group=o.pool_group,
-                metrics=self.metrics,
-            )
-        scrapers = make_scrapers(
-            datastore,
-            self.clock,
-            self.metrics,
-            interval=o.refresh_metrics_interval,
-            spec=holder.current[key].scrape,
-            worker_process=o.metrics_scrape_process,
-            logging_options=o.logging,
-        )
-        gauges = PoolGauges(
-            datastore,
-            self.metrics,
-            self.clock,
-            interval=o.refresh_prometheus_metrics_interval,
-            staleness_threshold=o.metrics_staleness_threshold,
-        )
-        routing = PoolRouting(
-            key,
-            datastore,
-            holder.current[key],
-            metrics=self.metrics,
-            clock=self.clock,
-            rng=self.rng,
-            options=RoutingOptions(
-                staleness_threshold=o.metrics_staleness_threshold,
-                emit_endpoint_scores=o.emit_endpoint_scores,
-                conformance_hooks=o.conformance_test_hooks,
-            ),
-        )
-        pool = PoolRuntime(key, datastore, reconciler, scrapers, gauges, routing)
-        if o.state_sync is not None:
-            # Imported only when asked for: redis-py imports the OpenTelemetry SDK at import time.
-            from epp.statesync.replicas import ReplicaSync
-
-            if self._sync_metrics is None:
-                self._sync_metrics = SyncMetrics(self.metrics.registry)
-            pool.state_sync = ReplicaSync(
-                key, datastore, o.state_sync, routing.config.plugins, clock=self.clock, metrics=self._sync_metrics
-            )
-        pool.unsubscribe = datastore.subscribe(health.on_endpoints)
-        return pool
-
-    def _apply_reload(self, old: Configs, new: Configs) -> None:
-        """A reloaded configuration, in the same loop step as the swap: each pool's scrapers take its data
-        layer and its routing the new pipeline (``PoolRouting.apply``)."""
-        for pool in self.pools:
-            pool.scrapers.apply(new[pool.key].scrape)
-            pool.routing.apply(new[pool.key])
-            if pool.state_sync is not None:
-                pool.state_sync.bind(new[pool.key].plugins)
-
-    def _refresh_gauges(self) -> None:
-        """Just before a scrape: the pool gauges, and what the plugins in force measure (every pool's)."""
-        for pool in self.pools:
-            pool.gauges.refresh()
-            if pool.state_sync is not None:
-                pool.state_sync.refresh()
-        plugins = [plugin for pool in self.pools for plugin in pool.routing.config.plugins.values()]
-        self.metrics.series(PluginSeries).publish(plugins)
-        self.slo_series.mirror(
-            (p.typed_name.name, p.predictor.stats)
-            for p in plugins
-            if isinstance(p, PredictedLatencyProducer) and p.predictor is not None
-        )
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""
@@ -531,10 +395,7 @@ class Runtime(Service):
             await pool.routing.aclose()
         await self._http.aclose()
         for pool in reversed(self.pools):
-            pool.unsubscribe()
-            await pool.reconciler.stop()
-            await pool.scrapers.stop()
-            await pool.gauges.stop()
+            await pool.stop()
         self.pools.clear()
         if self._metrics_server is not None:
             await self._metrics_server.stop()
@@ -542,3 +403,14 @@ class Runtime(Service):
         if self._api is not None:
             await close_api(self._api)
             self._api = None
+
+
+def _config_source(options: ServeOptions) -> str:
+    """Where the configuration comes from, as the epp.v1 Config API names it."""
+    if options.config_file:
+        return f"--config-file {options.config_file}"
+    return "--config-text" if options.config_text else "default"
+
+
+def _notices(configs: Configs) -> Iterable[ConfigNotice]:
+    return (notice for config in configs.values() for notice in config.notices)

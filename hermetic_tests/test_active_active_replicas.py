@@ -45,8 +45,8 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _producer(picker: InProcessPicker) -> PrecisePrefixCacheProducer:
-    (config,) = picker.runtime.configs.current.values()  # type: ignore[union-attr]
-    producer = config.plugins["precise-prefix-cache-producer"]
+    (pool,) = picker.runtime.pools
+    producer = pool.config.plugins["precise-prefix-cache-producer"]
     assert isinstance(producer, PrecisePrefixCacheProducer)
     return producer
 

@@ -118,7 +118,8 @@ async def test_a_cluster_and_a_config_of_one_group_with_its_spellings(start: Sta
         model_rewrite("canary", POOL, {"m-v2": 1}, model="m", group=group),
     ]
     env = await start(CRDS[group], objects, "--config-file", str(config))
-    (loaded,) = env.runtime.configs.current.values()  # type: ignore[union-attr]
+    (pool,) = env.runtime.pools
+    loaded = pool.config
     deprecated = {n.setting for n in loaded.notices if n.deprecated}
     assert deprecated == (set() if group == LLM_D_GROUP else {"apiVersion", "saturationDetector"})
 

@@ -217,8 +217,8 @@ async def test_the_flow_control_guide_config_routes_through_envoy(epp_pool: Pool
         picker_args=["--config-text", GUIDE_CONFIG],
         sim_config=SimConfig(model="m"),
     )
-    assert env.runtime.configs is not None
-    (loaded,) = env.runtime.configs.current.values()
+    (pool,) = env.runtime.pools
+    loaded = pool.config
     profile = loaded.scheduler.profiles["default"]
     assert profile.picker.typed_name.type == "max-score-picker"
     async with aiohttp.ClientSession() as http:

@@ -65,7 +65,8 @@ async def test_llm_d_precise_sample_routes_every_prompt_to_its_pod(epp_pool: Poo
             picker_args=["--config-text", config],
         )
         assert [s.host for s in pool.servers] == hosts
-        (loaded,) = pool.runtime.configs.current.values()  # type: ignore[union-attr]
+        (served_pool,) = pool.runtime.pools
+        loaded = served_pool.config
         producer = loaded.plugins["precise-prefix-cache-producer"]
         assert isinstance(producer, PrecisePrefixCacheProducer)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:

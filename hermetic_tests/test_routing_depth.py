@@ -101,9 +101,8 @@ async def test_config_reload_good_bad_and_under_load_drops_no_stream(
     # pod 0: short queue, full cache; pod 1: long queue, empty cache.
     await env.set_pins([{"waiting": 0, "kv_cache_usage": 0.9}, {"waiting": 4, "kv_cache_usage": 0.0}])
     assert (await env.route({"model": "m", "prompt": "p"})).endpoint == env.hostport(0)
-    holder = env.runtime.configs
-    assert holder is not None
-    generation = holder.generation
+    status = env.runtime.config_status
+    generation = status.generation
 
     results: list[int] = []
     stop = asyncio.Event()
@@ -117,7 +116,7 @@ async def test_config_reload_good_bad_and_under_load_drops_no_stream(
     workers = [asyncio.create_task(load(), name=f"load-{n}") for n in range(4)]
     try:
         config.write_text(KV_ONLY)
-        await wait_until(lambda: holder.generation == generation + 1, timeout=10, message="reloaded")
+        await wait_until(lambda: status.generation == generation + 1, timeout=10, message="reloaded")
         config.write_text("plugins: [this is not a config")
         await wait_until(
             lambda: env.sample("epp_config_reloads_total", result="rejected") == 1, timeout=10, message="rejected"
@@ -126,7 +125,7 @@ async def test_config_reload_good_bad_and_under_load_drops_no_stream(
     finally:
         stop.set()
         await asyncio.gather(*workers)
-    assert holder.generation == generation + 1  # the bad file kept the last good config
+    assert status.generation == generation + 1  # the bad file kept the last good config
     assert env.sample("epp_config_last_reload_successful") == 0
     assert set(results) == {200}  # no stream dropped or failed during the swaps
     assert (await env.route({"model": "m", "prompt": "p"})).endpoint == env.hostport(1)  # KV now decides

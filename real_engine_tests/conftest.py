@@ -18,11 +18,13 @@ ADAPTER = "sql-lora"
 
 
 def _order(item: pytest.Item) -> int:
-    """Tests on the fleet's first topology, then the one that kills a server, then central mode.
+    """Tests on the fleet's first topology, then the one that kills a server, then central mode, then P/D.
 
     A topology switch restarts both engines (minutes on two cores), and so would a killed one:
-    in this order the fleet starts twice in all.
+    in this order the fleet starts twice in all. The P/D test stops the fleet for engines of its own.
     """
+    if item.path.name == "test_pd_sidecar_on_vllm.py":
+        return 3
     topologies = [m.kwargs.get("kv_events") for m in item.iter_markers("real_engine")]
     if "central" in topologies:
         return 2

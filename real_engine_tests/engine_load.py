@@ -89,11 +89,12 @@ def statuses(tasks: Sequence[asyncio.Task[int]]) -> list[int]:
 
 async def served_requests(http: aiohttp.ClientSession, server: VllmServer) -> float:
     """Requests the server finished, by its own ``vllm:request_success_total`` (every reason)."""
+    return await engine_counter(http, server, "vllm:request_success_total")
+
+
+async def engine_counter(http: aiohttp.ClientSession, server: VllmServer, name: str) -> float:
+    """The sum of every series of sample ``name`` on the server's own ``/metrics``."""
     async with http.get(f"{server.url}/metrics") as resp:
         page = await resp.text()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(page)
-        for sample in family.samples
-        if sample.name == "vllm:request_success_total"
-    )
+    samples = (sample for family in text_string_to_metric_families(page) for sample in family.samples)
+    return sum(sample.value for sample in samples if sample.name == name)

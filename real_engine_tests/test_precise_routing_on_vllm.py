@@ -42,7 +42,8 @@ def config(fleet: VllmFleet, topology: str) -> str:
 
 
 def producer_of(pool: RealEnginePool) -> PrecisePrefixCacheProducer:
-    (loaded,) = pool.runtime.configs.current.values()  # type: ignore[union-attr]
+    (served_pool,) = pool.runtime.pools
+    loaded = served_pool.config
     producer = loaded.plugins["precise-prefix-cache-producer"]
     assert isinstance(producer, PrecisePrefixCacheProducer)
     return producer

@@ -87,8 +87,8 @@ def in_tree_registry() -> PluginRegistry:
 
 def cycle(registry: PluginRegistry, profile: str, states: list[EndpointState]) -> Callable[[], object]:
     metrics = EppMetrics()
-    config = load_config(HEADER + profile, registry, PluginContext(clock=SystemClock(), seed=1), metrics=metrics)
-    scheduler, recorder = config.scheduler, CycleMetrics(metrics)
+    config = load_config(HEADER + profile, registry, PluginContext(clock=SystemClock(), seed=1))
+    scheduler, recorder = config.scheduler.observed(metrics), CycleMetrics(metrics)  # as a pipeline in force runs it
     request = InferenceRequest(request_id="bench", model="m", target_model="m")
     return lambda: scheduler.schedule(request, states, None, recorder)
 

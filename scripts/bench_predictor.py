@@ -112,9 +112,9 @@ async def one_size(n: int, registry: PluginRegistry, state: Path, rounds: int, i
         metrics = EppMetrics()
         context = PluginContext(clock=clock, seed=1)
         config = (
-            load_config(SLO.format(state=state), registry, context, metrics=metrics)
+            load_config(SLO.format(state=state), registry, context)
             if name == "slo"
-            else load_default_config(registry, context, metrics=metrics)
+            else load_default_config(registry, context)
         )
         routings[name] = PoolRouting(
             ("default", "bench"), store, config, metrics=metrics, clock=clock, rng=random.Random(2)

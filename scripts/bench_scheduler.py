@@ -76,7 +76,7 @@ async def bench(iterations: int) -> None:
         rng = random.Random(n)
         store = make_store(n, clock, rng)
         metrics = EppMetrics()
-        config = load_default_config(registry, PluginContext(clock=clock, seed=1), metrics=metrics)
+        config = load_default_config(registry, PluginContext(clock=clock, seed=1))
         routing = PoolRouting(("default", "bench"), store, config, metrics=metrics, clock=clock, rng=random.Random(2))
 
         async def route(routing: PoolRouting = routing) -> object:

@@ -95,7 +95,7 @@ async def bench(args: argparse.Namespace) -> None:
     register_in_tree(registry)
     metrics = EppMetrics()
     store = make_store(args.endpoints, clock, rng)
-    config = load_default_config(registry, PluginContext(clock=clock, seed=1), metrics=metrics)
+    config = load_default_config(registry, PluginContext(clock=clock, seed=1))
     key = ("default", "bench")
     routing = PoolRouting(key, store, config, metrics=metrics, clock=clock, rng=random.Random(2))
     processor = Processor(PoolPipelines({key: routing}), metrics, StreamOptions())

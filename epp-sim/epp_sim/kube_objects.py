@@ -125,11 +125,14 @@ def pod_status_ready(
 
 
 def inference_pool(
-    mode: PoolMode, name: str, labels: Mapping[str, str], port: int, *, namespace: str = "default"
+    mode: PoolMode, name: str, labels: Mapping[str, str], port: int, *, namespace: str = "default", ranks: int = 1
 ) -> dict[str, Any]:
-    """The InferencePool of ``mode`` (v1 or v1alpha2) selecting ``labels`` on ``port``."""
+    """The InferencePool of ``mode`` (v1 or v1alpha2) selecting ``labels`` on ``port`` (and the next
+    ``ranks - 1`` ports: data-parallel ranks, v1 only)."""
     meta = {"name": name, "namespace": namespace}
     if mode == "v1alpha2":
+        if ranks != 1:
+            raise ValueError("a v1alpha2 InferencePool has one target port: no data-parallel ranks")
         return {
             "apiVersion": f"{V1ALPHA2_POOL_GROUP}/v1alpha2",
             "kind": "InferencePool",
@@ -143,7 +146,7 @@ def inference_pool(
             "metadata": meta,
             "spec": {
                 "selector": {"matchLabels": dict(labels)},
-                "targetPorts": [{"number": port}],
+                "targetPorts": [{"number": port + r} for r in range(ranks)],
                 "endpointPickerRef": {"name": "epp", "port": {"number": 9002}},
             },
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Sequence
 
-__all__ = ["common_free_port", "free_port", "port_free_on"]
+__all__ = ["common_free_port", "consecutive_free_ports", "free_port", "port_free_on"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -34,3 +34,12 @@ def common_free_port(hosts: Sequence[str], *, attempts: int = 20) -> int:
         if port_free_on(hosts[1:], port):
             return port
     raise OSError(f"no port found free on all of {hosts[0]}..{hosts[-1]}")
+
+
+def consecutive_free_ports(hosts: Sequence[str], count: int, *, attempts: int = 50) -> int:
+    """The first of ``count`` consecutive ports free on every host (data-parallel ranks: port + r)."""
+    for _ in range(attempts):
+        first = common_free_port(hosts)
+        if first + count - 1 <= 65535 and all(port_free_on(hosts, first + r) for r in range(1, count)):
+            return first
+    raise OSError(f"no {count} consecutive ports found free on all of {list(hosts)}")

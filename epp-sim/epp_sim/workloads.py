@@ -22,6 +22,10 @@ running side by side cannot collide and a scraper finds it where the pod says).
 Pods already in the store when the controller starts (a store restored from a data directory)
 are adopted, since an API-server restart does not restart pods: each keeps its address, a Ready
 one gets its simulator back at once, and one that was still loading loads again from the start.
+
+A pod whose template runs ``epp sidecar`` (a decode pod of disaggregated serving,
+``manifests/overlays/pd``) gets the real sidecar as a process of its own in front of its
+simulator (:mod:`epp_sim.pod_containers`), and is Ready once both answer.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ import json
 import logging
 import random
 import socket
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from epp.clock import Clock, SystemClock
@@ -43,6 +49,7 @@ from epp_sim.apiserver.store import Store
 from epp_sim.kube_objects import pod_status_loading, pod_status_ready
 from epp_sim.modelserver.config import SimConfig
 from epp_sim.modelserver.fixture import ModelServer
+from epp_sim.pod_containers import SidecarProcess, sidecar_container
 
 __all__ = ["WorkloadsController", "sim_config_from_template"]
 
@@ -115,7 +122,9 @@ class WorkloadsController:
         sim_config: Callable[[Obj], SimConfig] = sim_config_from_template,
         model_servers: bool = True,
         seed: int = 0,
+        kubeconfig: str = "",
     ) -> None:
+        """``kubeconfig``: what a pod's ``epp sidecar`` reads the pool with (SSRF protection)."""
         if load_delay < 0:
             raise ValueError(f"load_delay must be >= 0 seconds, got {load_delay}")
         if not 1 <= first_host <= 254:
@@ -130,6 +139,9 @@ class WorkloadsController:
         self._model_servers = model_servers
         self._rng = random.Random(seed)
         self._servers: dict[PodKey, ModelServer] = {}
+        self._sidecars: dict[PodKey, SidecarProcess] = {}
+        self._kubeconfig = kubeconfig
+        self._logs: Path | None = None
         self._loading: dict[PodKey, asyncio.Task[None]] = {}
         self._addresses: dict[PodKey, tuple[int, int]] = {}  # host index in base_ip, port
         self._watchers: list[asyncio.Task[None]] = []
@@ -151,6 +163,8 @@ class WorkloadsController:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        sidecars, self._sidecars = list(self._sidecars.values()), {}
+        await asyncio.gather(*(s.stop() for s in sidecars), return_exceptions=True)
         servers, self._servers = list(self._servers.values()), {}
         await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
 
@@ -371,6 +385,7 @@ class WorkloadsController:
                 server = ModelServer(self._sim_config(template), host=host, port=port)
                 await server.start()
                 self._servers[key] = server
+                await self._start_sidecar(key, template, host, port)
             pod = self._store.lookup(self._store.type_of("pods"), key[1], key[0])
             if pod is None:
                 await self._retire(key)  # deleted while its server was starting
@@ -380,10 +395,29 @@ class WorkloadsController:
             log.info("sim pod ready", extra={"pod": f"{key[0]}/{key[1]}", "address": f"{host}:{port}"})
         except asyncio.CancelledError:
             raise
-        except (OSError, RuntimeError, ApiError) as e:
+        except (OSError, RuntimeError, ApiError) as e:  # a sidecar that does not start: ChildProcessError
             log.error("sim pod failed to start", extra={"pod": f"{key[0]}/{key[1]}", "error": str(e)})
         finally:
             self._loading.pop(key, None)
+
+    async def _start_sidecar(self, key: PodKey, template: Obj, host: str, engine_port: int) -> None:
+        """The template's ``epp sidecar`` container, as a process in front of the pod's simulator."""
+        container = sidecar_container(template.get("spec") or {})
+        if container is None:
+            return
+        if self._logs is None:
+            self._logs = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="epp-sim-sidecars-"))
+        sidecar = SidecarProcess(
+            container,
+            namespace=key[0],
+            pod=key[1],
+            ip=host,
+            engine_port=engine_port,
+            log_dir=self._logs,
+            kubeconfig=self._kubeconfig,
+        )
+        await sidecar.start()
+        self._sidecars[key] = sidecar
 
     async def _retire(self, key: PodKey) -> None:
         task = self._loading.pop(key, None)
@@ -391,6 +425,9 @@ class WorkloadsController:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        sidecar = self._sidecars.pop(key, None)
+        if sidecar is not None:
+            await sidecar.stop()
         address = self._addresses.pop(key, None)
         server = self._servers.pop(key, None)
         if server is not None:

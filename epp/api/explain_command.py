@@ -129,14 +129,32 @@ def render(answer: Any, out: TextIO) -> None:
             out.write(f"  error: {profile.error}\n")
         elif profile.targets:
             out.write(f"  picker {profile.picker}: {', '.join(profile.targets)}\n")
+    if answer.HasField("disaggregation"):
+        _stages(answer.disaggregation, out)
     for failure in answer.plugin_failures:
         out.write(f"\nplugin {failure.plugin} ({failure.extension_point}) failed, {failure.reason}: {failure.detail}")
     if answer.plugin_failures:
         out.write("\n")
     if answer.HasField("failure"):
         out.write(f"\nfails with {answer.failure.http_status}: {answer.failure.message}\n")
-    else:
-        out.write(f"\npicked: {', '.join(answer.picked)}\n")
+        return
+    out.write(f"\npicked: {', '.join(answer.picked)}\n")
+    if answer.destination and answer.destination != ",".join(answer.picked):
+        out.write(f"destination: {answer.destination}\n")
+    for name, value in sorted(answer.upstream_headers.items()):
+        out.write(f"forwarded with {name}: {value}\n")
+
+
+def _stages(decision: Any, out: TextIO) -> None:
+    """Each disaggregation stage: ran or skipped, why, and the decider's numbers."""
+    out.write(f"\ndisaggregation ({decision.handler}): {decision.decision}\n")
+    for stage in decision.stages:
+        state = "ran" if stage.ran else "skipped"
+        decider = f" [{stage.decider}]" if stage.decider else ""
+        out.write(f"  {stage.stage} (profile {stage.profile}): {state}{decider}: {stage.reason}\n")
+        if stage.numbers:
+            numbers = ", ".join(f"{k}={v:g}" for k, v in sorted(stage.numbers.items()))
+            out.write(f"    {numbers}\n")
 
 
 def _latency_table(predictions: Any, out: TextIO) -> None:

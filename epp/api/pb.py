@@ -22,6 +22,7 @@ from epp.api.v1.endpoints_pb2 import (
 from epp.api.v1.endpoints_pb2_grpc import EndpointsServicer, EndpointsStub, add_EndpointsServicer_to_server
 from epp.api.v1.explain_pb2 import (
     Admission,
+    Disaggregation,
     EndpointLatency,
     EndpointScores,
     ExplainRequest,
@@ -33,6 +34,7 @@ from epp.api.v1.explain_pb2 import (
     ProfileExplanation,
     Score,
     ScorerInfo,
+    StageExplanation,
 )
 from epp.api.v1.explain_pb2_grpc import ExplainServicer, ExplainStub, add_ExplainServicer_to_server
 
@@ -44,6 +46,7 @@ __all__ = [
     "Admission",
     "ConfigServicer",
     "ConfigStub",
+    "Disaggregation",
     "Endpoint",
     "EndpointMetrics",
     "EndpointScores",
@@ -66,6 +69,7 @@ __all__ = [
     "ReloadResult",
     "Score",
     "ScorerInfo",
+    "StageExplanation",
     "add_ConfigServicer_to_server",
     "add_EndpointsServicer_to_server",
     "add_ExplainServicer_to_server",

@@ -12,19 +12,21 @@ for reflection.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
 
 from epp.api import pb
-from epp.api.views import config_message, endpoint_message, explanation_message, prefix_index_sizes
+from epp.api.views import by_plugin_name, config_message, endpoint_message, explanation_message
 from epp.clock import Clock
+from epp.config.reload import ConfigStatus
 from epp.datastore.types import DatastoreReader
 from epp.errors import EppError, ErrorCode
 from epp.framework import headers as wire
 from epp.framework.request import InferenceRequest
+from epp.framework.staleness import Staleness
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting
 from epp.requestcontrol.pools import PoolPipelines
 from epp.requestcontrol.recorder import ExplainRecorder
@@ -50,16 +52,15 @@ class ApiPool(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ApiSources:
-    """Where each answer comes from; callables are read at each call, so reloads show at once."""
+    """Where each answer comes from; each is read at each call, so reloads show at once."""
 
     pools: Sequence[ApiPool]
     pipelines: PoolPipelines
-    generation: Callable[[], int]
-    last_reload: Callable[[], tuple[bool, str]]
-    """(the file is watched, why its last change was rejected or "")."""
-    config_source: str
+    config: ConfigStatus
+    """The configuration's source, generation and last reload (kept by the runtime and its watcher)."""
     clock: Clock
-    staleness_threshold: float
+    staleness: Staleness
+    """``--metrics-staleness-threshold``: what ``metrics_stale`` means."""
 
 
 async def _abort(context: Any, code: grpc.StatusCode, message: str) -> None:
@@ -93,9 +94,9 @@ class _Endpoints(pb.EndpointsServicer):  # type: ignore[misc]  # generated base 
                     namespace=namespace,
                     name=name,
                     synced=pool.synced,
-                    endpoints=[endpoint_message(e, now, s.staleness_threshold) for e in pool.datastore.endpoints()],
-                    prefix_index_sizes=prefix_index_sizes(pool.routing.config),
-                    metrics_staleness_threshold_seconds=s.staleness_threshold,
+                    endpoints=[endpoint_message(e, now, s.staleness) for e in pool.datastore.endpoints()],
+                    prefix_index_sizes=by_plugin_name(pool.routing.prefix_index_sizes()),
+                    metrics_staleness_threshold_seconds=s.staleness.threshold,
                 )
             )
         return answer
@@ -107,12 +108,14 @@ class _Config(pb.ConfigServicer):  # type: ignore[misc]  # generated base is unt
 
     async def GetConfig(self, request: Any, context: Any) -> pb.GetConfigResponse:  # noqa: N802
         s = self._s
-        watched, error = s.last_reload()
+        status = s.config
         return pb.GetConfigResponse(
             pools=[config_message(*p.key, p.routing.config) for p in await _selected(s, request.pool, context)],
-            source=s.config_source,
-            generation=s.generation(),
-            last_reload=pb.ReloadResult(watched=watched, successful=not error, error=error),
+            source=status.source,
+            generation=status.generation,
+            last_reload=pb.ReloadResult(
+                watched=status.watched, successful=not status.last_error, error=status.last_error
+            ),
         )
 
 

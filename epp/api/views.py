@@ -2,27 +2,29 @@
 
 Pure translation, no I/O: each function reads what the picker holds at that moment (one
 datastore snapshot, one ``LoadedConfig``, one :class:`~epp.requestcontrol.explain.Explanation`)
-and builds the message. :func:`endpoint_health` is the one place that decides what the API calls
-an endpoint's health, so a richer health model replaces one function.
+and builds the message. An endpoint's health is its health state's name; whether its metrics are
+stale is ``--metrics-staleness-threshold``'s :class:`~epp.framework.staleness.Staleness`, as for
+the pool gauges.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 import yaml
 
 from epp.api import pb
 from epp.config.loader import LoadedConfig
+from epp.framework.disaggregation import Decision
 from epp.framework.endpoint import EndpointState
-from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
+from epp.framework.staleness import Staleness
 from epp.requestcontrol.admission import Admission
 from epp.requestcontrol.explain import Explanation
 from epp.scheduling.trace import ProfileTrace
 
-__all__ = ["config_message", "endpoint_message", "explanation_message", "prefix_index_sizes"]
+__all__ = ["by_plugin_name", "config_message", "endpoint_message", "explanation_message"]
 
 _ADMISSION = {
     Admission.ADMITTED: pb.Admission.ADMITTED,
@@ -31,7 +33,7 @@ _ADMISSION = {
 }
 
 
-def endpoint_message(state: EndpointState, now: float, staleness_threshold: float) -> pb.Endpoint:
+def endpoint_message(state: EndpointState, now: float, staleness: Staleness) -> pb.Endpoint:
     """One endpoint as the scheduler sees it now: identity, last metrics, their age and the scrape
     interval achieved, health, in-flight load."""
     e, m = state.endpoint, state.metrics
@@ -59,7 +61,7 @@ def endpoint_message(state: EndpointState, now: float, staleness_threshold: floa
         in_flight_tokens=state.in_flight_tokens,
     )
     age = m.age(now)
-    message.metrics_stale = age > staleness_threshold
+    message.metrics_stale = staleness.is_stale(m, now)
     if age != float("inf"):
         message.metrics_age_seconds = max(age, 0.0)
     if m.scrape_interval:
@@ -67,9 +69,13 @@ def endpoint_message(state: EndpointState, now: float, staleness_threshold: floa
     return message
 
 
-def prefix_index_sizes(config: LoadedConfig) -> dict[str, int]:
-    """Entries of each approximate prefix index (``approx-prefix-cache-producer``), by plugin name."""
-    return {name: p.index_size for name, p in config.plugins.items() if isinstance(p, ApproxPrefixCacheProducer)}
+def by_plugin_name(sizes: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """A pool's prefix index sizes (``PoolRouting.prefix_index_sizes``) by plugin name: a plugin holding two
+    indexes (llm-d's all-in-one ``precise-prefix-cache-scorer``) counts both."""
+    named: dict[str, int] = {}
+    for (name, _), size in sizes.items():
+        named[name] = named.get(name, 0) + size
+    return named
 
 
 def config_message(namespace: str, name: str, config: LoadedConfig) -> pb.PoolConfig:
@@ -98,11 +104,16 @@ def explanation_message(pool: str, explanation: Explanation) -> pb.ExplainRespon
         primary_profile=explanation.scheduling.primary_profile,
         picked=[t.endpoint.hostport for t in explanation.picked],
         profiles=[_profile_message(p) for p in explanation.scheduling.profiles],
+        destination=explanation.destination,
+        upstream_headers=explanation.upstream_headers,
         plugin_failures=[
             pb.PluginFailure(plugin=str(f.plugin), extension_point=f.extension_point, reason=f.reason, detail=f.detail)
             for f in explanation.scheduling.failures
         ],
     )
+    decision = explanation.disaggregation
+    if decision is not None:
+        message.disaggregation.CopyFrom(_disaggregation_message(decision))
     if explanation.admission is not None:
         message.admission.verdict = _ADMISSION[explanation.admission]
         message.admission.reason = explanation.admission_reason
@@ -133,6 +144,25 @@ def explanation_message(pool: str, explanation: Explanation) -> pb.ExplainRespon
         message.failure.http_status = error.code.http_status
         message.failure.message = str(error)
     return message
+
+
+def _disaggregation_message(decision: Decision) -> pb.Disaggregation:
+    return pb.Disaggregation(
+        handler=str(decision.handler),
+        decision=decision.decision_type,
+        stages=[
+            pb.StageExplanation(
+                stage=str(s.stage),
+                profile=s.profile,
+                ran=s.ran,
+                reason=s.reason,
+                decider=str(s.decider) if s.decider is not None else "",
+                numbers=dict(s.verdict.numbers) if s.verdict is not None else {},
+                targets=_keys(s.targets),
+            )
+            for s in decision.stages
+        ],
+    )
 
 
 def _profile_message(trace: ProfileTrace) -> pb.ProfileExplanation:

@@ -5,14 +5,16 @@ and renamed some keys; both spellings must load, and mean the same. This module 
 config to the llm-d spelling (:func:`normalized`), resolves ``featureGates`` (:func:`feature_gates`:
 ``name``, ``name=true`` or ``name=false``, each gate with its upstream default) and lists the
 settings a config may carry that this picker does not implement (:func:`ignored_settings`). None
-of those changes routing silently: each is a :class:`ConfigNotice` the runtime logs once per load,
-and the loader sets ``epp_config_ignored_settings{setting}`` to 1 while a loaded config has it.
+of those changes routing silently: each is a :class:`ConfigNotice` that
+``config_series.publish_notices`` logs once per configuration put in force, setting
+``epp_config_ignored_settings{setting}`` to 1 while the configuration in force has it (never for
+a configuration that was refused).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -32,7 +34,6 @@ __all__ = [
     "ConfigNotice",
     "feature_gates",
     "ignored_settings",
-    "log_notices",
     "normalized",
 ]
 
@@ -57,6 +58,21 @@ _PRECISE_PREFIX_PRODUCER = "precise-prefix-cache-producer"
 _RENAMED_TYPES = {"tokenizer": "token-producer"}  # upstream's deprecated type names still loaded, and their successors
 _PRECISE_PREFIX_SCORER = "precise-prefix-cache-scorer"  # llm-d's deprecated all-in-one form of the producer chain
 _METRICS_DATA_SOURCE = "metrics-data-source"
+_DEPRECATED_TYPES: Mapping[str, str] = MappingProxyType(
+    {
+        _PRECISE_PREFIX_SCORER: f"configure {_PRECISE_PREFIX_PRODUCER} + prefix-cache-scorer with "
+        f"prefixMatchInfoProducerName: {_PRECISE_PREFIX_PRODUCER}",
+        "by-label-selector": "upstream removes it in v0.11; use 'label-selector-filter'",
+        "by-label": "upstream removes it in v0.11; use 'label-selector-filter'",
+        # Disaggregated serving (llm-d router v0.7, v0.9): the unified handler sets the headers itself.
+        "pd-profile-handler": "use disagg-profile-handler (with deciders.prefill)",
+        "disagg-headers-handler": "disagg-profile-handler sets the prefill and encode headers itself",
+        "prefill-header-handler": "disagg-profile-handler sets the prefill and encode headers itself",
+        "data-parallel-profile-handler": "use single-profile-handler with a pool listing every rank's port "
+        "(gateways route to each port: Istio 1.28.1 or later)",
+    }
+)
+"""Plugin types upstream deprecates (still loaded), and what replaces each (a notice each)."""
 
 IGNORABLE_SETTINGS = (
     "flowControl",
@@ -112,21 +128,12 @@ def normalized(config: EndpointPickerConfig) -> tuple[EndpointPickerConfig, list
         )
     for i, plugin in enumerate(config.plugins):
         renamed = _RENAMED_TYPES.get(plugin.type)
-        if renamed is not None:
+        advice = f"use {renamed}" if renamed is not None else _DEPRECATED_TYPES.get(plugin.type)
+        if advice is not None:
             notices.append(
                 ConfigNotice(
                     f"plugins[{i}].type",
-                    f"plugin {plugin.name or plugin.type!r}: {plugin.type} is deprecated, use {renamed}",
-                    deprecated=True,
-                )
-            )
-        if plugin.type == _PRECISE_PREFIX_SCORER:
-            notices.append(
-                ConfigNotice(
-                    f"plugins[{i}].type",
-                    f"plugin {plugin.name or plugin.type!r}: {_PRECISE_PREFIX_SCORER} is deprecated, configure "
-                    f"{_PRECISE_PREFIX_PRODUCER} + prefix-cache-scorer with prefixMatchInfoProducerName: "
-                    f"{_PRECISE_PREFIX_PRODUCER}",
+                    f"plugin {plugin.name or plugin.type!r}: {plugin.type} is deprecated, {advice}",
                     deprecated=True,
                 )
             )
@@ -220,10 +227,3 @@ def _enables_index_metrics(parameters: Any) -> bool:
 def _sets_event_concurrency(parameters: Any) -> bool:
     events = parameters.get("kvEventsConfig") if isinstance(parameters, Mapping) else None
     return isinstance(events, Mapping) and "concurrency" in events
-
-
-def log_notices(notices: Iterable[ConfigNotice]) -> None:
-    """Log each distinct notice once (several pools load the same file)."""
-    for notice in dict.fromkeys(notices):
-        message = "deprecated configuration setting" if notice.deprecated else "configuration setting has no effect"
-        log.warning(message, extra={"setting": notice.setting, "detail": notice.detail})

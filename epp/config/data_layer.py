@@ -154,6 +154,31 @@ def _wired(
     return source, extractor, endpoint_wiring
 
 
+def _check_missing_kinds(section: DataLayerConfig | None, ref: Callable[[str, str], Plugin]) -> None:
+    """Sources and extractors defined; none of the plugin kinds this picker does not have."""
+    if section is None:
+        return
+    for i, source in enumerate(section.sources):
+        ref(f"dataLayer.sources[{i}].pluginRef", source.plugin_ref)
+        for j, extractor in enumerate(source.extractors):
+            ref(f"dataLayer.sources[{i}].extractors[{j}].pluginRef", extractor.plugin_ref)
+    missing_kinds = (
+        (
+            "dataLayer.peerDiscovery.pluginRef",
+            section.peer_discovery.plugin_ref if section.peer_discovery is not None else "",
+            "a peer discovery plugin: this picker shares no state between replicas",
+        ),
+        (
+            "dataLayer.crossReplicaSyncerPluginRef",
+            section.cross_replica_syncer_plugin_ref,
+            "a cross-replica syncer: replicas share state through --state-sync-address (a Valkey/Redis server)",
+        ),
+    )
+    for where, name, kind in missing_kinds:
+        if name:
+            raise _kind_error(where, ref(where, name), kind)
+
+
 def data_layer_scrape(
     config: EndpointPickerConfig,
     plugins: Mapping[str, Plugin],
@@ -165,6 +190,7 @@ def data_layer_scrape(
 
     ``ref(where, name)`` returns the plugin ``name`` or raises a ConfigError naming ``where``.
     """
+    _check_missing_kinds(config.data_layer, ref)
     source, extractor, endpoint_wiring = _wired(config.data_layer, ref)
     wired = {id(p) for p in (source, extractor, *endpoint_wiring)}
     notices = [

@@ -41,10 +41,18 @@ from epp.config.options import (
 from epp.framework.replication import SyncSettings
 from epp.statesync.address import redis_url
 
-__all__ = ["add_serve_flags", "logging_options_from_args", "no_effect_flags", "options_from_args", "parse_quantity"]
+__all__ = [
+    "add_logging_flags",
+    "add_serve_flags",
+    "go_bool",
+    "logging_options_from_args",
+    "no_effect_flags",
+    "options_from_args",
+    "parse_quantity",
+]
 
 
-def _bool(text: str) -> bool:
+def go_bool(text: str) -> bool:
     """Go's strconv.ParseBool, so ``--secure-serving=false`` works as upstream."""
     value = _unquote(text).strip().lower()
     if value in ("1", "t", "true", "yes", "on"):
@@ -74,7 +82,7 @@ def _flag(group: Any, name: str, **kw: Any) -> None:
 
 
 def _switch(group: Any, name: str, default: bool, help_text: str) -> None:
-    group.add_argument(name, type=_bool, nargs="?", const=True, default=default, help=help_text)
+    group.add_argument(name, type=go_bool, nargs="?", const=True, default=default, help=help_text)
 
 
 def add_serve_flags(p: argparse.ArgumentParser) -> None:
@@ -211,7 +219,9 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         scraping,
         "--metrics-staleness-threshold",
         default="2s",
-        help="metrics older than this are stale: the endpoint is saturated to admission and never preferred",
+        help="metrics older than this are stale: left out of inference_pool_ready_pods and the pool averages, "
+        "and routed to only when no healthy endpoint is fresh; admission uses the utilization-detector's own "
+        "metricsStalenessThreshold (200ms)",
     )
     _flag(
         scraping,
@@ -282,6 +292,11 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         help="the epp.v1 API's own gRPC port, used with --metrics-cert-dir (its certificate and client CA)",
     )
     _switch(diag, "--tracing", True, "OpenTelemetry traces (exported when an OTLP endpoint is configured)")
+    add_logging_flags(diag)
+
+
+def add_logging_flags(diag: Any) -> None:
+    """``-v`` and the ``--zap-*`` flags (``epp serve``'s, shared by ``epp sidecar``)."""
     diag.add_argument(
         "-v",
         "--v",

@@ -21,14 +21,14 @@ the last good one). Its factory is checked as it runs: an exception that is not 
 is refused the same way. ``--allow-experimental-plugins`` applies to a definition marked
 ``experimental``. :func:`listing` is ``epp serve --list-plugins``.
 
-Importing a module is file I/O and runs its code: :func:`import_named` imports the installed types a
-configuration text names, and the runtime runs it off the event loop before loading that text (at
-start and on every reload), so the loader, on the loop, finds them imported.
+Importing a module is file I/O and runs its code: the loader imports a type while it loads a
+configuration (``config/validation.py``), and the runtime loads every configuration on a worker
+thread (``pool_runtime.PoolConfigLoader``, at start and on every reload), so no import runs on the
+event loop.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +36,6 @@ from importlib.metadata import Distribution, EntryPoint, distributions
 from typing import Any
 
 from epp import __version__
-from epp.config.picker_config import ConfigError, decode_config
 from epp.framework.plugin import Plugin, PluginConfigError, PluginContext, PluginFactory, PluginRegistry, declared_kinds
 from epp.plugin_api import API_VERSION, PluginDefinition, api_version_compatible
 
@@ -48,7 +47,6 @@ __all__ = [
     "ListedPlugin",
     "PluginClashError",
     "discover",
-    "import_named",
     "listing",
 ]
 
@@ -135,21 +133,6 @@ def discover(registry: PluginRegistry, dists: Iterable[Distribution] | None = No
     for name, plugin in taken.items():
         registry.defer(name, _loader(plugin, installed))
     return installed
-
-
-def import_named(registry: PluginRegistry, text: str) -> None:
-    """Import the deferred types configuration ``text`` names (blocking: call it off the event loop).
-
-    A text that does not decode, or a type that cannot be loaded, is left to the loader, which
-    refuses that configuration naming the problem.
-    """
-    try:
-        config = decode_config(text)
-    except ConfigError:
-        return
-    for spec in config.plugins:
-        with contextlib.suppress(PluginConfigError):
-            registry.load(spec.type)
 
 
 def _loader(plugin: InstalledPlugin, installed: InstalledPlugins) -> Callable[[PluginRegistry], None]:

@@ -1,13 +1,19 @@
 """EndpointPickerConfig → a running scheduler: decode, default, validate, instantiate.
 
+Loading is pure: it reads the files the configuration names (tokenizers, certificates) and makes
+plugin instances, but starts nothing, publishes no metric and logs nothing, so the runtime runs it
+on a worker thread and may throw the result away (a refused reload). What a configuration starts
+(subscribers, clients, the plugins' metric series) starts when the runtime puts it in force
+(``PoolRouting.apply``), and its notices are published then (``compat.publish_notices``).
+
 Stages (upstream ``pkg/epp/config/loader``):
 
 1. decode (``picker_config.decode_config``): strict YAML, unknown fields are errors; then the
    llm-d spelling (``compat.normalized``: deprecated keys copied to their new places);
-2. static checks: feature gates known (``compat.feature_gates``), plugin names unique (a name
-   defaults to its type), types registered (an installed distribution's type is imported here,
-   ``installed_plugins``), profile names unique, profile references defined;
-   no experimental (upstream Alpha) type unless ``--allow-experimental-plugins``;
+2. static checks: feature gates known (``compat.feature_gates``), then ``validation.py``: plugin
+   names unique (a name defaults to its type), types registered (an installed distribution's type
+   is imported here, ``installed_plugins``), profile names unique, profile references defined; no
+   experimental (upstream Alpha) type unless ``--allow-experimental-plugins``;
 3. instantiate every plugin through the registry (factories validate their parameters);
 4. system defaults (upstream ``applySystemDefaults``): a "default" profile holding every
    filter, scorer and picker when no profile is given; ``single-profile-handler`` when there is
@@ -24,8 +30,8 @@ Stages (upstream ``pkg/epp/config/loader``):
    source and extractor over GIE's ``--model-server-metrics-*`` flags: ``data_layer.data_layer_scrape``)
    and collect PreRequest/PostResponse plugins into an immutable :class:`LoadedConfig`, with the
    config's notices (deprecated spellings, settings this picker runs without:
-   ``compat.ignored_settings``, data-layer settings without effect; counted in
-   ``epp_config_ignored_settings``).
+   ``compat.ignored_settings``, data-layer settings without effect), which the runtime logs and
+   counts in ``epp_config_ignored_settings`` once the configuration is in force.
 
 Every failure is a :class:`ConfigError` naming the field path and the value.
 """
@@ -38,7 +44,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from epp.config.compat import ConfigNotice, feature_gates, ignored_settings, normalized
-from epp.config.config_series import ConfigSeries
 from epp.config.data_graph import DataGraph, resolve_data
 from epp.config.data_layer import ScrapeBuilder, data_layer_scrape, default_sources, discovery_plugin
 from epp.config.defaults import (
@@ -63,11 +68,13 @@ from epp.config.picker_config import (
     SchedulingProfile,
     decode_config,
 )
+from epp.config.validation import check_stability, check_static
 from epp.framework.data import DataScope
 from epp.framework.datalayer import ScrapeSpec
 from epp.framework.discovery import EndpointDiscovery
+from epp.framework.measures import Measured
 from epp.framework.parsing import Parser, ParserTable
-from epp.framework.plugin import Plugin, PluginConfigError, PluginContext, PluginKind, PluginRegistry, RefusedTypeError
+from epp.framework.plugin import Plugin, PluginContext, PluginKind, PluginRegistry, RefusedTypeError
 from epp.framework.producers import AsyncClosable, DataProducer, EndpointsAddedObserver, PluginReferrer
 from epp.framework.saturation import SaturationDetector, SelfAdmitting
 from epp.framework.scheduling import (
@@ -85,7 +92,6 @@ from epp.plugins.inflight_load import InFlightLoadProducer
 from epp.plugins.parsers import DEFAULT_PARSER_TYPES
 from epp.scheduling.profile import SchedulerProfile, WeightedScorer
 from epp.scheduling.scheduler import Scheduler
-from epp.telemetry.metrics import EppMetrics
 
 __all__ = [
     "ConfigError",
@@ -104,6 +110,7 @@ class LoadedConfig:
     """The effective config, with every default the loader injected."""
     plugins: Mapping[str, Plugin]
     scheduler: Scheduler
+    """Without metrics: the pipeline that puts this config in force binds it to the plugins' series."""
     saturation_detector: SaturationDetector
     pre_request: tuple[PreRequest, ...]
     post_response: tuple[PostResponse, ...]
@@ -117,6 +124,8 @@ class LoadedConfig:
     """Awaited, in config order, before each request's scheduling cycle (``token-producer``)."""
     closables: tuple[AsyncClosable, ...] = ()
     """Plugins holding background resources, closed when this config is replaced or the picker stops."""
+    measured: tuple[Measured, ...] = ()
+    """Plugins that report what they measure (prefix index sizes, KV events), for /metrics and the epp.v1 API."""
     admission: bool = True
     """Whether the pipeline sheds sheddable work on ``saturation_detector`` before scheduling:
     False when every profile runs a filter that sheds by itself (the v0.3 tree) and the config
@@ -124,7 +133,8 @@ class LoadedConfig:
     feature_gates: frozenset[str] = frozenset()
     """The gates that are on, named or by their upstream default."""
     notices: tuple[ConfigNotice, ...] = ()
-    """What the operator should know: deprecated spellings, settings without effect here (the runtime logs them)."""
+    """What the operator should know: deprecated spellings, settings without effect here (the runtime
+    logs and counts them once this config is in force)."""
     scrape: ScrapeSpec | None = None
     """What the scrapers fetch and how they read it (the data layer, over GIE's scraping flags);
     None when the caller gave no scrape builder (it runs no scrapers)."""
@@ -146,7 +156,6 @@ def load_config(
     registry: PluginRegistry,
     context: PluginContext,
     *,
-    metrics: EppMetrics | None = None,
     allow_experimental_plugins: bool = False,
     build_scrape: ScrapeBuilder | None = None,
 ) -> LoadedConfig:
@@ -155,7 +164,6 @@ def load_config(
         decode_config(text),
         registry,
         context,
-        metrics=metrics,
         allow_experimental_plugins=allow_experimental_plugins,
         build_scrape=build_scrape,
     )
@@ -165,11 +173,10 @@ def load_default_config(
     registry: PluginRegistry,
     context: PluginContext,
     *,
-    metrics: EppMetrics | None = None,
     build_scrape: ScrapeBuilder | None = None,
 ) -> LoadedConfig:
     """The default profile (``config/defaults.py``), built."""
-    return build_config(default_config(), registry, context, metrics=metrics, build_scrape=build_scrape)
+    return build_config(default_config(), registry, context, build_scrape=build_scrape)
 
 
 def build_config(
@@ -177,7 +184,6 @@ def build_config(
     registry: PluginRegistry,
     context: PluginContext,
     *,
-    metrics: EppMetrics | None = None,
     allow_experimental_plugins: bool = False,
     build_scrape: ScrapeBuilder | None = None,
 ) -> LoadedConfig:
@@ -189,18 +195,16 @@ def build_config(
     config, notices = normalized(config)
     config = config.model_copy(update={"plugins": tuple(_named(p) for p in config.plugins)})
     gates = feature_gates(config)
-    _check_static(config, registry)
+    check_static(config, registry)
     if not allow_experimental_plugins:
-        _check_stability(config, registry)
+        check_stability(config, registry)
     builder = _Builder(config, registry, context)
     builder.apply_system_defaults()
     graph = builder.resolve_data()
     flow_control = builder.flow_control() if gates["flowControl"] else None
-    loaded = builder.build(metrics, build_scrape)
+    loaded = builder.build(build_scrape)
     notices += ignored_settings(config, gates, {p.name: p.type for p in config.plugins})
     notices += loaded.notices
-    if metrics is not None:
-        metrics.series(ConfigSeries).set_ignored({n.setting for n in notices if not n.deprecated})
     return dataclasses.replace(
         loaded,
         feature_gates=frozenset(g for g, on in gates.items() if on),
@@ -213,46 +217,6 @@ def build_config(
 
 def _named(spec: PluginSpec) -> PluginSpec:
     return spec if spec.name else spec.model_copy(update={"name": spec.type})
-
-
-def _check_static(config: EndpointPickerConfig, registry: PluginRegistry) -> None:
-    known_types = set(registry.types())
-    names: dict[str, int] = {}
-    for i, spec in enumerate(config.plugins):
-        if spec.name in names:
-            raise ConfigError(
-                f"plugins[{i}].name: duplicate plugin name {spec.name!r} (also plugins[{names[spec.name]}])"
-            )
-        names[spec.name] = i
-        if spec.type not in known_types:
-            raise ConfigError(f"plugins[{i}].type: unknown plugin type {spec.type!r} (known: {sorted(known_types)})")
-        try:  # an installed distribution's type is imported now, when a configuration first names it
-            registry.load(spec.type)
-        except PluginConfigError as exc:
-            raise ConfigError(f"plugins[{i}] ({spec.name!r}, type {spec.type!r}): {exc}") from exc
-    profiles: dict[str, int] = {}
-    for i, profile in enumerate(config.scheduling_profiles):
-        if profile.name in profiles:
-            raise ConfigError(f"schedulingProfiles[{i}].name: duplicate profile name {profile.name!r}")
-        profiles[profile.name] = i
-        refs: set[str] = set()
-        for j, ref in enumerate(profile.plugins):
-            where = f"schedulingProfiles[{i}].plugins[{j}].pluginRef"
-            if ref.plugin_ref not in names:
-                raise ConfigError(f"{where}: references undefined plugin {ref.plugin_ref!r}")
-            if ref.plugin_ref in refs:
-                raise ConfigError(f"{where}: plugin {ref.plugin_ref!r} referenced twice in profile {profile.name!r}")
-            refs.add(ref.plugin_ref)
-
-
-def _check_stability(config: EndpointPickerConfig, registry: PluginRegistry) -> None:
-    """Upstream's ``ValidatePluginStability``: an experimental (Alpha) type needs the flag."""
-    for i, spec in enumerate(config.plugins):
-        if registry.is_experimental(spec.type):
-            raise ConfigError(
-                f"plugins[{i}] ({spec.name!r}, type {spec.type!r}): an experimental (Alpha) plugin; "
-                "start the picker with --allow-experimental-plugins to use it"
-            )
 
 
 class _Builder:
@@ -368,7 +332,7 @@ class _Builder:
             raise ConfigError(f"{where}: references undefined plugin {ref!r}")
         return plugin
 
-    def build(self, metrics: EppMetrics | None, build_scrape: ScrapeBuilder | None) -> LoadedConfig:
+    def build(self, build_scrape: ScrapeBuilder | None) -> LoadedConfig:
         config, plugins = self.config, self.plugins
         handlers = playing(plugins.values(), PluginKind.PROFILE_HANDLER)
         if len(handlers) > 1:
@@ -395,7 +359,7 @@ class _Builder:
 
         profiles: dict[str, SchedulerProfile] = {}
         for i, spec in enumerate(config.scheduling_profiles):
-            profiles[spec.name] = self._build_profile(i, spec, metrics)
+            profiles[spec.name] = self._build_profile(i, spec)
 
         detector_ref = config.flow_control.saturation_detector if config.flow_control is not None else None
         detector_name = detector_ref.plugin_ref if detector_ref is not None else DEFAULT_SATURATION_DETECTOR_TYPE
@@ -406,7 +370,6 @@ class _Builder:
                 f"(type {detector.typed_name.type!r}) is not a saturation detector"
             )
         parsers = self._parsers()
-        self._check_data_layer()
         discovery = discovery_plugin(config, self._ref)
         scrape, data_layer_notices = data_layer_scrape(config, plugins, self._ref, build_scrape)
 
@@ -417,7 +380,7 @@ class _Builder:
         return LoadedConfig(
             config=config,
             plugins=MappingProxyType(dict(plugins)),
-            scheduler=Scheduler(profile_handler=handler, profiles=profiles, metrics=metrics),
+            scheduler=Scheduler(profile_handler=handler, profiles=profiles),
             saturation_detector=detector,
             pre_request=tuple(
                 p for p in plugins.values() if plays(p, PluginKind.PRE_REQUEST) and isinstance(p, PreRequest)
@@ -432,6 +395,7 @@ class _Builder:
                 p for p in plugins.values() if plays(p, PluginKind.DATA_PRODUCER) and isinstance(p, DataProducer)
             ),
             closables=tuple(p for p in plugins.values() if isinstance(p, AsyncClosable)),
+            measured=tuple(p for p in plugins.values() if isinstance(p, Measured)),
             admission=self._detector_named or not self_admitting,
             discovery=discovery,
             notices=tuple(data_layer_notices),
@@ -462,33 +426,7 @@ class _Builder:
             parsers.append(plugin)
         return ParserTable(parsers)
 
-    def _check_data_layer(self) -> None:
-        """Sources and extractors defined; none of the plugin kinds this picker does not have."""
-        data_layer = self.config.data_layer
-        if data_layer is None:
-            return
-        for i, source in enumerate(data_layer.sources):
-            self._ref(f"dataLayer.sources[{i}].pluginRef", source.plugin_ref)
-            for j, extractor in enumerate(source.extractors):
-                self._ref(f"dataLayer.sources[{i}].extractors[{j}].pluginRef", extractor.plugin_ref)
-        missing_kinds = (
-            (
-                "dataLayer.peerDiscovery.pluginRef",
-                data_layer.peer_discovery.plugin_ref if data_layer.peer_discovery is not None else "",
-                "a peer discovery plugin: this picker shares no state between replicas",
-            ),
-            (
-                "dataLayer.crossReplicaSyncerPluginRef",
-                data_layer.cross_replica_syncer_plugin_ref,
-                "a cross-replica syncer: replicas share state through --state-sync-address (a Valkey/Redis server)",
-            ),
-        )
-        for where, ref, kind in missing_kinds:
-            if ref:
-                plugin = self._ref(where, ref)
-                raise ConfigError(f"{where}: plugin {ref!r} (type {plugin.typed_name.type!r}) is not {kind}")
-
-    def _build_profile(self, index: int, spec: SchedulingProfile, metrics: EppMetrics | None) -> SchedulerProfile:
+    def _build_profile(self, index: int, spec: SchedulingProfile) -> SchedulerProfile:
         filters: list[Filter] = []
         scorers: list[WeightedScorer] = []
         pickers: list[Picker] = []
@@ -518,4 +456,4 @@ class _Builder:
             raise ConfigError(
                 f"schedulingProfiles[{index}] ({spec.name!r}): exactly one picker is required, got {names}"
             )
-        return SchedulerProfile(spec.name, filters=filters, scorers=scorers, picker=pickers[0], metrics=metrics)
+        return SchedulerProfile(spec.name, filters=filters, scorers=scorers, picker=pickers[0])

@@ -3,7 +3,9 @@
 Upstream refreshes them every 5 s (``refreshPrometheusMetricsInterval``); :meth:`PoolGauges.refresh`
 also runs on demand, e.g. just before ``/metrics`` is served, so a scrape never sees values older
 than the model-server metrics they summarise. ``ready_pods`` counts endpoints whose metrics are
-fresher than ``--metrics-staleness-threshold`` (2 s); averages are over every endpoint, as upstream.
+fresh by ``--metrics-staleness-threshold`` (2 s, ``framework/staleness.py``), and the averages are
+over those endpoints, as upstream's; with none fresh they are 0 (upstream leaves them at their
+last value: a dashboard here never shows a pool's load from metrics nobody vouches for).
 ``per_pod_queue_size`` has one series per endpoint (``model_server_pod`` = ``<pod>-rank-<idx>``),
 and so have the in-flight gauges ``llm_d_epp_inflight_requests`` / ``llm_d_epp_inflight_tokens``
 (``endpoint_name``, ``namespace``; read here from the endpoints' counters, so counting a request
@@ -27,6 +29,7 @@ from typing import Protocol
 from epp.clock import Clock
 from epp.datastore.types import PoolSpec
 from epp.framework.endpoint import EndpointState
+from epp.framework.staleness import FLAG_DEFAULT, Staleness
 from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
@@ -141,15 +144,15 @@ class PoolGauges:
         clock: Clock,
         *,
         interval: float = 5.0,
-        staleness_threshold: float = 2.0,
+        staleness: Staleness = FLAG_DEFAULT,
     ) -> None:
-        if interval <= 0 or staleness_threshold <= 0:
-            raise ValueError(f"interval ({interval}) and staleness threshold ({staleness_threshold}) must be > 0")
+        if interval <= 0:
+            raise ValueError(f"interval ({interval}) must be > 0")
         self._datastore = datastore
         self._metrics = metrics.series(PoolSeries)
         self._clock = clock
         self._interval = interval
-        self._staleness = staleness_threshold
+        self._staleness = staleness
         self._pool_name: str | None = None
         self._pod_series: set[str] = set()
         self._in_flight_series: set[tuple[str, str]] = set()
@@ -166,19 +169,18 @@ class PoolGauges:
         if name is None:
             return
         endpoints = self._datastore.endpoints()
-        now = self._clock.now()
-        count = len(endpoints)
+        is_stale, now = self._staleness.is_stale, self._clock.now()
         kv = queue = running = 0.0
         ready = 0
         seen: set[str] = set()
         seen_in_flight: set[tuple[str, str]] = set()
         for state in endpoints:
             metrics = state.metrics
-            kv += metrics.kv_cache_usage
-            queue += metrics.waiting_queue
-            running += metrics.running
-            if metrics.age(now) <= self._staleness:
+            if not is_stale(metrics, now):
                 ready += 1
+                kv += metrics.kv_cache_usage
+                queue += metrics.waiting_queue
+                running += metrics.running
             pod = state.endpoint.name
             seen.add(pod)
             m.per_pod_queue.labels(name, pod).set(metrics.waiting_queue)
@@ -192,9 +194,9 @@ class PoolGauges:
         self._pod_series = seen
         self._forget_in_flight(self._in_flight_series - seen_in_flight)
         self._in_flight_series = seen_in_flight
-        m.avg_kv.labels(name).set(kv / count if count else 0.0)
-        m.avg_queue.labels(name).set(queue / count if count else 0.0)
-        m.avg_running.labels(name).set(running / count if count else 0.0)
+        m.avg_kv.labels(name).set(kv / ready if ready else 0.0)
+        m.avg_queue.labels(name).set(queue / ready if ready else 0.0)
+        m.avg_running.labels(name).set(running / ready if ready else 0.0)
         m.ready_pods.labels(name).set(ready)
 
     def _forget(self, name: str) -> None:

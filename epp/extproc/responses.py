@@ -48,14 +48,18 @@ def _set_header(set_headers: Any, key: str, raw: bytes) -> None:
     option.append_action = _OVERWRITE
 
 
-def _fill_routing(common: Any, headers: Mapping[str, str], destination: str, body_length: int) -> None:
+def _fill_routing(
+    common: Any, headers: Mapping[str, str], destination: str, body_length: int, removed: Iterable[str]
+) -> None:
     common.clear_route_cache = True
-    set_headers = common.header_mutation.set_headers
+    mutation = common.header_mutation
+    set_headers = mutation.set_headers
     _set_header(set_headers, DESTINATION_ENDPOINT, destination.encode())
     if body_length > 0:
         _set_header(set_headers, "Content-Length", str(body_length).encode())
     for key, value in headers.items():
         _set_header(set_headers, key, value.encode("utf-8", "surrogateescape"))
+    mutation.remove_headers.extend(removed)
 
 
 def _fill_metadata(response: pb.ProcessingResponse, destination: str, scores: Mapping[str, float] | None) -> None:
@@ -76,17 +80,22 @@ def add_dynamic_metadata(response: pb.ProcessingResponse, metadata: Mapping[str,
 
 
 def routing_headers_response(
-    headers: Mapping[str, str], destination: str, body_length: int, *, scores: Mapping[str, float] | None = None
+    headers: Mapping[str, str],
+    destination: str,
+    body_length: int,
+    *,
+    scores: Mapping[str, float] | None = None,
+    removed: Iterable[str] = (),
 ) -> pb.ProcessingResponse:
     """The request-headers answer that routes (FULL_DUPLEX_STREAMED, and header-only requests).
 
     Sets the destination, the body's ``Content-Length`` when it is non-empty and ``headers``
-    (what the picker adds to the forwarded request: a request id it made up, the trace context),
-    clears the route cache and carries the ``envoy.lb`` metadata (with the endpoints' ``scores``,
-    when given).
+    (what the picker adds to the forwarded request: a request id it made up, the trace context,
+    where to prefill), removes the client's headers in ``removed`` (ones the picker owns), clears
+    the route cache and carries the ``envoy.lb`` metadata (with the endpoints' ``scores``, when given).
     """
     response = pb.ProcessingResponse()
-    _fill_routing(response.request_headers.response, headers, destination, body_length)
+    _fill_routing(response.request_headers.response, headers, destination, body_length, removed)
     _fill_metadata(response, destination, scores)
     return response
 
@@ -98,11 +107,12 @@ def routing_body_response(
     body: bytes | None,
     *,
     scores: Mapping[str, float] | None = None,
+    removed: Iterable[str] = (),
 ) -> pb.ProcessingResponse:
     """The request-body answer that routes in BUFFERED mode; ``body`` only when it was rewritten."""
     response = pb.ProcessingResponse()
     common = response.request_body.response
-    _fill_routing(common, headers, destination, body_length)
+    _fill_routing(common, headers, destination, body_length, removed)
     if body is not None:
         common.body_mutation.body = body
     _fill_metadata(response, destination, scores)

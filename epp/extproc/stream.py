@@ -292,11 +292,15 @@ class Stream:
         if decision.upstream_headers:
             upstream_headers = {**upstream_headers, **decision.upstream_headers}
         answers: list[pb.ProcessingResponse]
-        scores = decision.endpoint_scores
+        scores, removed = decision.endpoint_scores, decision.cleared_headers
         if self._request_mode == _BUFFERED:
-            answers = [routing_body_response(upstream_headers, destination, len(body), forward, scores=scores)]
+            answers = [
+                routing_body_response(upstream_headers, destination, len(body), forward, scores=scores, removed=removed)
+            ]
         else:
-            answers = [routing_headers_response(upstream_headers, destination, len(body), scores=scores)]
+            answers = [
+                routing_headers_response(upstream_headers, destination, len(body), scores=scores, removed=removed)
+            ]
             answers += body_chunks(body, self._p.options.chunk_size, request=True, end_of_stream=True)
         labels = self._running = self._labels()
         self._p.observe.routed(labels, len(body))

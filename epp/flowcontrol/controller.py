@@ -15,9 +15,12 @@ as upstream's ticker; the loop sleeps on an event when the queue is empty). Each
    Both budgets start for every item at the same moment or at its enqueue, so the oldest item
    always expires first, and only the front of the arrival list is looked at;
 2. reads the saturation of the *whole* pool from the current config's saturation detector
-   (an empty pool reads 1.0, so nothing dispatches: the waiting room for scale-from-zero). A
-   detector that fails is counted per plugin and read as 0 (1.0 while the pool is empty), and
-   the policies are contained by ``Queues`` (``epp.scheduling.plugin_errors``);
+   (an empty pool reads 1.0, so nothing dispatches: the waiting room for scale-from-zero); with
+   disaggregated serving, the busier of the prefill and decode stages
+   (:func:`~epp.framework.saturation.stage_saturation`, upstream's rule), each stage's value in
+   ``flow_control_pool_saturation{stage}`` (a stage no pod serves has no series). A detector
+   that fails is counted per plugin and read as 0 (1.0 while the pool is empty), and the
+   policies are contained by ``Queues`` (``epp.scheduling.plugin_errors``);
 3. releases at most one item (``Queues.next_item``: strict priority, head-of-line blocking at a
    band's ceiling, the band's fairness and ordering policies).
 
@@ -44,11 +47,11 @@ from epp.flowcontrol.queues import Item, Queues
 from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
-from epp.framework.saturation import SaturationDetector
+from epp.framework.saturation import SaturationDetector, stage_saturation
 from epp.scheduling.plugin_errors import PluginErrors, read_saturation
 from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.children import CappedLabel
-from epp.telemetry.families import Names
+from epp.telemetry.families import GaugeChild, Names
 from epp.telemetry.metrics import EppMetrics
 
 __all__ = ["FlowControlSeries", "FlowController"]
@@ -161,6 +164,7 @@ class FlowController:
         self._fairness_labels = CappedLabel(_MAX_FAIRNESS_LABELS, _OVERFLOW)
         self._failing = False
         self._saturation = self._metrics.pool_saturation.labels(pool_name, "effective")
+        self._stages: dict[str, GaugeChild | None] = {"prefill": None, "decode": None}
         self._cycle_duration = self._metrics.dispatch_cycle.labels()
 
     @property
@@ -244,13 +248,28 @@ class FlowController:
             self._regime_since = now
         self._expire(now)
         if self._queues.count:
-            failed, fallback = self._errors.failed, 1.0 if empty else 0.0
-            saturation = read_saturation(self._detector(), endpoints, now, failed, fallback=fallback)
-            self._saturation.set(saturation)
-            item = self._queues.next_item(saturation)
+            detector, failed, fallback = self._detector(), self._errors.failed, 1.0 if empty else 0.0
+            saturation = stage_saturation(
+                lambda some: read_saturation(detector, some, now, failed, fallback=fallback), endpoints
+            )
+            self._saturation.set(saturation.effective)
+            self._record_stage("prefill", saturation.prefill)
+            self._record_stage("decode", saturation.decode)
+            item = self._queues.next_item(saturation.effective)
             if item is not None:
                 self._finish(item, Outcome.DISPATCHED)
         self._cycle_duration.observe(perf_counter() - start)
+
+    def _record_stage(self, stage: str, value: float | None) -> None:
+        """One stage's gauge (llm-d's series only: GIE's has no stage); its series goes when no pod serves it."""
+        child = self._stages[stage]
+        if value is not None:
+            if child is None:
+                child = self._stages[stage] = self._metrics.pool_saturation.exact(self._pool, stage)
+            child.set(value)
+        elif child is not None:
+            self._metrics.pool_saturation.remove_exact(self._pool, stage)
+            self._stages[stage] = None
 
     def _expire(self, now: float) -> None:
         settings = self.settings

@@ -25,7 +25,10 @@ __all__ = [
     "DESTINATION_ENDPOINT_SCORES",
     "DESTINATION_ENDPOINT_SERVED",
     "DESTINATION_ENDPOINT_SUBSET",
+    "DATA_PARALLEL_HOST_PORT",
+    "ENCODER_HOSTS_PORTS",
     "FAIRNESS_ID",
+    "KV_CACHE_SOURCE_HOST_PORT",
     "INFERENCE_POOL",
     "LB_METADATA_NAMESPACE",
     "LLM_D_FAIRNESS_ID",
@@ -33,6 +36,7 @@ __all__ = [
     "LLM_D_OBJECTIVE",
     "MODEL_NAME_REWRITE",
     "OBJECTIVE",
+    "PREFILLER_HOST_PORT",
     "REQUEST_DROPPED_REASON",
     "REQUEST_ID",
     "SUBSET_HINT_NAMESPACE",
@@ -111,6 +115,18 @@ TEST_ENDPOINT_SELECTION = "test-epp-endpoint-selection"
 
 CONFORMANCE_SERVED_ENDPOINT = "x-conformance-test-served-endpoint"
 """Conformance suite, response (``--enable-conformance-test-hooks``): :data:`DESTINATION_ENDPOINT_SERVED` echoed."""
+
+PREFILLER_HOST_PORT = "x-prefiller-host-port"
+"""Disaggregated serving, to the decode pod's sidecar: the prefill pod's ``ip:port`` (a comma list is tolerated)."""
+
+ENCODER_HOSTS_PORTS = "x-encoder-hosts-ports"
+"""Disaggregated serving, to the decode pod's sidecar: the encode pods, ``ip:port[,ip:port...]``."""
+
+KV_CACHE_SOURCE_HOST_PORT = "x-kv-cache-source-host-port"
+"""Disaggregated serving: a peer holding more of the prompt's KV cache, to pull it from over P2P."""
+
+DATA_PARALLEL_HOST_PORT = "x-data-parallel-host-port"
+"""Data-parallel ranks behind one port (the deprecated ``primaryPort`` handlers): the rank's ``ip:port``."""
 
 LB_METADATA_NAMESPACE = "envoy.lb"
 """The dynamic-metadata namespace Envoy's ORIGINAL_DST cluster reads the destination from."""

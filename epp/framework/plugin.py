@@ -6,7 +6,11 @@ interfaces it implements: the loader uses a plugin only in the kinds it declares
 implements each), never because a method happens to share a name with another kind's (a flow
 fairness policy's ``pick`` is not a scheduling picker's). Factories receive the plugin's name, its
 ``parameters`` mapping from the EndpointPickerConfig and a :class:`PluginContext` of shared
-services; they raise :class:`PluginConfigError` naming the bad parameter.
+services; they raise :class:`PluginConfigError` naming the bad parameter. A factory runs while a
+configuration loads, on a worker thread, and that configuration may be refused and dropped: it
+may read files, but it starts nothing (no task, socket, client, metric series or log line). What
+a plugin runs starts once its configuration is in force (its endpoint hooks, its first use).
+``tests/config/test_pure_load.py`` loads every in-tree type on a worker thread to check it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ prompt only through them, never by looking at the API or the body, so a new API 
   embeddings): matched on its JSON form.
 
 ``prefix(limit)`` is the first ``limit`` bytes of the prompt as the model server will see it, in
-order: what the approximate prefix index hashes.
+order: what the approximate prefix index hashes. ``multimodal`` says whether it carries media (an
+image, audio or video part), what the encode stage of disaggregated serving is for.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ class Prompt:
     def prefix(self, limit: int) -> bytes:
         """The first ``limit`` bytes of the prompt as the model server sees it."""
         return b""
+
+    @property
+    def multimodal(self) -> bool:
+        """Whether the prompt carries media parts (images, audio, video)."""
+        return False
 
 
 EMPTY_PROMPT = Prompt()
@@ -65,6 +71,17 @@ class ChatPrompt(Prompt):
         head: Iterable[str] = () if self.system is None else (f"<|system|>{_content_text(self.system)}\n",)
         return _join_until(chain(head, _rendered(self.messages)), limit).encode()[:limit]
 
+    @property
+    def multimodal(self) -> bool:
+        """Any content part of a media type (OpenAI's ``image_url``, ``input_audio``, vLLM's ``audio_url``,
+        ``video_url``; Anthropic's ``image``), as upstream's documentation describes the check."""
+        return any(
+            isinstance(part, Mapping) and part.get("type") in _MEDIA_PARTS
+            for m in self.messages
+            if isinstance(m, Mapping) and isinstance(m.get("content"), list)
+            for part in m["content"]
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class TokenPrompt(Prompt):
@@ -84,6 +101,9 @@ class JsonPrompt(Prompt):
 
     def prefix(self, limit: int) -> bytes:
         return _join_until((json.dumps(v) for v in self.values), limit).encode()[:limit]
+
+
+_MEDIA_PARTS = frozenset({"image_url", "audio_url", "video_url", "input_audio", "image"})
 
 
 def _content_text(content: Any) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from epp.framework.endpoint import EndpointState
+from epp.framework.endpoint import EndpointState, join_host_port
 from epp.framework.prompt import EMPTY_PROMPT, Prompt
 
 __all__ = ["ApiKind", "InferenceRequest", "RoutingDecision", "attribute_key"]
@@ -93,17 +93,27 @@ class InferenceRequest:
 
 @dataclass(slots=True)
 class RoutingDecision:
-    """Where a request goes: ``targets`` best first (more than one = fallback list)."""
+    """Where a request goes: ``targets`` best first (more than one = fallback list).
+
+    ``port``, when set, replaces the targets' own port in the destination (the deprecated
+    data-parallel ``primaryPort``): the targets stay the endpoints that serve the request, for
+    in-flight counting and health.
+    """
 
     targets: list[EndpointState]
     # Headers the picker adds to the response the client receives (e.g. a session token).
     response_headers: dict[str, str] = field(default_factory=dict)
     # Headers the scheduling profiles add to the request forwarded to the target (e.g. where to prefill).
     upstream_headers: dict[str, str] = field(default_factory=dict)
+    # Headers the picker owns on the forwarded request: the client's copies are removed.
+    cleared_headers: frozenset[str] = frozenset()
     # ``--emit-endpoint-scores``: every scored candidate's ``ip:port`` → weighted score (else None).
     endpoint_scores: dict[str, float] | None = None
+    port: int = 0
 
     @property
     def destination(self) -> str:
         """Value of ``x-gateway-destination-endpoint``: ``ip:port[,ip:port...]``."""
+        if self.port:
+            return ",".join(join_host_port(t.endpoint.address, self.port) for t in self.targets)
         return ",".join(t.endpoint.hostport for t in self.targets)

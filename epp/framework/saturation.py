@@ -9,19 +9,27 @@ combined is the detector's :class:`Aggregation`.
 A filter that drops sheddable work by its own rule (the v0.3 tree) is a :class:`SelfAdmitting`
 plugin: a configuration whose every profile runs one has no separate admission step, as v0.3 had
 none, unless it names a saturation detector.
+
+A pool with disaggregated serving is as saturated as its busiest stage (llm-d router flow
+control's ``partitionEndpoints``): :func:`stage_saturation` asks the detector about the prefill
+pods and the decode pods separately (a ``prefill-decode`` pod counts in both, encode-only pods
+and unknown roles in neither) and takes the larger; a pool where no pod serves either stage is
+read whole. An unlabelled pool is all decode pods: its saturation is what the detector says of
+the whole pool, as before.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
+from epp.framework.roles import Stage, saturation_stages
 
-__all__ = ["Aggregation", "SaturationDetector", "SelfAdmitting", "Thresholds"]
+__all__ = ["Aggregation", "SaturationDetector", "SelfAdmitting", "StageSaturation", "Thresholds", "stage_saturation"]
 
 
 class Aggregation(enum.Enum):
@@ -70,3 +78,38 @@ class SelfAdmitting(Protocol):
     """A Filter that sheds sheddable work itself (``legacy-filter-tree``'s hasCapacityForSheddable)."""
 
     sheds_sheddable_work: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StageSaturation:
+    """The pool's saturation and each stage's (None: no pod serves that stage)."""
+
+    effective: float
+    prefill: float | None = None
+    decode: float | None = None
+
+
+def stage_saturation(
+    read: Callable[[Sequence[EndpointState]], float], endpoints: Sequence[EndpointState]
+) -> StageSaturation:
+    """The larger of the prefill pods' and the decode pods' saturation (see the module docstring).
+
+    ``read`` is the detector's saturation of a set of endpoints, as the caller reads it (the
+    pipeline and the queue contain a failing detector their own way).
+    """
+    prefill: list[EndpointState] = []
+    decode: list[EndpointState] = []
+    for state in endpoints:
+        stages = saturation_stages(state.endpoint.labels)
+        if Stage.DECODE in stages:
+            decode.append(state)
+        if Stage.PREFILL in stages:
+            prefill.append(state)
+    if not prefill and not decode:
+        return StageSaturation(read(endpoints))
+    if not prefill:
+        whole = read(decode)
+        return StageSaturation(whole, decode=whole)
+    p = read(prefill)
+    d = read(decode) if decode else None
+    return StageSaturation(p if d is None else max(p, d), prefill=p, decode=d)

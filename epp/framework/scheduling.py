@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from epp.framework.disaggregation import Decision
 from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
@@ -32,6 +33,7 @@ __all__ = [
     "SchedulingResult",
     "ScoredEndpoint",
     "Scorer",
+    "UpstreamHeaderContributor",
 ]
 
 
@@ -63,8 +65,17 @@ class ProfileResult:
 
 @dataclass(slots=True)
 class SchedulingResult:
+    """The profiles' results and the primary one (whose targets the request goes to).
+
+    ``target_port``: the port the gateway sends to instead of the targets' own, 0 for theirs (the
+    deprecated ``primaryPort`` of the data-parallel handlers: the rank is then named in a header).
+    ``disaggregation``: what a disaggregation handler decided, None for other handlers.
+    """
+
     profile_results: dict[str, ProfileResult | None]
     primary_profile: str
+    target_port: int = 0
+    disaggregation: Decision | None = None
 
     @property
     def primary(self) -> ProfileResult:
@@ -189,6 +200,21 @@ class EndpointsObserver(Protocol):
     def endpoints_removed(self, keys: Collection[str]) -> None:
         """These endpoints (their ``Endpoint.key``) left the pool: forget what is kept for them."""
         ...
+
+
+@runtime_checkable
+class UpstreamHeaderContributor(Protocol):
+    """Plugins that tell the model server something on the forwarded request (where to prefill).
+
+    ``owned_upstream_headers`` are the headers the plugin owns: a copy the client sent is removed
+    from the forwarded request, so only the picker's decision reaches the model server's sidecar.
+    Pure (Explain shows the headers a request would get).
+    """
+
+    @property
+    def owned_upstream_headers(self) -> frozenset[str]: ...
+
+    def upstream_headers(self, request: InferenceRequest, result: SchedulingResult) -> Mapping[str, str]: ...
 
 
 @runtime_checkable

@@ -4,12 +4,11 @@ The llm-d router's ``bylabel.ByLabel``: ``label`` (required) names the pod label
 values kept; with ``allowsNoLabel`` a pod without the label is kept too. Either ``validValues`` is
 non-empty or ``allowsNoLabel`` is true (upstream's own check). Exact string equality only.
 Upstream deprecates the type in favour of ``label-selector-filter`` (and the role filters) but still
-loads it until v0.11; it is logged as deprecated when built.
+loads it until v0.11; a configuration naming it loads with a deprecation notice (``config/compat.py``).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,7 +21,6 @@ from epp.framework.scheduling import CycleState
 __all__ = ["TYPE", "ByLabelFilter", "create"]
 
 TYPE = "by-label"
-log = logging.getLogger(__name__)
 
 
 class ByLabelFilter(NamedPlugin):
@@ -63,9 +61,4 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> ByLa
         raise PluginConfigError(
             f"{TYPE}.parameters: either validValues must be non-empty or allowsNoLabel must be true"
         )
-    log.warning(
-        "plugin type %r is deprecated (upstream removes it in v0.11); use 'label-selector-filter'",
-        TYPE,
-        extra={"plugin": name},
-    )
     return ByLabelFilter(name, label, frozenset(values), allows_no_label=allows_no_label)

@@ -5,13 +5,12 @@ The llm-d router's ``bylabel.Selector``: ``parameters`` is a ``metav1.LabelSelec
 ``DoesNotExist``), matched against each endpoint's pod labels; an empty selector keeps every
 candidate. A candidate set the selector empties fails the profile, as any filter that empties it.
 The deprecated ``by-label-selector`` type (upstream keeps it until v0.11) is the same filter under
-its old name, logged as deprecated when built. Unlike upstream, a selector it cannot read (an
+its old name, loaded with a deprecation notice (``config/compat.py``). Unlike upstream, a selector it cannot read (an
 unknown operator, ``In`` without values, ``Exists`` with values, an unknown parameter) is refused at load.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +25,6 @@ __all__ = ["DEPRECATED_TYPE", "TYPE", "LabelSelectorFilter", "create", "create_d
 
 TYPE = "label-selector-filter"
 DEPRECATED_TYPE = "by-label-selector"
-log = logging.getLogger(__name__)
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
@@ -84,10 +82,4 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Labe
 
 
 def create_deprecated(name: str, params: Mapping[str, Any], context: PluginContext) -> LabelSelectorFilter:
-    log.warning(
-        "plugin type %r is deprecated (upstream removes it in v0.11); use %r",
-        DEPRECATED_TYPE,
-        TYPE,
-        extra={"plugin": name},
-    )
     return DeprecatedLabelSelectorFilter(name, parse_selector(DEPRECATED_TYPE, params))

@@ -9,7 +9,9 @@ produced before scheduling by the plugin ``prefixMatchInfoProducerName`` names, 
 ``approx-prefix-cache-producer`` (which the loader adds, with its defaults, to a configuration that
 declares none: ``config.data_graph``). The producer may be ``approx-prefix-cache-producer``
 (the approximate index), ``precise-prefix-cache-producer`` (the pods' KV events) or
-``burst-prefix-cache-producer``. The approximate index's own settings (``blockSizeTokens``,
+``burst-prefix-cache-producer``. It publishes each candidate's match in the cycle
+(:func:`~epp.framework.disaggregation.publish_match`): what ``prefix-based-pd-decider`` reads of
+the decode pod's cache. The approximate index's own settings (``blockSizeTokens``,
 ``lruCapacityPerServer``, ...) belong to ``approx-prefix-cache-producer``: given here they are refused
 by name, as upstream's strict decoder refuses them.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 from epp.framework.data import NO_DATA, DataScope, Dependencies
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
+from epp.framework.disaggregation import PrefixMatch, publish_match
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
@@ -72,6 +75,8 @@ class PrefixCacheScorer(NamedPlugin):
         if not isinstance(info, PrefixCacheMatches) or info.total_blocks <= 0:
             return [0.0] * len(candidates)
         total, get = info.total_blocks, info.matches.get
+        for state in candidates:  # what prefix-based-pd-decider reads of the decode pick's cache
+            publish_match(cycle, state, PrefixMatch(get(state.endpoint.key, 0), total, info.block_size_tokens))
         w = self.match_length_weight
         if not w:
             return [get(c.endpoint.key, 0) / total for c in candidates]

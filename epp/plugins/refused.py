@@ -15,7 +15,6 @@ from types import MappingProxyType
 
 __all__ = ["REFUSED"]
 
-_PD = "prefill/decode disaggregation is not in this build (the P/D plugin types, issue 25)"
 _MULTICLUSTER = (
     "multi-cluster routing (the router's Alpha multicluster-* plugins over peer clusters) is not built: "
     "this picker routes to the endpoints of its own pools"
@@ -88,18 +87,7 @@ REFUSED: Mapping[str, str] = MappingProxyType(
             "per-priority admission ceilings are not built: static-usage-limit-policy sets one ceiling for every "
             "priority"
         ),
-        # Owned by other issues (registered here until they land).
-        "prefill-filter": _PD,
-        "decode-filter": _PD,
-        "encode-filter": _PD,
-        "disagg-profile-handler": _PD,
-        "disagg-headers-handler": _PD,
-        "prefill-header-handler": _PD,
-        "pd-profile-handler": _PD,
-        "data-parallel-profile-handler": _PD,
-        "always-disagg-pd-decider": _PD,
-        "prefix-based-pd-decider": _PD,
-        "always-disagg-multimodal-decider": _PD,
+        # SLO-deadline queue ordering.
         "slo-deadline-ordering-policy": (
             "ordering the flow-control queue by SLO deadline is not built (SLO-aware scheduling is: "
             "predicted-latency-producer, slo-headroom-tier-filter, latency-scorer, latency-slo-admitter)"

@@ -1,11 +1,13 @@
 """utilization-detector: the saturation detector (admission) and a filter that sheds hot endpoints.
 
 An endpoint's utilisation is ``max(queue / queueDepthThreshold, kv / kvCacheUtilThreshold)``, and
-1.0 when its metrics are older than ``metricsStalenessThreshold`` (we cannot vouch for a pod we
-have not heard from); at >= 1.0 it is saturated. The pool's saturation, on which admission sheds
-sheddable work at >= 1.0, combines the candidates' utilisations by ``aggregation``: ``average``
-(the default, upstream's rule) or ``minimum`` (our option: shed only when every candidate is
-saturated, so one idle endpoint keeps sheddable work flowing). No candidates count as 1.0.
+1.0 when its metrics are older than ``metricsStalenessThreshold`` (200 ms; we cannot vouch for a
+pod we have not heard from); at >= 1.0 it is saturated. That threshold is this plugin's own, as
+upstream's: ``--metrics-staleness-threshold`` does not change it (``framework/staleness.py``).
+The pool's saturation, on which admission sheds sheddable work at >= 1.0, combines the
+candidates' utilisations by ``aggregation``: ``average`` (the default, upstream's rule) or
+``minimum`` (our option: shed only when every candidate is saturated, so one idle endpoint keeps
+sheddable work flowing). No candidates count as 1.0.
 
 As a Filter (only when a profile references it) it keeps endpoints with fresh metrics and
 ``queue < queueDepthThreshold * (1 + headroom)`` and ``kv < kvCacheUtilThreshold * (1 + headroom)``;
@@ -25,6 +27,7 @@ from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, 
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import Aggregation, Thresholds
 from epp.framework.scheduling import CycleState
+from epp.framework.staleness import Staleness
 
 __all__ = ["TYPE", "UtilizationDetector", "create"]
 
@@ -37,7 +40,7 @@ class UtilizationDetector(NamedPlugin):
     plugin_type = TYPE
     kinds = frozenset({PluginKind.SATURATION_DETECTOR, PluginKind.FILTER})
 
-    __slots__ = ("_clock", "_kv", "_kv_limit", "_queue", "_queue_limit", "_stale", "aggregation", "thresholds")
+    __slots__ = ("_clock", "_kv", "_kv_limit", "_queue", "_queue_limit", "_staleness", "aggregation", "thresholds")
 
     def __init__(
         self,
@@ -53,14 +56,14 @@ class UtilizationDetector(NamedPlugin):
         self._clock = clock
         self._queue = t.queue_depth
         self._kv = t.kv_cache_util
-        self._stale = t.staleness_seconds
+        self._staleness = Staleness(t.staleness_seconds)
         self._queue_limit = t.queue_depth * (1.0 + t.headroom)
         self._kv_limit = t.kv_cache_util * (1.0 + t.headroom)
 
     def utilization(self, state: EndpointState, now: float) -> float:
         """``max(queue/queueDepthThreshold, kv/kvCacheUtilThreshold)``; 1.0 for stale metrics (>= 1.0: saturated)."""
         m = state.metrics
-        if m.age(now) > self._stale:
+        if self._staleness.is_stale(m, now):
             return 1.0
         return max(m.waiting_queue / self._queue, m.kv_cache_usage / self._kv)
 
@@ -76,12 +79,14 @@ class UtilizationDetector(NamedPlugin):
     def filter(
         self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
     ) -> list[EndpointState]:
-        now = self._clock.now()
-        stale, q_limit, kv_limit = self._stale, self._queue_limit, self._kv_limit
+        fresh_since = self._staleness.fresh_since(self._clock.now())
+        q_limit, kv_limit = self._queue_limit, self._kv_limit
         kept = [
             c
             for c in candidates
-            if c.metrics.age(now) <= stale and c.metrics.waiting_queue < q_limit and c.metrics.kv_cache_usage < kv_limit
+            if c.metrics.updated_at >= fresh_since
+            and c.metrics.waiting_queue < q_limit
+            and c.metrics.kv_cache_usage < kv_limit
         ]
         return kept if kept else list(candidates)
 

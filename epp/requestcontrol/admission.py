@@ -5,7 +5,10 @@ Which one a pipeline has is decided once, when it is built from its configuratio
 - :class:`SaturationAdmission` (no flow control): a sheddable request (priority < 0) is dropped
   with 429 "system saturated, sheddable request dropped" when the saturation detector puts the
   candidates' saturation at >= 1.0, as upstream's legacy admission does (no candidates count as
-  saturated; how endpoints are combined is the detector's ``aggregation``). Priority >= 0 is never
+  saturated; how endpoints are combined is the detector's ``aggregation``). With prefill and
+  decode pods, the busier stage's saturation counts, as in flow control
+  (:func:`~epp.framework.saturation.stage_saturation`; upstream's legacy admission reads the
+  candidates whole). Priority >= 0 is never
   shed here and its saturation is not even computed; that work either gets an endpoint or fails
   later with 503/429 from candidate selection or scheduling. A detector that raises, or answers
   something else than a number, admits the request (fail open) and is told to ``failed``;
@@ -29,7 +32,7 @@ from epp.errors import EppError, ErrorCode
 from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
-from epp.framework.saturation import SaturationDetector
+from epp.framework.saturation import SaturationDetector, stage_saturation
 from epp.scheduling.plugin_errors import PluginFailed, read_saturation
 
 __all__ = [
@@ -102,9 +105,13 @@ class SaturationAdmission:
         return endpoints
 
     def verdict(self, request: InferenceRequest, candidates: Sequence[EndpointState], failed: PluginFailed) -> Verdict:
-        if request.priority < 0 and read_saturation(self._detector, candidates, self._clock.now(), failed) >= 1.0:
+        if request.priority < 0 and self._saturation(candidates, failed) >= 1.0:
             return Admission.SHED, EppError(ErrorCode.RESOURCE_EXHAUSTED, SHED_MESSAGE)
         return Admission.ADMITTED, None
+
+    def _saturation(self, candidates: Sequence[EndpointState], failed: PluginFailed) -> float:
+        detector, now = self._detector, self._clock.now()
+        return stage_saturation(lambda some: read_saturation(detector, some, now, failed), candidates).effective
 
 
 class QueueAdmission:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from epp.errors import EppError
+from epp.framework.disaggregation import Decision
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import LatencyPredictions
 from epp.framework.request import InferenceRequest
@@ -33,6 +34,12 @@ class Explanation:
     admission_reason: str = ""
     scheduling: SchedulingTrace = field(default_factory=SchedulingTrace)
     picked: Sequence[EndpointState] = ()
+    destination: str = ""
+    """``x-gateway-destination-endpoint`` as sent (a data-parallel handler may rewrite the port)."""
+    upstream_headers: dict[str, str] = field(default_factory=dict)
+    """What the picker adds to the forwarded request (the prefill pod to use, the data-parallel rank)."""
+    disaggregation: Decision | None = None
+    """Each stage of a disaggregation handler, the decider's verdict and numbers; None for other handlers."""
     error: EppError | None = None
     """Set when the decision failed: the error a client would get."""
     latency: list[LatencyPredictions] = field(default_factory=list)

@@ -30,9 +30,12 @@ stages in upstream's order (llm-d router
    configuration order over the candidates: the first denial ends the request with upstream's 500
    "request cannot be admitted: <the plugin's error>"; one that fails admits;
 7. **schedule**: no candidates → 503; the scheduling cycle (429 when nothing fits);
-8. **pre-request**: PreRequest plugins learn the decision; the response headers plugins contribute;
-   with ``--emit-endpoint-scores``, the primary profile's weighted score of every candidate; the
-   request counts in flight on its target until ``finished``.
+8. **pre-request**: PreRequest plugins learn the decision; the response headers plugins contribute,
+   and so do the plugins that tell the model server something on the forwarded request (a
+   disaggregation handler names the prefill pod; a client's copy of such a header is removed);
+   a disaggregation handler's decision goes to the recorder; with ``--emit-endpoint-scores``, the
+   primary profile's weighted score of every candidate; the request counts in flight on its
+   target until ``finished``.
 
 Every plugin failure is counted in ``epp_plugin_errors_total`` and logged (``scheduling.plugin_errors``).
 Every effect (counting, queueing, timing, PreRequest) goes through the context's
@@ -66,7 +69,8 @@ from epp.framework.parsing import Parser, request_path
 from epp.framework.plugin import PluginKind
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
 from epp.framework.response import CompletedResponse, ResponseComplete, ResponseTiming, Usage
-from epp.framework.scheduling import CycleState, PostResponse
+from epp.framework.scheduling import CycleState, PostResponse, UpstreamHeaderContributor
+from epp.framework.staleness import Staleness
 from epp.requestcontrol.admission import AdmissionStage, NoAdmission, QueueAdmission, SaturationAdmission
 from epp.requestcontrol.conformance import RoundRobin, selected_endpoints
 from epp.requestcontrol.context import RequestContext
@@ -98,8 +102,8 @@ class PoolParts:
     rng: random.Random
     rewriter: ModelRewriter
     recorder: ServingRecorder
-    staleness: float
-    """Metrics older than this make an endpoint degraded (``healthy.py``)."""
+    staleness: Staleness
+    """``--metrics-staleness-threshold``: stale metrics make an endpoint degraded (``healthy.py``)."""
     emit_scores: bool = False
     turns: RoundRobin | None = None
     """The conformance hooks' round robin; None without ``--enable-conformance-test-hooks``."""
@@ -117,12 +121,16 @@ class Pipeline:
         "_pre_request",
         "_producers",
         "_response_complete",
+        "_scheduler",
+        "_upstream_headers",
         "config",
     )
 
     def __init__(self, pool: PoolParts, config: LoadedConfig, metrics: EppMetrics | None) -> None:
+        """``config`` in force for ``pool``: the plugins' duration series are made here, not at load."""
         self.config = config
         self._pool = pool
+        self._scheduler = config.scheduler if metrics is None else config.scheduler.observed(metrics)
         admission: AdmissionStage = NoAdmission()
         if pool.flow_control is not None:
             admission = QueueAdmission(pool.flow_control)
@@ -148,6 +156,7 @@ class Pipeline:
         self._post_response: tuple[tuple[PostResponse, Observe], ...] = tuple(
             (p, plugin_observer(metrics, "PostResponse", p.typed_name)) for p in config.post_response
         )
+        self._upstream_headers = tuple(p for p in config.plugins.values() if isinstance(p, UpstreamHeaderContributor))
 
     # -- a request's context ---------------------------------------------------------------------
 
@@ -324,14 +333,23 @@ class Pipeline:
             raise EppError(ErrorCode.SERVICE_UNAVAILABLE, NO_CANDIDATES)
         config = self.config
         cycle = CycleState()
-        result = config.scheduler.schedule(request, candidates, cycle, recorder.cycle)
+        result = self._scheduler.schedule(request, candidates, cycle, recorder.cycle)
         recorder.pre_request(self._pre_request, cycle, request, result)
+        if result.disaggregation is not None:
+            recorder.disaggregated(request, result.disaggregation)
         primary = result.primary
-        decision = RoutingDecision(list(primary.targets))
+        decision = RoutingDecision(list(primary.targets), port=result.target_port)
         if self._pool.emit_scores and primary.scored:  # upstream: only when the primary profile scored any
             decision.endpoint_scores = {s.state.endpoint.hostport: s.score for s in primary.scored}
         for contributor in config.response_headers:
             decision.response_headers.update(contributor.response_headers(request, result))
+        if self._upstream_headers:
+            owned: set[str] = set()
+            for upstream in self._upstream_headers:
+                decision.upstream_headers.update(upstream.upstream_headers(request, result))
+                owned.update(upstream.owned_upstream_headers)
+            sent = request.headers
+            decision.cleared_headers = frozenset(h for h in owned if h in sent and h not in decision.upstream_headers)
         return decision
 
     # -- the end -----------------------------------------------------------------------------------

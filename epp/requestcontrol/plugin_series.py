@@ -8,13 +8,14 @@ for the precise producer's KV-event subscribers the llm-d router's names where i
 ``--metrics-naming=gie``) and ours for what only this picker counts (gaps, replays, restarts,
 decode errors, disconnects, skipped stores, central messages no endpoint claims, index blocks).
 
-:meth:`PluginSeries.publish` runs just before each ``/metrics`` scrape with the plugins of every
-pool's configuration in force: each :class:`~epp.framework.measures.Measured` one reports into a
-fresh :class:`Readings`, values under the same labels summed (one plugin name in several pools,
-several sources of one endpoint), and the series are set from them. Counts live on their sources
-(plain increments on their tasks) and are mirrored: a source made anew (a configuration reload,
-an endpoint back) starts from 0, which Prometheus reads as a counter reset. Labels nothing
-reported any more (a plugin or an endpoint gone) lose their series, as llm-d's do.
+:meth:`PluginSeries.publish` runs just before each ``/metrics`` scrape with what the plugins of
+every pool's configuration in force reported into one fresh :class:`Readings`
+(``PoolRouting.measure``, which the epp.v1 Endpoints API reads its prefix index sizes from too),
+values under the same labels summed (one plugin name in several pools, several sources of one
+endpoint), and the series are set from them. Counts live on their sources (plain increments on
+their tasks) and are mirrored: a source made anew (a configuration reload, an endpoint back)
+starts from 0, which Prometheus reads as a counter reset. Labels nothing reported any more (a
+plugin or an endpoint gone) lose their series, as llm-d's do.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ def _llm_d_kv(name: str, documentation: str) -> Names:
 
 class Readings:
     """What the plugins reported for one scrape (the :class:`~epp.framework.measures.Measurements` they get)."""
+
+    @classmethod
+    def of(cls, plugins: Iterable[object]) -> Readings:
+        """What every measured plugin among ``plugins`` reports."""
+        readings = cls()
+        for plugin in plugins:
+            if isinstance(plugin, Measured):
+                plugin.measure(readings)
+        return readings
 
     def __init__(self) -> None:
         self.index_sizes: dict[tuple[str, str], int] = {}
@@ -174,12 +184,8 @@ class PluginSeries:
         self._plugins: set[tuple[str, str]] = set()
         self._endpoints: set[str] = set()
 
-    def publish(self, plugins: Iterable[object]) -> None:
-        """Ask every measured plugin among ``plugins`` and set the series from what they report."""
-        readings = Readings()
-        for plugin in plugins:
-            if isinstance(plugin, Measured):
-                plugin.measure(readings)
+    def publish(self, readings: Readings) -> None:
+        """Set the series from what the plugins in force reported (``PoolRouting.measure``, every pool's)."""
         self._publish_indexes(readings.index_sizes)
         self._publish_kv_events(readings)
 

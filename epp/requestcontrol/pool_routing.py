@@ -14,6 +14,9 @@ pool it simulates: the same object, so a benchmark measures the picker that serv
   configuration's background resources are closed.
 
 Health feedback is the pipeline's ``finished``; the endpoints' health state itself lives on them.
+What the plugins of the configuration in force measure of themselves (their prefix indexes' sizes,
+their KV events) is read here, for ``/metrics`` (:meth:`PoolRouting.measure`) and the epp.v1
+Endpoints API (:meth:`PoolRouting.prefix_index_sizes`) alike, so the two always agree.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ from epp.config.loader import ConfigError, LoadedConfig
 from epp.datastore.store import Datastore
 from epp.flowcontrol.controller import FlowController
 from epp.framework.endpoint import EndpointState
+from epp.framework.measures import Measurements
 from epp.framework.plugin import StatefulPlugin
 from epp.framework.producers import AsyncClosable
+from epp.framework.staleness import FLAG_DEFAULT, Staleness
 from epp.requestcontrol.conformance import RoundRobin
 from epp.requestcontrol.pipeline import Pipeline, PoolParts
+from epp.requestcontrol.plugin_series import Readings
 from epp.requestcontrol.recorder import ServingRecorder
 from epp.requestcontrol.rewrites import ModelRewriter
 from epp.tasks import TaskSet
@@ -48,7 +54,8 @@ PoolKey = tuple[str, str]  # (namespace, name)
 class RoutingOptions:
     """The routing switches that come from flags, not from the configuration."""
 
-    staleness_threshold: float = 2.0
+    staleness: Staleness = FLAG_DEFAULT
+    """``--metrics-staleness-threshold`` (the health tiers' freshness; admission has the detector's own)."""
     emit_endpoint_scores: bool = False
     conformance_hooks: bool = False
 
@@ -92,7 +99,7 @@ class PoolRouting:
             rng=rng,
             rewriter=ModelRewriter(rng),
             recorder=ServingRecorder(metrics, key[1]),
-            staleness=options.staleness_threshold,
+            staleness=options.staleness,
             emit_scores=options.emit_endpoint_scores,
             turns=RoundRobin() if options.conformance_hooks else None,
             flow_control=self.flow_control,
@@ -155,6 +162,15 @@ class PoolRouting:
                 observer.endpoints_added(present)
         if old.closables:
             self._closing.start(close_all(old.closables), f"epp-close-replaced-plugins-{self.key[1]}")
+
+    def measure(self, into: Measurements) -> None:
+        """What the plugins of the configuration in force measure (``/metrics`` asks every pool into one)."""
+        for plugin in self.config.measured:
+            plugin.measure(into)
+
+    def prefix_index_sizes(self) -> dict[tuple[str, str], int]:
+        """Entries of every prefix index of the configuration in force, by the plugin (name, type) owning it."""
+        return Readings.of(self.config.measured).index_sizes
 
     def _endpoints_changed(self, added: Sequence[EndpointState], removed: Sequence[EndpointState]) -> None:
         config = self.config

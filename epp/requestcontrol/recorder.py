@@ -3,8 +3,9 @@
 The pipeline decides; the recorder it is given acts. Every point where routing touches the world
 goes through it: a model-rewrite decision counted, a fail-open counted, the conformance hooks'
 round-robin turn taken, the request admitted (which may mean waiting in the flow-control queue), a
-data producer, admission plugin or PreRequest plugin timed, the request counted in flight on its target, and the
-scheduling cycle's steps (:class:`~epp.scheduling.recorder.CycleRecorder`).
+data producer, admission plugin or PreRequest plugin timed, a disaggregation handler's decision
+counted, the request counted in flight on its target, and the scheduling cycle's steps
+(:class:`~epp.scheduling.recorder.CycleRecorder`).
 
 - :class:`ServingRecorder`, one per pool, shared by its requests and holding no per-request state,
   applies the effects: what every ext_proc request gets;
@@ -21,12 +22,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from epp.framework.disaggregation import Decision
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import LatencyPredictions
 from epp.framework.request import InferenceRequest, RoutingDecision
 from epp.framework.scheduling import CycleState, InFlightEstimator, PreRequest, SchedulingResult
 from epp.requestcontrol.admission import AdmissionStage
 from epp.requestcontrol.conformance import RoundRobin
+from epp.requestcontrol.disagg_series import DisaggSeries
 from epp.requestcontrol.explain import Explanation
 from epp.requestcontrol.in_flight import count_in
 from epp.scheduling.plugin_errors import EXCEPTION
@@ -102,6 +105,10 @@ class Recorder(Protocol):
         """The decision is made: PreRequest plugins learn it."""
         ...
 
+    def disaggregated(self, request: InferenceRequest, decision: Decision) -> None:
+        """A disaggregation handler decided which stages ``request`` goes through."""
+        ...
+
     def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
         """``request`` goes to ``decision``'s first target."""
         ...
@@ -110,13 +117,15 @@ class Recorder(Protocol):
 class ServingRecorder:
     """The effects of a served request; one per pool."""
 
-    __slots__ = ("_cycle", "_fail_open", "_rewrites", "errors")
+    __slots__ = ("_cycle", "_disagg", "_fail_open", "_metrics", "_rewrites", "errors")
 
     def __init__(self, metrics: EppMetrics, pool_name: str) -> None:
         series = metrics.series(RequestControlSeries)
         self._rewrites = series.rewrites
         self._cycle = CycleMetrics(metrics)
         self._fail_open = series.fail_open.labels(pool_name)
+        self._metrics = metrics
+        self._disagg: DisaggSeries | None = None  # declared at the first disaggregated request
         self.errors = self._cycle.errors
         """Where plugin failures outside the scheduling cycle are counted (PostResponse)."""
 
@@ -157,6 +166,11 @@ class ServingRecorder:
             elapsed = time.perf_counter() - start
             observe(elapsed)
             errors.timed("PreRequest", plugin.typed_name, elapsed)
+
+    def disaggregated(self, request: InferenceRequest, decision: Decision) -> None:
+        if self._disagg is None:
+            self._disagg = self._metrics.series(DisaggSeries)
+        self._disagg.count(decision, request.target_model)
 
     def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
         count_in(request, decision.targets[0], estimator)
@@ -207,5 +221,11 @@ class ExplainRecorder:
     ) -> None:
         return None
 
+    def disaggregated(self, request: InferenceRequest, decision: Decision) -> None:
+        self.explanation.disaggregation = decision
+
     def routed(self, request: InferenceRequest, decision: RoutingDecision, estimator: InFlightEstimator) -> None:
-        self.explanation.picked = decision.targets
+        explanation = self.explanation
+        explanation.picked = decision.targets
+        explanation.destination = decision.destination
+        explanation.upstream_headers = dict(decision.upstream_headers)

@@ -54,6 +54,15 @@ class Scheduler:
     def profile_handler(self) -> ProfileHandler:
         return self._handler
 
+    def observed(self, metrics: EppMetrics) -> Scheduler:
+        """The same scheduler recording into ``metrics``: its cycles by default, every plugin call's duration.
+
+        A configuration is loaded without metrics (loading publishes nothing); the pipeline that puts it
+        in force makes this one, so a refused configuration never adds a series.
+        """
+        profiles = {name: profile.observed(metrics) for name, profile in self.profiles.items()}
+        return Scheduler(profile_handler=self._handler, profiles=profiles, metrics=metrics)
+
     def schedule(
         self,
         request: InferenceRequest,

@@ -114,6 +114,19 @@ class Family(Generic[ChildT]):
         """The (cached) child for these label values."""
         return self._cache.get(values)
 
+    def exact(self, *values: str) -> ChildT:
+        """A child writing only the metrics that take every label: values a twin with fewer labels could
+        not tell apart (a per-stage gauge whose GIE twin has no stage). Not cached: keep it."""
+        every = tuple(range(len(values)))
+        return self._child(tuple(metric.labels(*values) for metric, picks in self._metrics if picks == every))
+
+    def remove_exact(self, *values: str) -> None:
+        """Drop the series :meth:`exact` writes (a twin with fewer labels keeps its own)."""
+        every = tuple(range(len(values)))
+        for metric, picks in self._metrics:
+            if picks == every:
+                metric.remove(*values)
+
     def remove(self, *values: str) -> None:
         """Drop the series of these label values from every labelled metric (absent ones are ignored).
 
@@ -194,6 +207,11 @@ class Families:
             raise ValueError(f"metrics naming must be one of {list(METRICS_NAMINGS)}, got {naming!r}")
         self._registry = registry
         self._naming = naming
+
+    @property
+    def naming(self) -> MetricsNaming:
+        """Whose names the families are registered under (a set with a twin of its own reads it)."""
+        return self._naming
 
     def _metrics(self, kind: type[Series[Any]], names: Names, **kw: Any) -> list[tuple[Any, tuple[int, ...]]]:
         """The family's metric(s); a twin with the GIE series' very label values shares its numbers."""

@@ -45,6 +45,9 @@ class LocalTokenizer:
     """A ``tokenizer.json`` (and, beside it, ``tokenizer_config.json``'s chat template), loaded once.
 
     ``path`` is the file or a directory holding it; errors name ``where`` (the parameter path).
+    Made while a configuration loads, on the runtime's worker thread: the files are read by Python
+    (which lets go of the GIL while it waits on them), then parsed (``Tokenizer.from_file`` would
+    hold the GIL through the read, and with it the event loop).
     """
 
     def __init__(self, path: str, *, workers: int = 1, where: str = "tokenizerPath") -> None:
@@ -56,8 +59,9 @@ class LocalTokenizer:
         directory = path if os.path.isdir(path) else os.path.dirname(path)
         file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
         try:
-            self._tokenizer = Tokenizer.from_file(file)
-        except Exception as e:  # tokenizers raises plain Exception for a missing or bad file
+            with open(file, encoding="utf-8") as f:
+                self._tokenizer = Tokenizer.from_str(f.read())
+        except Exception as e:  # OSError, or tokenizers' plain Exception for a bad file
             raise PluginConfigError(f"{where}: cannot load {file!r}: {e}") from e
         self._template: Any = None
         self._special: dict[str, str] = {}

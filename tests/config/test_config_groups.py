@@ -8,7 +8,8 @@ import pytest
 from scheduling_builders import NOW
 
 from epp.clock import ManualClock
-from epp.config.compat import ConfigNotice, log_notices
+from epp.config.compat import ConfigNotice
+from epp.config.config_series import publish_notices
 from epp.config.loader import ConfigError, LoadedConfig, load_config
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.plugins import register_in_tree
@@ -144,24 +145,25 @@ def test_settings_we_run_without_are_reported_and_counted(registry: PluginRegist
         "  defaultNegativePriorityBand: {priority: -1, maxRequests: 10}\n"
         "dataLayer: {injectDefaults: false}\n"
     )
-    loaded = load_config(text, registry, context, metrics=metrics)
+    loaded = load_config(text, registry, context)
+
+    def ignored(setting: str) -> float | None:
+        return metrics.registry.get_sample_value("epp_config_ignored_settings", {"setting": setting})
+
+    assert ignored("flowControl") is None  # loading publishes nothing: the runtime does, once it is in force
+    publish_notices(loaded.notices, metrics)
     assert [n.setting for n in loaded.notices] == [
         "flowControl",
         "featureGates.haPopulateNonLeaderDatastore",
         "dataLayer",
     ]
     assert loaded.feature_gates == set() and loaded.flow_control is None
-
-    def ignored(setting: str) -> float | None:
-        return metrics.registry.get_sample_value("epp_config_ignored_settings", {"setting": setting})
-
     assert ignored("flowControl") == 1 and ignored("dataLayer") == 1
-    gated = load_config(
-        LLM_D + "featureGates: [flowControl]\n" + text.split("\n", 3)[3], registry, context, metrics=metrics
-    )
+    gated = load_config(LLM_D + "featureGates: [flowControl]\n" + text.split("\n", 3)[3], registry, context)
+    publish_notices(gated.notices, metrics)
     assert gated.flow_control is not None and gated.flow_control.max_requests == 1000
     assert ignored("flowControl") == 0  # with the gate the section takes effect
-    load_config(LLM_D + "flowControl: {saturationDetector: {}}\n", registry, context, metrics=metrics)
+    publish_notices(load_config(LLM_D + "flowControl: {saturationDetector: {}}\n", registry, context).notices, metrics)
     assert ignored("flowControl") == 0  # a saturation detector only
 
     gie_no_scraping = load_config(GIE + "dataLayer: {sources: []}\n", registry, context)  # GIE's way to say it
@@ -173,8 +175,34 @@ def test_settings_we_run_without_are_reported_and_counted(registry: PluginRegist
 def test_each_notice_is_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> None:
     ignored = ConfigNotice("flowControl", "not here")
     with caplog.at_level(logging.WARNING, logger="epp.config.compat"):
-        log_notices([DEPRECATED_GROUP, ignored, DEPRECATED_GROUP, ignored])  # two pools, one file
+        publish_notices([DEPRECATED_GROUP, ignored, DEPRECATED_GROUP, ignored], EppMetrics())  # two pools, one file
     assert [(r.getMessage(), r.setting) for r in caplog.records] == [  # type: ignore[attr-defined]
         ("deprecated configuration setting", "apiVersion"),
         ("configuration setting has no effect", "flowControl"),
+    ]
+
+
+def test_deprecated_plugin_types_are_notices_and_loading_logs_nothing(
+    registry: PluginRegistry, context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = LLM_D + (
+        "plugins:\n"
+        "- {type: by-label, parameters: {label: role, validValues: [decode]}}\n"
+        "- {type: by-label-selector, parameters: {matchLabels: {role: decode}}}\n"
+        "- type: queue-scorer\n"
+    )
+    with caplog.at_level(logging.DEBUG, logger="epp"):
+        loaded = load_config(text, registry, context)
+    assert caplog.records == []  # a load may be refused and dropped: it logs nothing (the runtime publishes)
+    deprecated = [(n.setting, n.detail) for n in loaded.notices if n.deprecated]
+    assert deprecated == [
+        (
+            "plugins[0].type",
+            "plugin 'by-label': by-label is deprecated, upstream removes it in v0.11; use 'label-selector-filter'",
+        ),
+        (
+            "plugins[1].type",
+            "plugin 'by-label-selector': by-label-selector is deprecated, upstream removes it in v0.11; "
+            "use 'label-selector-filter'",
+        ),
     ]

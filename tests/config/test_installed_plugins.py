@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from epp.clock import ManualClock
-from epp.config.installed_plugins import IN_TREE, PluginClashError, discover, import_named, listing
+from epp.config.installed_plugins import IN_TREE, PluginClashError, discover, listing
 from epp.config.loader import ConfigError, LoadedConfig, load_config
 from epp.framework.plugin import PluginContext, PluginRegistry
 from epp.plugins import register_in_tree
@@ -113,18 +113,6 @@ def test_types_are_registered_by_name_and_imported_only_when_a_configuration_nam
     assert type(scorer).__module__ == "acme_scorer" and scorer.value == 0.25  # type: ignore[attr-defined]
     assert [ws.scorer for ws in config.scheduler.profiles["default"].scorers] == [scorer]
     assert "acme_other" not in sys.modules  # never named, never imported
-
-
-def test_import_named_imports_what_a_text_names_and_leaves_failures_to_the_loader(site: Path) -> None:
-    install(site, "named", "named-scorer")
-    install(site, "unnamed", "unnamed-scorer")
-    write_distribution(site, "gone", plugins={"gone-scorer": "gone_mod:DEFINITION"}, modules={})
-    registry = registry_for(site)
-    import_named(registry, "plugins: [\n")  # does not decode: the loader says why
-    import_named(registry, HEADER + "plugins: [{type: named-scorer}, {type: gone-scorer}, {type: nope}]\n")
-    assert "named_scorer" in sys.modules and "unnamed_scorer" not in sys.modules
-    with pytest.raises(ConfigError, match=r"plugin type 'gone-scorer' of gone 0\.1\.0 \(gone_mod:DEFINITION\) cannot"):
-        load("plugins: [{type: gone-scorer}]\n", registry)  # its failure is the loader's, with its context
 
 
 def test_a_name_clash_is_refused_naming_both_distributions(site: Path) -> None:

@@ -1,4 +1,4 @@
-"""inference_pool_* gauges: averages, staleness-based ready count, per-endpoint series, periodic refresh."""
+"""inference_pool_* gauges: averages and ready count over fresh endpoints, per-endpoint series, periodic refresh."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from epp.datalayer.pool_gauges import PoolGauges
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework.endpoint import MetricsSnapshot
+from epp.framework.staleness import Staleness
 from epp.labels import parse_selector
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.waits import wait_until
@@ -35,11 +36,12 @@ def setup(clock: ManualClock, pool_name: str = "pool") -> tuple[Datastore, EppMe
 def test_refresh_computes_averages_ready_count_and_per_pod_queues() -> None:
     clock = ManualClock()
     store, metrics = setup(clock)
-    PoolGauges(store, metrics, clock, staleness_threshold=2.0).refresh()
-    assert value(metrics, "inference_pool_average_kv_cache_utilization", name="pool") == pytest.approx(1.65 / 3)
-    assert value(metrics, "inference_pool_average_queue_size", name="pool") == pytest.approx(5.0)
-    assert value(metrics, "inference_pool_average_running_requests", name="pool") == pytest.approx(6.0)
-    assert value(metrics, "inference_pool_ready_pods", name="pool") == 2  # p2's metrics are 2.5 s old
+    PoolGauges(store, metrics, clock, staleness=Staleness(2.0)).refresh()
+    # Over the fresh endpoints only, as upstream: p2's metrics are 2.5 s old.
+    assert value(metrics, "inference_pool_average_kv_cache_utilization", name="pool") == pytest.approx(0.75 / 2)
+    assert value(metrics, "inference_pool_average_queue_size", name="pool") == pytest.approx(3.0)
+    assert value(metrics, "inference_pool_average_running_requests", name="pool") == pytest.approx(8.0)
+    assert value(metrics, "inference_pool_ready_pods", name="pool") == 2
     for pod, queue in (("p0-rank-0", 4), ("p1-rank-0", 2), ("p2-rank-0", 9)):
         assert value(metrics, "inference_pool_per_pod_queue_size", name="pool", model_server_pod=pod) == queue
 
@@ -47,13 +49,18 @@ def test_refresh_computes_averages_ready_count_and_per_pod_queues() -> None:
 def test_ready_count_follows_the_clock_and_removed_endpoints_lose_their_series() -> None:
     clock = ManualClock()
     store, metrics = setup(clock)
-    gauges = PoolGauges(store, metrics, clock, staleness_threshold=2.0)
+    lenient = EppMetrics()
+    PoolGauges(store, lenient, clock, staleness=Staleness(10.0)).refresh()
+    assert value(lenient, "inference_pool_ready_pods", name="pool") == 3  # the threshold is the one given
+    gauges = PoolGauges(store, metrics, clock, staleness=Staleness(2.0))
     clock.advance(0.5)
     store.remove_pod(NS, "p0")
     gauges.refresh()
     assert value(metrics, "inference_pool_ready_pods", name="pool") == 0
     assert value(metrics, "inference_pool_per_pod_queue_size", name="pool", model_server_pod="p0-rank-0") is None
-    assert value(metrics, "inference_pool_average_queue_size", name="pool") == pytest.approx(5.5)
+    # No endpoint is fresh: the averages say nothing (upstream would keep their last values).
+    assert value(metrics, "inference_pool_average_queue_size", name="pool") == 0
+    assert value(metrics, "inference_pool_average_kv_cache_utilization", name="pool") == 0
 
 
 def test_renamed_pool_moves_its_series_and_an_empty_or_cleared_pool_reports_nothing_stale() -> None:
@@ -65,7 +72,7 @@ def test_renamed_pool_moves_its_series_and_an_empty_or_cleared_pool_reports_noth
     gauges.refresh()
     assert value(metrics, "inference_pool_ready_pods", name="pool") is None
     assert value(metrics, "inference_pool_per_pod_queue_size", name="pool", model_server_pod="p0-rank-0") is None
-    assert value(metrics, "inference_pool_average_queue_size", name="renamed") == pytest.approx(5.0)
+    assert value(metrics, "inference_pool_average_queue_size", name="renamed") == pytest.approx(3.0)
     store.set_pool(PoolSpec("renamed", NS, parse_selector("app=none"), (8000,)))
     gauges.refresh()
     assert value(metrics, "inference_pool_ready_pods", name="renamed") == 0
@@ -95,8 +102,10 @@ async def test_periodic_refresh_runs_on_the_injected_clock() -> None:
 
 
 def test_invalid_settings_are_rejected() -> None:
-    with pytest.raises(ValueError, match="staleness"):
-        PoolGauges(Datastore(), EppMetrics(), ManualClock(), staleness_threshold=0)
+    with pytest.raises(ValueError, match="interval"):
+        PoolGauges(Datastore(), EppMetrics(), ManualClock(), interval=0)
+    with pytest.raises(ValueError, match="staleness threshold must be > 0"):
+        Staleness(0)
 
 
 def test_per_endpoint_metrics_age_and_scrape_interval_follow_the_clock_and_the_pool() -> None:

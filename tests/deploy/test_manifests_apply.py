@@ -27,6 +27,9 @@ MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 THIRDPARTY_CRDS = Path(__file__).resolve().parent / "thirdparty_crds"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
 SAMPLE_VA = MANIFESTS / "autoscaler" / "sample-va.yaml"
+PD = MANIFESTS / "overlays" / "pd"
+"""Applied on a cluster of its own (test_the_pd_overlay_applies_on_a_fresh_cluster): it changes the sample
+Deployment's selector, which a cluster holding the sample refuses (an immutable field)."""
 SAMPLE_HPA = MANIFESTS / "autoscaler" / "sample-hpa.yaml"
 SAMPLE_SCALED_OBJECT = MANIFESTS / "autoscaler" / "sample-scaledobject.yaml"
 STEPS: tuple[tuple[str, Path], ...] = (
@@ -108,7 +111,7 @@ async def test_every_manifest_applies_reapplies_unchanged_and_is_listed(tmp_path
         kubectl = _Kubectl(api, tmp_path)
         rendered = await asyncio.gather(*(kubectl.rendered(flag, path) for flag, path in STEPS))
 
-        every_file = await asyncio.to_thread(_file_refs, [MANIFESTS])
+        every_file = await asyncio.to_thread(_file_refs, [MANIFESTS]) - await asyncio.to_thread(_file_refs, [PD])
         applied: set[str] = set()
         for (flag, path), objects in zip(STEPS, rendered, strict=True):
             step = f"apply {flag} {path.relative_to(MANIFESTS.parent)}"
@@ -162,3 +165,17 @@ async def test_sample_variants_apply_on_a_fresh_cluster(tmp_path: Path) -> None:
             "variantautoscaling.llmd.ai/llama-8b-a100": "created",
             "variantautoscaling.llmd.ai/llama-8b-h100": "created",
         }
+
+
+async def test_the_pd_overlay_applies_on_a_fresh_cluster(tmp_path: Path) -> None:
+    async with running_apiserver(kubeconfig_path=tmp_path / "kubeconfig") as api:
+        kubectl = _Kubectl(api, tmp_path)
+        await kubectl.run("apply", "-k", str(MANIFESTS / "crds"))
+        rendered = await kubectl.rendered("-k", PD)
+        first = _applied(await kubectl.run("apply", "-k", str(PD)))
+        assert first == dict.fromkeys(rendered, "created")
+        assert _applied(await kubectl.run("apply", "-k", str(PD))) == dict.fromkeys(rendered, "unchanged")
+        assert await asyncio.to_thread(_file_refs, [PD]) <= rendered  # the patches change objects it renders
+        decode = api.server.store.get("Deployment", "vllm-llama3-8b-instruct", namespace="default")
+        (sidecar,) = decode["spec"]["template"]["spec"]["initContainers"]
+        assert sidecar["command"] == ["epp", "sidecar"] and sidecar["restartPolicy"] == "Always"

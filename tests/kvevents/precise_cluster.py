@@ -22,7 +22,7 @@ from epp.kvevents.index import block_keys, chain_seed
 from epp.plugins import register_in_tree
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer
-from epp.requestcontrol.plugin_series import PluginSeries
+from epp.requestcontrol.plugin_series import PluginSeries, Readings
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.ports import free_port
@@ -49,7 +49,7 @@ class Replica:
 
     def scrape(self, name: str, pod: str = "ns/pod0-rank-0") -> float | None:
         """One KV-event series of this replica's ``/metrics``, as the runtime refreshes it before a scrape."""
-        self.metrics.series(PluginSeries).publish(self.config.plugins.values())
+        self.metrics.series(PluginSeries).publish(Readings.of(self.config.measured))
         return self.metrics.registry.get_sample_value(name, {"pod_identifier": pod} if pod else {})
 
     @property

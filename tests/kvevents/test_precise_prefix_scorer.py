@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from precise_cluster import cluster, sample_prompt
 
-from epp.api.views import prefix_index_sizes
+from epp.api.views import by_plugin_name
 from epp.config.loader import load_config
 from epp.framework.plugin import PluginConfigError, PluginContext, PluginRegistry
 from epp.framework.scheduling import CycleState
 from epp.plugins import prefix_cache_scorer, register_in_tree
 from epp.plugins.precise_prefix_scorer import PrecisePrefixCacheScorer, create
+from epp.requestcontrol.plugin_series import Readings
 from epp_sim.precise_prefix import ALL_IN_ONE, CHAIN, SCORER, precise_picker_config
 
 
@@ -103,8 +104,12 @@ def test_the_loader_reports_it_deprecated_naming_the_chain(tokenizer_dir: Path) 
     )
     settings = {n.setting for n in load_config(text, registry, PluginContext()).notices}
     assert "indexerConfig.kvBlockIndexConfig.enableMetrics" in settings
-    # Neither form has an approximate index: nothing reads one, so the loader adds no approx-prefix-cache-producer.
-    assert prefix_index_sizes(loaded) == prefix_index_sizes(chain) == {}
+    # Neither form has an approximate index (nothing reads one, so the loader adds no
+    # approx-prefix-cache-producer): the only index is the KV-block one, under the all-in-one's name.
+    sizes = Readings.of(loaded.measured).index_sizes
+    assert sizes == {("precise-prefix-cache-scorer", "precise-prefix-cache-producer"): 0}
+    assert by_plugin_name(sizes) == {"precise-prefix-cache-scorer": 0}
+    assert by_plugin_name(Readings.of(chain.measured).index_sizes) == {"precise-prefix-cache-producer": 0}
 
 
 async def test_it_routes_and_scores_as_the_chain_does(tokenizer_dir: Path) -> None:

@@ -30,11 +30,12 @@ class Harness:
         config_text: str | None = None,
         registry: PluginRegistry | None = None,
         options: RoutingOptions | None = None,
+        metrics: EppMetrics | None = None,
         allow_experimental_plugins: bool = False,
     ) -> None:
         self.store = store
         self.clock = ManualClock(start=NOW)
-        self.metrics = EppMetrics()
+        self.metrics = metrics or EppMetrics()
         if registry is None:
             registry = PluginRegistry()
             register_in_tree(registry)
@@ -44,15 +45,9 @@ class Harness:
         context = PluginContext(clock=self.clock, seed=7, http=self.http)
         config: LoadedConfig
         if config_text is None:
-            config = load_default_config(registry, context, metrics=self.metrics)
+            config = load_default_config(registry, context)
         else:
-            config = load_config(
-                config_text,
-                registry,
-                context,
-                metrics=self.metrics,
-                allow_experimental_plugins=allow_experimental_plugins,
-            )
+            config = load_config(config_text, registry, context, allow_experimental_plugins=allow_experimental_plugins)
         self.routing = PoolRouting(
             ("default", "pool"),
             store,

@@ -7,9 +7,12 @@ from scheduling_builders import NOW, names
 
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
+from epp.framework import headers
 from epp.framework.endpoint import EndpointState, MetricsSnapshot
 from epp.framework.health import Health, HealthPolicy
 from epp.framework.request import InferenceRequest
+from epp.framework.roles import ROLE_LABEL
+from epp.framework.staleness import Staleness
 from epp.labels import Selector
 from epp.requestcontrol.context import RequestContext
 from epp.requestcontrol.healthy import healthy_candidates
@@ -40,7 +43,7 @@ class Pool:
         for s in self.store.endpoints():
             s.metrics = BEST if s.endpoint.pod_name == "pod-0" else BUSY
         self.harness = Harness(
-            self.store, config_text=config_text, options=RoutingOptions(staleness_threshold=staleness)
+            self.store, config_text=config_text, options=RoutingOptions(staleness=Staleness(staleness))
         )
         self.clock = self.harness.clock
 
@@ -160,5 +163,63 @@ async def test_when_no_endpoint_is_routable_every_one_is_a_candidate_and_it_is_c
 def test_all_in_service_returns_the_candidates_untouched() -> None:
     pool = Pool()
     endpoints = pool.store.endpoints()
-    assert healthy_candidates(endpoints, NOW, 2.0) == (endpoints, False)
-    assert healthy_candidates((), NOW, 2.0) == ((), False)
+    assert healthy_candidates(endpoints, NOW, Staleness(2.0)) == (endpoints, False)
+    assert healthy_candidates((), NOW, Staleness(2.0)) == ((), False)
+
+
+PD = """apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: queue-scorer
+- type: max-score-picker
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters: {deciders: {prefill: always-disagg-pd-decider}}
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+"""
+
+
+def _pd_pool() -> tuple[Datastore, Harness]:
+    """pod-0 prefill, pod-1 and pod-2 decode."""
+    store = Datastore(health=HealthPolicy(consecutive_failures=3, base_ejection=1.0))
+    pool = PoolSpec(
+        name="pool", namespace="default", selector=Selector.from_match_labels({"a": "b"}), target_ports=(8000,)
+    )
+    roles = ["prefill", "decode", "decode"]
+    pods = [
+        PodInfo(f"pod-{i}", "default", f"10.0.0.{i}", labels={"a": "b", ROLE_LABEL: role}, ready=True)
+        for i, role in enumerate(roles)
+    ]
+    store.set_pool(pool, pods)
+    for s in store.endpoints():
+        s.metrics = BEST
+    return store, Harness(store, config_text=PD)
+
+
+async def test_a_stage_whose_pods_are_all_suspect_keeps_them_while_the_other_stage_is_in_service() -> None:
+    store, harness = _pd_pool()
+    prefill, decode_a, decode_b = store.endpoints()
+    decode_a.health.scrape_failed("scrape timeout")
+    decode_b.health.scrape_failed("scrape timeout")  # e.g. their sidecars slow to pass /metrics on
+    candidates, failed_open = healthy_candidates(store.endpoints(), NOW, Staleness(2.0))
+    assert list(candidates) == [prefill, decode_a, decode_b] and not failed_open
+    decision = await harness.decide(InferenceRequest(request_id="r", model="m", headers={}))
+    assert names(decision.targets) in (["pod-1"], ["pod-2"])  # decoded on a suspect decode pod, not refused
+    assert decision.upstream_headers[headers.PREFILLER_HOST_PORT] == "10.0.0.0:8000"
+    decode_a.health.scrape_ok(NOW)
+    candidates, _ = healthy_candidates(store.endpoints(), NOW, Staleness(2.0))
+    assert list(candidates) == [prefill, decode_a]  # within a stage, the suspect pod is still never preferred
+
+
+async def test_each_stage_fails_open_on_its_own() -> None:
+    store, harness = _pd_pool()
+    prefill, decode_a, decode_b = store.endpoints()
+    prefill.health.unreachable("refused", NOW)
+    candidates, failed_open = healthy_candidates(store.endpoints(), NOW, Staleness(2.0))
+    assert list(candidates) == [prefill, decode_a, decode_b] and failed_open

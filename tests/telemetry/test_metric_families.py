@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from epp.picker_series import declare_picker_series
 from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp.plugins.pickers import RandomPicker
-from epp.requestcontrol.plugin_series import PluginSeries
+from epp.requestcontrol.plugin_series import PluginSeries, Readings
 from epp.telemetry.families import Families, Names
 from epp.telemetry.metrics import EppMetrics
 
@@ -178,8 +178,10 @@ def test_prefix_index_sizes_sum_for_gie_and_split_by_plugin_for_llm_d() -> None:
     metrics = EppMetrics()
     series = metrics.series(PluginSeries)
     picker = RandomPicker(rng=random.Random(1))  # a plugin that measures nothing: skipped
-    series.publish([_producer("a", 3), _producer("b", 4), picker])
-    series.publish([_producer("a", 2), _producer("a", 3)])  # plugin b went away on a reload; a is in two pools
+    series.publish(Readings.of([_producer("a", 3), _producer("b", 4), picker]))
+    series.publish(
+        Readings.of([_producer("a", 2), _producer("a", 3)])
+    )  # plugin b went away on a reload; a is in two pools
     r = metrics.registry
     assert sample(r, "inference_extension_prefix_indexer_size") == 5
     assert sample(r, "llm_d_epp_prefix_indexer_size", plugin_name="a", plugin_type="approx-prefix-cache-producer") == 5

@@ -21,8 +21,10 @@ import contextlib
 import dataclasses
 import ipaddress
 import math
+import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workloads(store: Store, args: argparse.Namespace) -> WorkloadsController:
+def _workloads(store: Store, args: argparse.Namespace, kubeconfig: Path) -> WorkloadsController:
     base, _, first = str(ipaddress.IPv4Address(args.first_pod_ip or _FIRST_POD_IP)).rpartition(".")
     scale = args.time_scale
 
@@ -182,6 +184,7 @@ def _workloads(store: Store, args: argparse.Namespace) -> WorkloadsController:
         first_host=int(first),
         sim_config=sim_config,
         model_servers=args.simulate_model_servers,
+        kubeconfig=str(kubeconfig),  # for the pods' `epp sidecar` (SSRF protection reads the pool)
     )
 
 
@@ -195,9 +198,14 @@ async def _serve(args: argparse.Namespace, data: DataDir | None) -> None:
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(server.aclose)  # closes the store too: the final state reaches --data-dir
         await server.start()
+        kubeconfig = args.kubeconfig_out
+        if kubeconfig is None and args.workloads:
+            work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="epp-sim-apiserver-"))
+            stack.push_async_callback(asyncio.to_thread, shutil.rmtree, work, True)
+            kubeconfig = work / "kubeconfig"
+        if kubeconfig is not None:
+            await server.write_kubeconfig(kubeconfig)
         if args.workloads:
-            await stack.enter_async_context(_workloads(store, args))
-        if args.kubeconfig_out is not None:
-            await server.write_kubeconfig(args.kubeconfig_out)
+            await stack.enter_async_context(_workloads(store, args, kubeconfig))
         print(f"fake API server on {server.url}", flush=True)
         await stop.wait()

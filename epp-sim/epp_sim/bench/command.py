@@ -244,30 +244,31 @@ def print_routing(doc: dict[str, Any]) -> None:
     for workload in dict.fromkeys(r["workload"] for r in doc["runs"]):
         print(f"\nworkload {workload} (times in simulated seconds):")
         rows = []
+        slo = doc["workloads"].get(workload, {}).get("slo") is not None
         for r in doc["runs"]:
             if r["workload"] != workload:
                 continue
             t, e = r["ttft_s"], r["e2e_s"]
-            rows.append(
-                [
-                    _fmt(r["load"], 2),
-                    _fmt(r["rate"], 1),
-                    r["strategy"] if r["replicas"] == 1 else f"{r['strategy']} ×{r['replicas']}",
-                    r["completed"],
-                    _fmt(t["p50"], 3),
-                    _fmt(t["p90"], 3),
-                    _fmt(t["p99"], 3),
-                    _fmt(e["p50"], 2),
-                    _fmt(e["p90"], 2),
-                    _fmt(r["output_tokens_per_s"], 0),
-                    _fmt(r["prefix_hit_rate"] * 100, 1),
-                    _fmt(r["shed_rate"] * 100, 1),
-                    r["errors"],
-                    _fmt(r["time_stretch"], 2),
-                ]
-            )
+            row = [
+                _fmt(r["load"], 2),
+                _fmt(r["rate"], 1),
+                r["strategy"] if r["replicas"] == 1 else f"{r['strategy']} ×{r['replicas']}",
+                r["completed"],
+                _fmt(t["p50"], 3),
+                _fmt(t["p90"], 3),
+                _fmt(t["p99"], 3),
+                _fmt(e["p50"], 2),
+                _fmt(e["p90"], 2),
+                _fmt(r["itl_s"]["p90"] * 1e3, 1),
+                _fmt(r["output_tokens_per_s"], 0),
+                _fmt(r["prefix_hit_rate"] * 100, 1),
+                _fmt(r["shed_rate"] * 100, 1),
+                r["errors"],
+                _fmt(r["time_stretch"], 2),
+            ]
+            rows.append([*row, _fmt(r["slo_goodput_rps"], 1)] if slo else row)
         headers = ["load", "req/s", "strategy", "done", "ttft p50", "ttft p90", "ttft p99", "e2e p50", "e2e p90"]
-        headers += ["out tok/s", "hit %", "shed %", "errors", "stretch"]
+        headers += ["itl p90 ms", "out tok/s", "hit %", "shed %", "errors", "stretch"] + (["slo req/s"] if slo else [])
         print(format_table(headers, rows))
     print("\ntargets:")
     for name, t in doc["targets"].items():

@@ -20,6 +20,9 @@ Three workloads, each a mix real clusters see:
 - ``cache-pressure``: more tenants' system prompts than the whole cluster's KV cache holds, so
   servers evict in steady state; written in the words of :mod:`epp_sim.tiny_tokenizer` (one
   token each with the bench's tokenizer), for precise prefix routing, which needs real token ids.
+- ``pd-mix``: long unique prompts (documents to summarise, code to review) mixed with short chat
+  turns, each with a long answer: on an aggregated pod the long prompts' prefill chunks land in
+  the steps of every sequence decoding there, which is what disaggregated serving avoids.
 
 Tokens are counted as the simulator counts them: 4 characters each (one per word for
 ``cache-pressure``, whose cluster runs the bench tokenizer). :func:`capacity` is the
@@ -52,6 +55,7 @@ __all__ = [
     "capacity",
     "chat_mix",
     "overload",
+    "pd_mix",
     "shared_prefix",
     "slo_mix",
 ]
@@ -387,6 +391,38 @@ def bursty(
     return arrivals
 
 
+def pd_mix(
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    long_share: float = 0.5,
+    long_tokens: tuple[int, int] = (3000, 7000),
+    short_tokens: tuple[int, int] = (100, 300),
+    output_tokens: tuple[int, int] = (128, 384),
+    slo_ms: tuple[float, float] = (1000.0, 50.0),
+) -> list[Arrival]:
+    """Poisson arrivals: ``long_share`` of them unique long prompts, the rest short ones, all with long answers.
+
+    Every prompt starts with its own request number, so nothing is cached: a long prompt always
+    needs its whole prefill (on a prefill pod, with P/D), a short one is decoded where it lands.
+    Every request states the same objectives (``slo_ms``: TTFT and TPOT, simulated ms), which the
+    P/D configuration does not read: they say which requests count in the SLO goodput.
+    """
+    rng = random.Random(seed)
+    arrivals: list[Arrival] = []
+    headers = {TTFT_SLO: f"{slo_ms[0]:g}", TPOT_SLO: f"{slo_ms[1]:g}"}
+    for at in _poisson(rng, rate, duration):
+        index = len(arrivals)
+        size = long_tokens if rng.random() < long_share else short_tokens
+        text = f"[request {index}] " + _text(rng, rng.randint(*size))
+        messages = [{"role": "user", "content": text}]
+        arrivals.append(
+            _arrival(at, BASE_MODEL, messages, rng.randint(*output_tokens), f"request-{index}", headers=dict(headers))
+        )
+    return arrivals
+
+
 def slo_mix(
     rate: float,
     duration: float,
@@ -428,7 +464,10 @@ class Workload:
 
     ``real_tokens``: its cluster runs the bench tokenizer and publishes KV events (what precise
     prefix routing needs); ``strategies`` and ``replicas`` are what it runs unless told otherwise;
-    ``num_gpu_blocks`` overrides the simulated servers' KV cache (blocks of 16 tokens).
+    ``num_gpu_blocks`` overrides the simulated servers' KV cache (blocks of 16 tokens) and
+    ``max_num_batched_tokens`` their step budget (the prefill chunk).
+    ``time_scale``: the fastest simulated clock its runs may use (a workload streaming many tokens
+    keeps the simulators' event loop too busy for real time to stand for simulated time faster).
     """
 
     name: str
@@ -438,6 +477,8 @@ class Workload:
     strategies: tuple[str, ...] | None = None
     replicas: tuple[int, ...] = (1,)
     num_gpu_blocks: int | None = None
+    max_num_batched_tokens: int | None = None
+    time_scale: float | None = None
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -474,6 +515,16 @@ WORKLOADS: dict[str, Workload] = {
             strategies=("approximate", "precise"),
             replicas=(1, 2),
             num_gpu_blocks=1024,
+        ),
+        Workload(
+            "pd-mix",
+            "50% unique 3,000–7,000-token prompts, 50% 100–300-token prompts, 128–384 output tokens "
+            "(SLO TTFT 1 s / TPOT 50 ms); 2,048-token prefill chunks",
+            pd_mix,
+            strategies=("aggregated", "pd-4p4d", "pd-6p2d"),
+            num_gpu_blocks=16384,
+            max_num_batched_tokens=2048,
+            time_scale=0.25,
         ),
         Workload(
             "slo",

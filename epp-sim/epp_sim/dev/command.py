@@ -6,7 +6,9 @@ live per-pod table until Ctrl-C (or SIGTERM), which stops every child and remove
 directory. ``--load`` drives the mixed workload of :mod:`epp_sim.dev.load` for ``--duration``
 seconds; ``--exit-after-load`` then stops instead of waiting for Ctrl-C. ``--autoscale`` takes the
 pool's pods from a simulated Deployment that the saturation autoscaler scales
-(:mod:`epp_sim.dev.autoscale`); its decisions are printed as they change. ``--no-kubernetes``
+(:mod:`epp_sim.dev.autoscale`); its decisions are printed as they change. ``--pd`` serves the pool
+disaggregated: a third of the pods (at least one) prefill, the others decode behind ``epp sidecar``,
+and the picker runs the P/D configuration of ``manifests/overlays/pd``. ``--no-kubernetes``
 starts no API server: the picker reads the pods from an endpoints file it watches
 (``file-discovery``), the smallest deployment there is.
 """
@@ -21,21 +23,26 @@ import logging
 import shlex
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from epp.framework.headers import OBJECTIVE
+from epp.framework.roles import ROLE_LABEL
 from epp.tasks import cancel_and_wait, start_guarded
 from epp_sim.dev.autoscale import AutoscaleConfig, DevAutoscaler
 from epp_sim.dev.dashboard import Dashboard, PodRow, pod_row
 from epp_sim.dev.load import LoadConfig, run_load
 from epp_sim.stack.local import DEFAULT_ENVOY_PORT, DEFAULT_MANIFESTS, LocalStack, StackConfig, StackError
 from epp_sim.stack.processes import ChildProcessError
+from epp_sim.stack.samples import load_pd_config
 
 __all__ = ["add_parser", "banner", "curl_command", "run"]
 
 log = logging.getLogger(__name__)
+
+_PD_SIDECAR = ("--prefill-max-retries=2", "--prefill-retry-backoff=100ms", "--prefill-timeout=30s")
+"""``epp dev --pd``'s sidecar flags, as manifests/overlays/pd has them (no SSRF protection: no RBAC here)."""
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -75,6 +82,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--exit-after-load", action="store_true", help="stop once --load is done")
     p.add_argument("--no-dashboard", action="store_true", help="do not draw the live per-pod table")
     p.add_argument("--manifests", type=Path, default=DEFAULT_MANIFESTS, help="folder with crds/ and samples/")
+    p.add_argument(
+        "--pd",
+        action="store_true",
+        help="disaggregated serving: a third of the pods (at least 1) prefill, the rest decode behind `epp sidecar`; "
+        "the picker runs manifests/overlays/pd's configuration (default 3 pods)",
+    )
     p.add_argument(
         "--no-kubernetes",
         action="store_true",
@@ -164,10 +177,18 @@ def _kubectl() -> str:
     return str(beside) if beside.is_file() else "kubectl"
 
 
+def pd_roles(pods: int) -> tuple[str, ...]:
+    """``--pd``: a third of the pods prefill (at least one), the others decode (at least one)."""
+    if pods < 2:
+        raise ValueError(f"--pd needs at least 2 pods (a prefill and a decode pod), got {pods}")
+    prefill = max(1, pods // 3)
+    return ("prefill",) * prefill + ("decode",) * (pods - prefill)
+
+
 def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
     """What ``epp dev`` prints once everything is up."""
     samples = stack.samples
-    pods = ", ".join(p.address for p in stack.pods)
+    pods = ", ".join(f"{p.address} {p.labels[ROLE_LABEL]}" if ROLE_LABEL in p.labels else p.address for p in stack.pods)
     kinds = "pods,inferencepools"
     if autoscaler is None:
         first = f"epp dev: pool {samples.namespace}/{samples.name}, {len(stack.pods)} simulated pods ({pods})"
@@ -201,6 +222,12 @@ def banner(stack: LocalStack, autoscaler: DevAutoscaler | None = None) -> str:
         "Try:",
         f"  {curl_command(stack.envoy_url, samples.model)}",
     ]
+    if stack.pool.sidecar_args is not None:
+        lines.insert(
+            1,
+            "  P/D:            decode pods run `epp sidecar` in front of their simulator; a prompt whose uncached "
+            "part\n                  is long enough (nonCachedTokens) is prefilled on a prefill pod first",
+        )
     if samples.rewritten_models and kubernetes:  # rewrites are InferenceModelRewrite objects
         headers = {OBJECTIVE: samples.objective_names[-1]} if samples.objective_names else None
         lines.append(f"  {curl_command(stack.envoy_url, samples.rewritten_models[0], headers=headers)}")
@@ -225,6 +252,9 @@ async def _dev(args: argparse.Namespace, out: TextIO) -> int:
     if args.no_kubernetes and args.autoscale:
         out.write("epp dev: --autoscale scales a Deployment in the API server, which --no-kubernetes does not run\n")
         return 2
+    if args.no_kubernetes and args.pd:
+        out.write("epp dev: --pd labels pods with their roles in the API server, which --no-kubernetes does not run\n")
+        return 2
     if args.autoscale:
         autoscaler = DevAutoscaler(
             AutoscaleConfig(
@@ -237,12 +267,23 @@ async def _dev(args: argparse.Namespace, out: TextIO) -> int:
             ),
             report=notes,
         )
+    pods = 0 if autoscaler else (3 if args.pd else 4) if args.pods is None else args.pods
+    picker_args: tuple[str, ...] = autoscaler.config.picker_args if autoscaler else ()
+    roles: tuple[str, ...] = ()
+    if args.pd:
+        if autoscaler is not None:
+            out.write("epp dev: --pd and --autoscale do not go together\n")
+            return 2
+        roles = pd_roles(pods)
+        picker_args = ("--config-text", await asyncio.to_thread(load_pd_config, args.manifests))
     config = StackConfig(
-        pods=0 if autoscaler else 4 if args.pods is None else args.pods,
+        pods=pods,
         envoy_port=args.port,
         time_scale=args.time_scale,
         manifests=args.manifests,
-        picker_args=autoscaler.config.picker_args if autoscaler else (),
+        picker_args=picker_args,
+        roles=roles,
+        sidecar_args=_PD_SIDECAR if args.pd else None,
         kubernetes=not args.no_kubernetes,
     )
     main = asyncio.current_task()
@@ -282,7 +323,7 @@ async def _run(
     tasks: list[asyncio.Task[Any]] = []
 
     def hand_made() -> list[PodRow]:
-        return [pod_row(p.name, p.ip, p.server.stats()) for p in stack.pods]
+        return [pod_row(_pod_name(p.name, p.labels), p.ip, p.server.stats()) for p in stack.pods]
 
     rows = autoscaler.rows if autoscaler is not None else hand_made
     if not args.no_dashboard:
@@ -319,6 +360,11 @@ async def _run(
         return 0
     finally:
         await cancel_and_wait(tasks)
+
+
+def _pod_name(name: str, labels: Mapping[str, str]) -> str:
+    role = labels.get(ROLE_LABEL)
+    return f"{name} ({role})" if role else name
 
 
 def _write(out: TextIO, text: str) -> None:

@@ -33,6 +33,7 @@ from .anthropic import (
 )
 from .anthropic import error_response as anthropic_error
 from .config import Pins, PinsError
+from .disagg import KvTransfer, cache_hit_threshold, kv_transfer, prefill_answer_params
 from .engine import Engine, EngineStoppedError, GenerationRequest, InvalidRequestError, RequestHandle
 from .exposition import CONTENT_TYPE
 from .openai_errors import OpenAIError, dumps, error_response, json_response, parse_body, require_json
@@ -56,6 +57,7 @@ class _Stats:
     last_model: str | None = None
     last_path: str | None = None
     last_headers: dict[str, str] = field(default_factory=dict)
+    last_kv_transfer_params: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,7 @@ class _Parsed:
     model: str
     req: GenerationRequest
     include_usage: bool
+    kv_transfer: KvTransfer | None = None
 
 
 class _Submitted(Protocol):
@@ -111,9 +114,11 @@ _SGLANG = _Api(GenerateError, sglang_error)
 class SimServer:
     """Routes and handlers over one :class:`Engine`; build the aiohttp app with :meth:`make_app`."""
 
-    def __init__(self, engine: Engine, tokenizer: SimTokenizer | None = None) -> None:
+    def __init__(self, engine: Engine, tokenizer: SimTokenizer | None = None, *, address: str = "") -> None:
+        """``address``: the server's ``host:port``, named in the KV-transfer parameters of its prefill answers."""
         self.engine = engine
         self.tokenizer = tokenizer
+        self.address = address
         self._stats = _Stats()
         self._created = int(time.time())
         self.failing = 0  # the status every completion gets while set (/_sim/fail)
@@ -149,6 +154,7 @@ class SimServer:
             "last_model": s.last_model,
             "last_path": s.last_path,
             "last_headers": dict(s.last_headers),
+            "last_kv_transfer_params": s.last_kv_transfer_params,
             "pins": self.engine.pins.to_json(),
             **self.engine.stats(),
         }
@@ -191,11 +197,15 @@ class SimServer:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         async def reply(parsed: _Parsed, handle: RequestHandle) -> web.StreamResponse:
+            self._stats.last_kv_transfer_params = dict(parsed.kv_transfer.params) if parsed.kv_transfer else None
             if parsed.req.stream:
                 return await self._stream(request, handle, parsed, chat=chat)
             await handle.wait()
             details = self.engine.config.enable_prompt_tokens_details
-            return json_response(full_response(handle, parsed.model, parsed.req.n, chat=chat, details=details))
+            answer = full_response(handle, parsed.model, parsed.req.n, chat=chat, details=details)
+            if parsed.req.remote_decode:
+                answer["kv_transfer_params"] = prefill_answer_params(self.address, handle.hashes)
+            return json_response(answer)
 
         return await self._generate(request, lambda raw: self._parse(raw, chat=chat), reply, _OPENAI)
 
@@ -266,6 +276,14 @@ class SimServer:
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise OpenAIError(400, f"stream must be a boolean, got {stream!r}", param="stream")
+        try:
+            transfer = kv_transfer(body)
+            threshold = cache_hit_threshold(body)
+        except ValueError as exc:
+            raise OpenAIError(400, str(exc), param="kv_transfer_params") from exc
+        remote_decode = transfer is not None and transfer.remote_decode
+        if remote_decode and stream:
+            raise OpenAIError(400, "Prefill does not support streaming", param="stream")
         req = GenerationRequest(
             prompt=prompt,
             adapter=adapter,
@@ -273,8 +291,13 @@ class SimServer:
             n=_opt_int(body, "n", body.get("n")) or 1,
             seed=_opt_int(body, "seed", body.get("seed"), minimum=None),
             stream=stream,
+            remote_decode=remote_decode,
+            remote_prefill=transfer is not None and transfer.remote_prefill,
+            cache_hit_threshold=threshold,
         )
-        return _Parsed(model=model, req=req, include_usage=bool(stream_options.get("include_usage")))
+        return _Parsed(
+            model=model, req=req, include_usage=bool(stream_options.get("include_usage")), kv_transfer=transfer
+        )
 
     def served_model(self, body: Mapping[str, Any]) -> tuple[str, str | None]:
         """(the model the body names, the adapter that is, or None for the base model); 404 as vLLM words it."""

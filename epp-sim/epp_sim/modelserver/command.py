@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import signal
+from contextlib import AsyncExitStack
 from typing import Any
 
 from .config import Pins, PinsError, SimConfig
@@ -17,6 +18,8 @@ from .tokenizer import TokenizerError
 __all__ = ["add_parser", "config_from_args", "parse_lora_modules"]
 
 log = logging.getLogger(__name__)
+
+_MAX_RANKS = 8
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -31,6 +34,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (e.g. 127.0.0.N)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0 = any free port)")
+    p.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        help="data-parallel ranks (1-8): rank r is an engine of its own on --port + r, as vLLM serves them",
+    )
     p.add_argument("--model", default=d.model, help="base model name")
     p.add_argument("--served-model-name", default=None, help="name served and used in metrics (default: --model)")
     p.add_argument(
@@ -78,6 +87,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     t.add_argument("--prefill-time-per-token", type=float, default=d.prefill_time_per_token)
     t.add_argument("--decode-time-base", type=float, default=d.decode_time_base, help="fixed cost of a step")
     t.add_argument("--decode-time-per-seq", type=float, default=d.decode_time_per_seq, help="cost per batched seq")
+    t.add_argument(
+        "--kv-cache-transfer-latency",
+        type=float,
+        default=d.kv_transfer_latency,
+        help="disaggregated decode: fixed cost of pulling a prompt's KV from the prefill pod",
+    )
+    t.add_argument(
+        "--kv-cache-transfer-time-per-token",
+        type=float,
+        default=d.kv_transfer_time_per_token,
+        help="disaggregated decode: pull time per prompt token not cached here",
+    )
     t.add_argument("--time-scale", type=float, default=d.time_scale, help="10 = ten times faster than real time")
     t.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens, help="upper output length")
     t.add_argument("--seed", type=int, default=d.seed, help="seed for output lengths and text")
@@ -144,6 +165,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         prefill_time_per_token=args.prefill_time_per_token,
         decode_time_base=args.decode_time_base,
         decode_time_per_seq=args.decode_time_per_seq,
+        kv_transfer_latency=args.kv_cache_transfer_latency,
+        kv_transfer_time_per_token=args.kv_cache_transfer_time_per_token,
         default_max_tokens=args.default_max_tokens,
         seed=args.seed,
         time_scale=args.time_scale,
@@ -162,20 +185,28 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, PinsError) as exc:
         log.error("invalid model-server flags: %s", exc)
         return 2
+    if not 1 <= args.data_parallel_size <= _MAX_RANKS or (args.port == 0 and args.data_parallel_size > 1):
+        log.error(
+            "invalid model-server flags: --data-parallel-size must be 1-%d (with a --port other than 0)", _MAX_RANKS
+        )
+        return 2
+    ranks = [ModelServer(config, host=args.host, port=args.port + r) for r in range(args.data_parallel_size)]
     try:
-        asyncio.run(_serve(ModelServer(config, host=args.host, port=args.port)))
+        asyncio.run(_serve(ranks))
     except (OSError, TokenizerError) as exc:
         log.error("%s", exc)
         return 1
     return 0
 
 
-async def _serve(server: ModelServer) -> None:
+async def _serve(ranks: list[ModelServer]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with server:
-        log.info("simulated vLLM serving %s on %s", server.config.model, server.url)
+    async with AsyncExitStack() as servers:
+        for server in ranks:
+            await servers.enter_async_context(server)
+            log.info("simulated vLLM serving %s on %s", server.config.model, server.url)
         await stop.wait()
-    log.info("simulated vLLM on %s stopped", server.url)
+    log.info("simulated vLLM on %s stopped", ", ".join(server.url for server in ranks))

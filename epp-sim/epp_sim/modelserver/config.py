@@ -129,6 +129,10 @@ class SimConfig:
     decode_time_base: float = 0.010
     #: extra cost per sequence in the step's batch
     decode_time_per_seq: float = 0.0001
+    #: disaggregated serving, decode role: fixed cost of pulling a prompt's KV from the prefill pod (RDMA set-up)
+    kv_transfer_latency: float = 0.002
+    #: ... plus this per prompt token not already cached here (8B-class model over 400G InfiniBand: ~3 µs)
+    kv_transfer_time_per_token: float = 0.000003
     #: output length when a request gives no max_tokens: seeded in [default_max_tokens // 4, default_max_tokens]
     default_max_tokens: int = 128
     seed: int = 0
@@ -150,7 +154,8 @@ class SimConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("lora_load_time", "prefill_time_per_token", "decode_time_base", "decode_time_per_seq"):
+        timings = ("lora_load_time", "prefill_time_per_token", "decode_time_base", "decode_time_per_seq")
+        for name in (*timings, "kv_transfer_latency", "kv_transfer_time_per_token"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")

@@ -12,6 +12,14 @@ step after that. Requests await their tokens, so streaming sees the model's real
 
 Simulated time is ``(clock.now() − start) × time_scale``; steps are paced against absolute
 deadlines so a busy event loop does not slowly stretch simulated time.
+
+Disaggregated serving (``disagg.py`` reads the requests): a *remote-decode* request (the prefill
+pod's leg) runs as any other and finishes with ``remote_decode``; a *remote-prefill* request (the
+decode pod's leg) is admitted with its whole prompt's blocks, computes nothing of it, and waits
+``kv_transfer_latency + uncached prompt tokens × kv_transfer_time_per_token`` (the pull of its KV
+from the prefill pod, taking no step budget) before it decodes: its first token comes out of its
+first decode step. An aggregated pod pays for long prefills in every step that decodes beside
+them (the step time above), which is what a decode-only pod is spared.
 """
 
 from __future__ import annotations
@@ -176,9 +184,25 @@ class Engine:
             tokens=char_token_ids(text) if text is not None else None,
         )
         seq.arrival = self.now()
+        if self._below_cache_threshold(seq, req.cache_hit_threshold):
+            return RequestHandle(seq, self._abort)
         self._waiting.append(seq)
         self._wake.set()
         return RequestHandle(seq, self._abort)
+
+    def _below_cache_threshold(self, seq: Seq, threshold: float | None) -> bool:
+        """``cache_hit_threshold``: finish at once with ``cache_threshold`` when too little of the prompt is cached."""
+        if threshold is None or threshold <= 0:
+            return False
+        cached = self._pool.match(seq.hashes) * self.config.block_size
+        if cached >= threshold * seq.prompt_tokens:
+            return False
+        seq.state = SeqState.FINISHED
+        seq.finish_reason = "cache_threshold"
+        seq.finished_at = seq.arrival
+        self.metrics.add_success("abort")
+        seq.event.set()
+        return True
 
     def _abort(self, seq: Seq) -> None:
         if seq.state is SeqState.FINISHED:
@@ -282,6 +306,9 @@ class Engine:
             "prefix_cache_queries": self.metrics.prefix_cache_queries,
             "prefix_cache_hits": self.metrics.prefix_cache_hits,
             "preemptions": self.metrics.preemptions,
+            "remote_decodes": self.metrics.remote_decodes,
+            "remote_prefills": self.metrics.remote_prefills,
+            "kv_pulled_tokens": self.metrics.kv_pulled_tokens,
             "loaded_adapters": self._lora.loaded(now),
             "resident_adapters": self._lora.resident,
             "sim_time": now,
@@ -297,13 +324,15 @@ class Engine:
             now = self.now()
             step = self._schedule(now)
             if step is None:
-                if not self._waiting:
+                pulls = [s.transfer_until for s in self._running if s.transfer_until is not None]
+                if not self._waiting and not pulls:
                     self._wake.clear()
                     await self._wake.wait()
                     deadline = clock.now()
                     continue
-                # Only adapter loads are pending: tick like an idle engine until one completes.
-                duration = min(self._lora.next_ready(now) or math.inf, self.config.decode_time_base) or 1e-3
+                # Only adapter loads or KV pulls are pending: wait for the first to complete.
+                ready = min([*pulls, (self._lora.next_ready(now) or math.inf) + now]) - now
+                duration = max(min(ready, self.config.decode_time_base), 1e-4)
             else:
                 duration = self._step_time(step)
             deadline = max(deadline, clock.now() - _MAX_LAG) + duration / scale
@@ -342,6 +371,11 @@ class Engine:
         i = 0
         while i < len(self._running) and budget > 0:
             seq = self._running[i]
+            if seq.transfer_until is not None:
+                if seq.transfer_until > now:
+                    i += 1  # still pulling its KV from the prefill pod: no step work yet
+                    continue
+                seq.transfer_until = None
             n = min(seq.prefill_len - seq.computed, budget) if seq.computed < seq.prefill_len else 1
             blocks = -(-(seq.computed + n) // bs)
             while not self._pool.grow(seq.holding, blocks):
@@ -381,8 +415,10 @@ class Engine:
                     continue
             matched = min(self._pool.match(seq.hashes), (seq.prefill_len - 1) // bs)
             computed = matched * bs
-            n = min(seq.prefill_len - computed, budget)
-            if not self._pool.admit(seq.holding, seq.hashes, matched, -(-(computed + n) // bs)):
+            remote = seq.remote_prefill
+            n = 0 if remote else min(seq.prefill_len - computed, budget)
+            held = seq.prefill_len if remote else computed + n
+            if not self._pool.admit(seq.holding, seq.hashes, matched, -(-held // bs)):
                 break
             self._waiting.popleft()
             seq.state = SeqState.RUNNING
@@ -394,14 +430,28 @@ class Engine:
             self._running.append(seq)
             if seq.adapter is not None and busy is not None:
                 busy.add(seq.adapter)
+            if remote:
+                self._start_pull(seq, now)
+                continue
             step.items.append((seq, n))
             step.prefill_tokens += n
             budget -= n
         self._waiting.extendleft(reversed(skipped))
         return budget
 
+    def _start_pull(self, seq: Seq, now: float) -> None:
+        """A remote prefill: its prompt's KV arrives from the prefill pod after the modelled transfer time."""
+        cfg = self.config
+        missing = seq.prefill_len - seq.computed
+        seq.transferred_tokens = missing
+        seq.transfer_until = now + cfg.kv_transfer_latency + missing * cfg.kv_transfer_time_per_token
+        seq.computed = seq.prefill_len
+        self.metrics.add_kv_pull(missing)
+
     def _preempt(self, seq: Seq) -> None:
         """Recompute-style preemption: drop the KV, requeue at the front, keep generated tokens."""
+        seq.remote_prefill = False  # a pulled KV that is dropped is recomputed here, as vLLM does
+        seq.transfer_until = None
         self._pool.release(seq.holding)
         seq.state = SeqState.WAITING
         seq.preemptions += 1
@@ -430,6 +480,12 @@ class Engine:
                     m.request_prefill_kv_computed_tokens.observe(seq.prompt_tokens - seq.cached_tokens)
                 else:
                     self._observe_itl(now - seq.last_token_at)
+            elif seq.first_token_at is None:  # a remote prefill's first decode step: its first token
+                seq.computed += 1
+                self._pool.commit(seq.holding, seq.hashes, seq.tokens, seq.adapter)
+                seq.first_token_at = now
+                prompt_done += seq.prompt_tokens
+                m.time_to_first_token.observe(now - seq.arrival)
             else:
                 seq.computed += 1
                 self._observe_itl(now - seq.last_token_at)
@@ -453,12 +509,16 @@ class Engine:
         self._pool.release(seq.holding)
         seq.state = SeqState.FINISHED
         seq.finish_reason = "length" if seq.max_tokens is not None else "stop"
+        if seq.remote_decode:
+            seq.finish_reason = "remote_decode"
         seq.finished_at = now
         self._finished += 1
         m = self.metrics
         scheduled = seq.scheduled_at if seq.scheduled_at is not None else seq.arrival
         first = seq.first_token_at if seq.first_token_at is not None else now
         m.add_success(seq.finish_reason)
+        if seq.remote_decode:
+            m.add_remote_decode()
         m.e2e_request_latency.observe(now - seq.arrival)
         m.request_queue_time.observe(scheduled - seq.arrival)
         m.request_prefill_time.observe(first - scheduled)

@@ -12,6 +12,7 @@ tests, ``epp dev``, the benchmarks and the autoscaler's simulated Deployments.
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
@@ -41,10 +42,13 @@ class ModelServer:
         port: int = 0,
         clock: Clock | None = None,
         shutdown_timeout: float = 1.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: serve HTTPS (vLLM's ``--ssl-certfile``), for tests of TLS between pods."""
         self.config = config or SimConfig()
         self.host = host
         self._port = port
+        self._ssl = ssl_context
         self._clock = clock
         self._shutdown_timeout = shutdown_timeout
         self._engine: Engine | None = None
@@ -60,9 +64,9 @@ class ModelServer:
 
     @property
     def url(self) -> str:
-        """``http://host:port`` (IPv6 hosts bracketed)."""
+        """``http://host:port`` (``https`` when serving TLS; IPv6 hosts bracketed)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self._port}"
+        return f"{'https' if self._ssl is not None else 'http'}://{host}:{self._port}"
 
     @property
     def address(self) -> str:
@@ -100,7 +104,7 @@ class ModelServer:
                 sock.close()
                 raise
         engine = Engine(cfg, clock=self._clock, on_kv_events=publisher.publish if publisher is not None else None)
-        server = SimServer(engine, tokenizer)
+        server = SimServer(engine, tokenizer, address=self.address)
         runner = web.AppRunner(
             server.make_app(),
             access_log=None,
@@ -113,7 +117,7 @@ class ModelServer:
         try:
             await engine.start()
             await runner.setup()
-            await web.SockSite(runner, sock).start()
+            await web.SockSite(runner, sock, ssl_context=self._ssl).start()
         except BaseException:
             await runner.cleanup()
             await engine.stop()

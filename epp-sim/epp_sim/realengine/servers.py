@@ -30,6 +30,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -51,8 +52,22 @@ _READY_TIMEOUT = 600.0  # two servers starting at once on two busy cores take mi
 class VllmServer:
     """One vLLM API server (and its engine core and worker) on ``host:port``."""
 
-    def __init__(self, install: EngineInstall, *, name: str, host: str, port: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        install: EngineInstall,
+        *,
+        name: str,
+        host: str,
+        port: int,
+        log_path: Path,
+        extra_args: Sequence[str] = (),
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
         self.install = install
+        self.extra_args = tuple(extra_args)
+        """More vLLM flags (the P/D test's ``--kv-transfer-config``)."""
+        self.extra_env = dict(extra_env or {})
+        """More environment (the P/D test's NIXL path and side channel)."""
         self.name = name
         self.host = host
         self.port = port
@@ -95,6 +110,7 @@ class VllmServer:
             "--enable-scale-out",
             "--disable-uvicorn-access-log",
             *("--kv-events-config", json.dumps(kv_events)),
+            *self.extra_args,
         ]
         env = dict(
             os.environ,
@@ -106,6 +122,7 @@ class VllmServer:
             VLLM_NO_USAGE_STATS="1",
             PYTHONUNBUFFERED="1",
         )
+        env.update(self.extra_env)
         self._child = ChildProcess(argv, log_path=self.log_path, name=self.name, env=env)
         await self._child.start()
 

@@ -43,6 +43,7 @@ class HermeticPool(LocalStack):
     ``picker_args`` are extra ``epp serve`` flags (``--config-file``, ``--config-text``, ...);
     ``objects`` are applied before the picker starts. With an existing ``cluster`` the pool is
     built inside it. Metrics are scraped every 20 ms unless ``picker_args`` say otherwise.
+    ``roles``, ``sidecar_args`` and ``ranks`` make a disaggregated pool (:class:`PoolSpec`).
     """
 
     def __init__(
@@ -63,6 +64,9 @@ class HermeticPool(LocalStack):
         first_host: int = 2,
         ready_timeout: float = 15.0,
         process_pods: int = 0,
+        roles: Sequence[str | None] = (),
+        sidecar_args: Sequence[str] | None = None,
+        ranks: int = 1,
     ) -> None:
         spec = PoolSpec(
             name=pool,
@@ -71,6 +75,9 @@ class HermeticPool(LocalStack):
             labels=labels or {},
             sim_config=sim_config if sim_config is not None else SimConfig(max_loras=4),
             objects=objects,
+            roles=roles,
+            sidecar_args=sidecar_args,
+            ranks=ranks,
         )
         args = list(picker_args)
         if not any(a.startswith("--refresh-metrics-interval") for a in args):

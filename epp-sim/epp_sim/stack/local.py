@@ -31,6 +31,7 @@ addresses it will serve pods on, so the shared target port is chosen free there 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import shutil
@@ -120,6 +121,10 @@ class StackConfig:
     seed: int | None = None
     apiserver: Mapping[str, Any] = field(default_factory=dict)
     ready_timeout: float = 30.0
+    roles: tuple[str | None, ...] = ()
+    """The sample pool's pods' ``llm-d.ai/role`` (disaggregated serving; ignored when a PoolSpec is given)."""
+    sidecar_args: tuple[str, ...] | None = None
+    """``epp sidecar`` flags for the sample pool's decode pods; None: no sidecars."""
     kubernetes: bool = True
 
     def __post_init__(self) -> None:
@@ -137,6 +142,8 @@ class StackConfig:
             raise StackError(f"ready_timeout must be positive, got {self.ready_timeout!r}")
         if not self.kubernetes and self.apiserver:
             raise StackError("apiserver options need kubernetes: the stack without it starts no API server")
+        if not self.kubernetes and (self.roles or self.sidecar_args is not None):
+            raise StackError("disaggregated serving needs kubernetes: pod roles and the sidecars' pool come from it")
 
 
 class LocalStack(Service):
@@ -284,7 +291,8 @@ class LocalStack(Service):
         try:
             if spec is None:
                 self._samples = samples = await asyncio.to_thread(load_samples, cfg.manifests)
-                self._spec = spec = samples.pool_spec(time_scale=cfg.time_scale)
+                spec = samples.pool_spec(time_scale=cfg.time_scale)
+                self._spec = spec = dataclasses.replace(spec, roles=cfg.roles, sidecar_args=cfg.sidecar_args)
             crds = spec.crds if spec.crds is not None else await asyncio.to_thread(read_manifests, CRDS_DIR)
         except ManifestError as e:
             raise StackError(str(e)) from e
@@ -292,6 +300,11 @@ class LocalStack(Service):
             self._cluster = await self._exit.enter_async_context(
                 FakeCluster(namespace=spec.namespace, work_dir=work, **cfg.apiserver)
             )
+        if cfg.kubernetes:
+            try:  # before the pods: a decode pod's sidecar may watch the pool (SSRF protection)
+                await self.cluster.apply_all(crds)
+            except ClusterError as e:
+                raise StackError(f"the fake API server rejected the inference CRDs: {e}") from e
         pods = SimulatedPods(
             None,
             cfg.pods,
@@ -302,6 +315,9 @@ class LocalStack(Service):
             base_ip=cfg.base_ip,
             first_host=cfg.first_host,
             reserved_hosts=[h for c in self._components for h in c.hosts],
+            roles=spec.roles,
+            sidecar_args=spec.sidecar_args,
+            ranks=spec.ranks,
         )
         try:
             self._pods = await self._exit.enter_async_context(pods)
@@ -309,7 +325,7 @@ class LocalStack(Service):
             raise StackError(str(e)) from e
         if cfg.kubernetes:
             try:
-                await self._apply(spec, crds)
+                await self._apply(spec)
             except ClusterError as e:
                 raise StackError(f"the fake API server rejected the pool's objects: {e}") from e
         else:
@@ -322,13 +338,13 @@ class LocalStack(Service):
             self._exit.push_async_callback(component.stop)
             await component.start(self)
 
-    async def _apply(self, spec: PoolSpec, crds: Sequence[Mapping[str, Any]]) -> None:
-        """CRDs, the pool (its target port set to the simulators'), its objects, the Ready pods."""
+    async def _apply(self, spec: PoolSpec) -> None:
+        """The pool (its target port set to the simulators'), its objects, the Ready pods."""
         cluster, port = self.cluster, self.target_port
         pool = spec.pool_object(port)
-        await cluster.apply_all([*crds, *([pool] if pool is not None else []), *spec.objects])
+        await cluster.apply_all([*([pool] if pool is not None else []), *spec.objects])
         for pod in self.pods:
-            await cluster.create_ready_pod(pod.name, pod.ip, spec.labels, port=port, namespace=spec.namespace)
+            await cluster.create_ready_pod(pod.name, pod.ip, pod.labels, port=port, namespace=spec.namespace)
 
     async def _start_picker(self, spec: PoolSpec, work: Path) -> None:
         cfg = self.config

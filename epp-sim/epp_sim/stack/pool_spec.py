@@ -6,7 +6,9 @@ InferenceModels), or ``standalone`` (no pool object: ``--endpoint-selector`` pic
 The spec holds the pool's identity and pod labels, the simulator settings of its pods, the
 objects applied with it (objectives, rewrites, models), and optionally the caller's own
 InferencePool manifest (``epp dev`` applies the one in ``manifests/samples``), whose target port
-is set to the one the simulators share.
+is set to the one the simulators share. For disaggregated serving it also holds each pod's
+``llm-d.ai/role``, the ``epp sidecar`` flags of the decode pods (None: no sidecars), and the
+data-parallel ranks per pod (the pool then lists a target port per rank).
 """
 
 from __future__ import annotations
@@ -43,10 +45,17 @@ class PoolSpec:
     crds: Sequence[Mapping[str, Any]] | None = None
     pool_manifest: Mapping[str, Any] | None = None
     pod_prefix: str = "pod"
+    roles: Sequence[str | None] = ()
+    """Each pod's ``llm-d.ai/role`` (None: unlabelled); empty: no role labels."""
+    sidecar_args: Sequence[str] | None = None
+    """``epp sidecar`` flags for the pods whose role serves decode; None: no sidecars."""
+    ranks: int = 1
 
     def __post_init__(self) -> None:
         if self.mode not in POOL_MODES:
             raise ValueError(f"pool mode must be one of {', '.join(POOL_MODES)}, got {self.mode!r}")
+        if self.ranks != 1 and self.mode == "v1alpha2":
+            raise ValueError("a v1alpha2 pool has one target port: no data-parallel ranks")
         if self.mode == "standalone" and self.pool_manifest is not None:
             raise ValueError("a standalone pool has no InferencePool manifest")
         if not self.labels:
@@ -57,12 +66,12 @@ class PoolSpec:
         if self.mode == "standalone":
             return None
         if self.pool_manifest is None:
-            return inference_pool(self.mode, self.name, self.labels, port, namespace=self.namespace)
+            return inference_pool(self.mode, self.name, self.labels, port, namespace=self.namespace, ranks=self.ranks)
         spec = dict(self.pool_manifest["spec"])
         if self.mode == "v1alpha2":
             spec["targetPortNumber"] = port
         else:
-            spec["targetPorts"] = [{"number": port}]
+            spec["targetPorts"] = [{"number": port + r} for r in range(self.ranks)]
         return {**self.pool_manifest, "spec": spec}
 
     def picker_arguments(self, port: int) -> list[str]:
@@ -73,7 +82,7 @@ class PoolSpec:
                 "--endpoint-selector",
                 selector,
                 "--endpoint-target-ports",
-                str(port),
+                ",".join(str(port + r) for r in range(self.ranks)),
                 "--pool-namespace",
                 self.namespace,
             ]

@@ -22,6 +22,7 @@ from epp_sim.stack.pool_spec import PoolSpec
 __all__ = [
     "ManifestError",
     "SamplePool",
+    "load_pd_config",
     "load_samples",
     "qualified",
 ]
@@ -132,6 +133,16 @@ def load_samples(manifests: Path) -> SamplePool:
         raise
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise ManifestError(f"the sample manifests in {manifests / 'samples'} lack a field epp dev needs: {e!r}") from e
+
+
+def load_pd_config(manifests: Path) -> str:
+    """The picker's P/D configuration of ``manifests/overlays/pd`` (its ConfigMap patch; blocking)."""
+    path = manifests / "overlays" / "pd" / "configmap-patch.yaml"
+    for doc in read_manifest(path):
+        text = ((doc.get("data") or {}) if doc.get("kind") == "ConfigMap" else {}).get("epp-config.yaml")
+        if isinstance(text, str):
+            return text
+    raise ManifestError(f"{path} must hold a ConfigMap with data.epp-config.yaml")
 
 
 def _sample_pool(crds: list[dict[str, Any]], samples: list[dict[str, Any]], where: Path) -> SamplePool:

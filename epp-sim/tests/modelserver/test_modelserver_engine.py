@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
 from epp.clock import ManualClock
-from epp_sim.modelserver import Engine, GenerationRequest, InvalidRequestError, Pins, RequestHandle, SimConfig
+from epp_sim.modelserver import Engine, GenerationRequest, InvalidRequestError, Pins, RequestHandle
 
 TICK = 0.002  # wall seconds per ManualClock advance
 
@@ -36,25 +36,6 @@ async def advance_until(
         clock.advance(tick)
         await _settle()
     return clock.now() - start
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def make_engine(clock: ManualClock) -> AsyncIterator[Callable[..., Engine]]:
-    engines: list[Engine] = []
-
-    def make(**overrides: object) -> Engine:
-        engine = Engine(SimConfig(**overrides), clock=clock)  # type: ignore[arg-type]
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        await engine.stop()
 
 
 async def started(engine: Engine) -> Engine:

@@ -1,8 +1,9 @@
 """What ``epp bench routing`` runs: servers, strategies, workloads, offered loads and simulated time.
 
 Checked once when built, so an unknown strategy or workload (or ``precise`` on a workload without
-real tokens) fails before any simulator starts; ``quick()`` is the shape CI runs. Strategies and
-picker replicas left unset are each workload's own (:meth:`RoutingOptions.plan`).
+real tokens, or a P/D strategy on one server) fails before any simulator starts; ``quick()`` is
+the shape CI runs. Strategies and picker replicas left unset are each workload's own
+(:meth:`RoutingOptions.plan`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from epp_sim.bench.routing.strategies import DEFAULT, DEFAULT_STRATEGIES, NEEDS_REAL_TOKENS, ROUND_ROBIN, STRATEGIES
+from epp_sim.bench.routing.strategies import (
+    DEFAULT,
+    DEFAULT_STRATEGIES,
+    NEEDS_REAL_TOKENS,
+    ROUND_ROBIN,
+    STRATEGIES,
+    prefill_pods,
+)
 from epp_sim.bench.workloads import DEFAULT_WORKLOADS, WORKLOADS
 
 __all__ = ["RoutingOptions"]
@@ -46,6 +54,8 @@ class RoutingOptions:
             if not WORKLOADS[name].real_tokens and NEEDS_REAL_TOKENS.intersection(strategies):
                 real = [w.name for w in WORKLOADS.values() if w.real_tokens]
                 raise ValueError(f"{sorted(NEEDS_REAL_TOKENS)} need a workload with real token ids: {real}")
+            for strategy in strategies:
+                prefill_pods(strategy, self.servers)  # a P/D strategy needs a pod of each role
         if self.replicas is not None and (not self.replicas or min(self.replicas) < 1 or max(self.replicas) > 8):
             raise ValueError(f"replicas must be within 1..8, got {self.replicas}")
         if not 1 <= self.servers <= 200:

@@ -3,12 +3,15 @@
 Arrivals go out at their scaled times whether or not earlier ones finished (an open loop, as
 real traffic), each routed by the strategy's :data:`~epp_sim.bench.routing.strategies.Route` (its
 data producers awaited first, as ``epp serve`` does) and sent straight to the chosen simulator
-as a streaming chat completion, so the client sees the time to the first content token (from the
-arrival: time waiting in the picker's flow-control queue included), the end-to-end latency and
-the usage, by service class and by tenant, and whether each met its objectives (the SLO headers, in
-simulated ms; a request without any meets them by completing). When a response completes, the
-strategy is told its usage and its timing (when it was routed, its first body byte, its end), as
-the ext_proc stream tells the pipeline. Arrivals in the warm-up window are sent but not recorded.
+as a streaming chat completion with the headers the decision adds (a P/D decision's
+``x-prefiller-host-port``), so the client sees the time to the first content token (from the
+arrival: time waiting in the picker's flow-control queue included), the gaps between content
+chunks (the inter-token latency: each chunk's gap divided by the tokens it carries), the time per
+output token after the first, the end-to-end latency and the usage, by service class and by
+tenant, and whether each met its objectives (the SLO headers, in simulated ms; a request without
+any meets them by completing). When a response completes, the strategy is told its usage and its
+timing (when it was routed, its first body byte, its end), as the ext_proc stream tells the
+pipeline. Arrivals in the warm-up window are sent but not recorded.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from epp_sim.bench.workloads import Arrival
 __all__ = ["Counts", "Outcome", "replay"]
 
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":(\d+)')
+_CONTENT = b'"delta":{"content":'
+_MAX_GAPS = 200_000
+"""Inter-token gaps kept per run (a sample beyond that: every gap would be millions at high load)."""
 
 
 @dataclass
@@ -39,6 +45,8 @@ class Outcome:
 
     ttft: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    """Gaps between consecutive content chunks of a stream, each divided by the chunks it carries."""
     output_tokens: int = 0
     shed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -91,7 +99,10 @@ async def _send(
     outcome: Outcome | None,
     scale: float,
 ) -> None:
-    """Route and send one arrival; record it in ``outcome`` (None: a warm-up request, not recorded)."""
+    """Route and send one arrival; record it in ``outcome`` (None: a warm-up request, not recorded).
+
+    ``scale``: the time scale (simulated seconds per wall second), to judge the simulated-ms objectives.
+    """
     loop = asyncio.get_running_loop()
     started = loop.time()
     if outcome is None:
@@ -100,7 +111,7 @@ async def _send(
     for tally in tallies:
         tally.offered += 1
     try:
-        destination, finished = await route(index, arrival)
+        routed = await route(index, arrival)
     except EppError as e:
         for tally in tallies:
             tally.dropped += 1
@@ -114,14 +125,16 @@ async def _send(
     routed_at = time.perf_counter()
     first_byte: float | None = None
     first: float | None = None
+    previous = 0.0
+    gaps: list[float] = []
     tail = b""
     status = 0
     answer: tuple[Usage, ResponseTiming] | None = None
     try:
         async with session.post(
-            f"http://{destination}/v1/chat/completions",
+            f"http://{routed.destination}/v1/chat/completions",
             data=arrival.data,
-            headers={"content-type": "application/json", **arrival.headers},
+            headers={"content-type": "application/json", **arrival.headers, **routed.headers},
         ) as resp:
             status = resp.status
             if resp.status != 200:
@@ -131,8 +144,14 @@ async def _send(
             async for chunk in resp.content.iter_any():
                 if first_byte is None:
                     first_byte = time.perf_counter()
-                if first is None and b'"delta":{"content":' in chunk:
-                    first = loop.time()
+                contents = chunk.count(_CONTENT)
+                if contents:
+                    now = loop.time()
+                    if first is None:
+                        first = now  # tokens read with the first one have no gap of their own
+                    else:
+                        gaps.extend([(now - previous) / contents] * contents)
+                    previous = now
                 tail = (tail + chunk)[-1024:]
             match = _COMPLETION_TOKENS.search(tail)
             if match is not None:
@@ -144,20 +163,21 @@ async def _send(
         outcome.error(type(e).__name__)
         return
     finally:
-        finished(status, *(answer if answer is not None else (None, None)))
+        routed.finished(status, *(answer if answer is not None else (None, None)))
     end = loop.time()
     if first is None or answer is None:
         outcome.error("incomplete_stream")
         return
     tokens = answer[0].completion_tokens
+    ttft = first - started
     tpot = (end - first) / (tokens - 1) if tokens > 1 else None
     ttft_slo, tpot_slo = arrival.slo_ms
-    met = (not ttft_slo or (first - started) * scale * 1000 <= ttft_slo) and (
+    met = (not ttft_slo or ttft * scale * 1000 <= ttft_slo) and (
         not tpot_slo or tpot is None or tpot * scale * 1000 <= tpot_slo
     )
-    outcome.ttft.append(first - started)
+    outcome.ttft.append(ttft)
     for tally in tallies:
-        tally.ttft.append(first - started)
+        tally.ttft.append(ttft)
         tally.served += 1
         tally.met += met
         if tpot is not None:
@@ -165,6 +185,8 @@ async def _send(
     outcome.e2e.append(end - started)
     outcome.output_tokens += tokens
     outcome.last_finish = max(outcome.last_finish, end)
+    if len(outcome.itl) < _MAX_GAPS:
+        outcome.itl.extend(gaps)
 
 
 async def replay(

@@ -6,13 +6,16 @@ restarted for it. The picker runs in this process, as ``epp serve`` builds it: a
 over the simulators, the production ``ScraperManager`` polling their ``/metrics`` every 50 ms,
 and the strategy's route (over one or more picker replicas); a run starts only once every
 simulator has been scraped. A real-token workload's clusters run the bench tokenizer (written
-once per run into the work directory) and publish KV events on a port of their own.
+once per run into the work directory) and publish KV events on a port of their own. A P/D
+strategy's cluster labels its pods prefill and decode (:func:`prefill_pods`) and puts an
+``epp sidecar`` in front of each decode pod's simulator.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import aiohttp
 
 from epp.clock import SystemClock
 from epp.datalayer.scraper import ScraperManager
+from epp.framework.roles import DECODE, PREFILL
 from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
 from epp.telemetry.metrics import EppMetrics
 from epp_sim.bench.children import bench_work_dir
@@ -35,7 +39,7 @@ from epp_sim.bench.routing.cluster import (
 from epp_sim.bench.routing.options import RoutingOptions
 from epp_sim.bench.routing.replay import replay
 from epp_sim.bench.routing.scoring import routing_targets, run_record
-from epp_sim.bench.routing.strategies import LEARNING, STRATEGIES, RealTokens, router
+from epp_sim.bench.routing.strategies import LEARNING, STRATEGIES, RealTokens, prefill_pods, router
 from epp_sim.bench.workloads import WORKLOADS, Arrival, capacity
 from epp_sim.ports import free_port
 from epp_sim.stack.envoy import envoy_binary
@@ -64,15 +68,21 @@ async def _one_run(
 ) -> dict[str, Any]:
     port = free_port("127.0.0.2")
     tokens = None if tokenizer is None else RealTokens(tokenizer, free_port("127.0.0.2"))
+    prefill = prefill_pods(strategy, options.servers)
+    roles = [PREFILL] * prefill + [DECODE] * (options.servers - prefill) if prefill else []
+    spec = WORKLOADS[workload]
     cluster = await start_cluster(
         servers=options.servers,
         time_scale=options.time_scale,
         port=port,
         work=work,
         tokens=tokens,
-        num_gpu_blocks=WORKLOADS[workload].num_gpu_blocks,
+        num_gpu_blocks=spec.num_gpu_blocks,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        roles=roles,
+        engine_port=free_port("127.0.0.2") if roles else 0,
     )
-    store = pool_store(options.servers, port)
+    store = pool_store(options.servers, port, roles)
     scrapers = ScraperManager(store, SystemClock(), EppMetrics(), interval=_SCRAPE_INTERVAL)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
@@ -95,11 +105,15 @@ async def _one_run(
         ) as route:
             cpu_sim0, cpu_self0, wall0 = cpu_seconds(cluster.pid), time.process_time(), time.perf_counter()
             outcome, before = await replay(
-                arrivals, route, session, options, lambda: server_counters(session, options.servers, port)
+                arrivals,
+                route,
+                session,
+                options,
+                lambda: server_counters(session, options.servers, port, roles),
             )
             wall = time.perf_counter() - wall0
             cpu_sim, cpu_self = cpu_seconds(cluster.pid) - cpu_sim0, time.process_time() - cpu_self0
-        after = await server_counters(session, options.servers, port)
+        after = await server_counters(session, options.servers, port, roles)
     finally:
         await session.close()
         await scrapers.stop()
@@ -114,6 +128,7 @@ async def _one_run(
         outcome=outcome,
         counters=counters_since(before, after),
         time_scale=options.time_scale,
+        prefill_pods=prefill,
         wall=wall,
         cpu={"simulators": cpu_sim, "picker_and_client": cpu_self},
     )
@@ -148,6 +163,7 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
     async with bench_work_dir("routing") as work:
         for name in options.workloads:
             workload = WORKLOADS[name]
+            scaled = replace(options, time_scale=min(options.time_scale, workload.time_scale or options.time_scale))
             reference = workload.generate(50.0, 60.0, options.seed)
             cap = capacity(
                 reference,
@@ -161,7 +177,9 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
                 "capacity_rps": cap,
                 "strategies": list(strategies),
                 "replicas": list(replica_counts),
+                "time_scale": scaled.time_scale,
                 "num_gpu_blocks": workload.num_gpu_blocks or sim.num_gpu_blocks,
+                "max_num_batched_tokens": workload.max_num_batched_tokens or sim.max_num_batched_tokens,
             }
             tokenizer = None
             if workload.real_tokens:
@@ -169,24 +187,26 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
             for load in options.loads:
                 rate = load * cap
                 arrivals = workload.generate(rate, options.sim_seconds, options.seed)
+                objectives = any(any(a.slo_ms) for a in arrivals)
                 for replicas in replica_counts:
                     for strategy in strategies:
                         if strategy in LEARNING and not (work / _STATE).exists():
                             # A picker that has been serving: one unrecorded run trains the predictor first.
                             print(f"  {name:<14} load {load:4.2f} {strategy}: warm-up run (not recorded)", flush=True)
-                            await _one_run(options, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
-                        run = await _one_run(options, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
+                            await _one_run(scaled, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
+                        run = await _one_run(scaled, name, strategy, load, rate, arrivals, work, replicas, tokenizer)
                         runs.append(run)
                         label = strategy if replicas == 1 else f"{strategy} ×{replicas}"
                         classes = run["classes"]
                         slo = "".join(
                             f"  {cls} SLO {classes[cls]['slo_attainment'] * 100:5.1f}%"
-                            for cls in ("critical", "sheddable")
-                            if name == "slo" and cls in classes
+                            for cls in ("critical", "standard", "sheddable")
+                            if objectives and cls in classes
                         )
                         print(
                             f"  {name:<14} load {load:4.2f} ({rate:5.1f}/s) {label:<15} "
-                            f"ttft p90 {run['ttft_s']['p90']:7.3f}s  hit {run['prefix_hit_rate'] * 100:5.1f}%  "
+                            f"ttft p90 {run['ttft_s']['p90']:7.3f}s  itl p90 {run['itl_s']['p90'] * 1e3:6.1f}ms  "
+                            f"hit {run['prefix_hit_rate'] * 100:5.1f}%  "
                             f"shed {run['shed']:3d}  err {run['errors']:3d}  stretch {run['time_stretch']:.2f}{slo}",
                             flush=True,
                         )
@@ -213,6 +233,9 @@ async def run_routing(options: RoutingOptions) -> dict[str, Any]:
                 "decode_time_base": sim.decode_time_base,
                 "decode_time_per_seq": sim.decode_time_per_seq,
                 "lora_load_time": sim.lora_load_time,
+                "max_num_batched_tokens": sim.max_num_batched_tokens,
+                "kv_transfer_latency": sim.kv_transfer_latency,
+                "kv_transfer_time_per_token": sim.kv_transfer_time_per_token,
             },
             "strategy_configs": {
                 k: v for k, v in STRATEGIES.items() if any(k in w["strategies"] for w in workloads_doc.values())

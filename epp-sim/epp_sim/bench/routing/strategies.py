@@ -20,6 +20,14 @@ replicas share state as ``epp serve --state-sync-address`` does: a real Valkey/R
 (:class:`~epp_sim.stack.valkey.ValkeyServer`) and each replica's
 :class:`~epp.statesync.replicas.ReplicaSync` (prefix insertions and in-flight counts).
 
+``aggregated`` and ``pd-<P>p<D>d`` compare disaggregated serving with aggregated pods at equal
+pod count: ``aggregated`` is llm-d's sample weights on a pool of identical pods, ``pd-4p4d``
+(``pd-6p2d``, …) the P/D configuration of ``manifests/overlays/pd`` on a pool whose first
+servers × P/(P+D) pods are labelled prefill and the rest decode, each decode pod behind an
+``epp sidecar`` (:func:`prefill_pods`). Its decider sends a request to a prefill pod first when
+the decode pod lacks at least ``PD_NON_CACHED_TOKENS`` of its prompt, and the decision's stage
+headers (``x-prefiller-host-port``) travel with the request to the sidecar, as Envoy forwards them.
+
 ``queue-kv`` is ``queue-scorer`` and ``kv-cache-utilization-scorer`` alone, weight 1 each; ``slo`` is
 the llm-d router's SLO-aware profile (``predicted-latency-producer`` in streaming mode with the
 embedded predictor, ``slo-headroom-tier-filter``, ``latency-scorer``, ``weighted-random-picker``,
@@ -34,10 +42,11 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
@@ -61,6 +70,7 @@ from epp_sim.stack.valkey import ValkeyServer
 from epp_sim.waits import wait_until
 
 __all__ = [
+    "AGGREGATED",
     "APPROXIMATE",
     "APPROXIMATE_VALKEY",
     "DEFAULT",
@@ -70,6 +80,7 @@ __all__ = [
     "LEARNING",
     "LEAST_QUEUE",
     "NEEDS_REAL_TOKENS",
+    "PD_NON_CACHED_TOKENS",
     "PRECISE",
     "QUEUE_KV",
     "ROUND_ROBIN",
@@ -78,6 +89,8 @@ __all__ = [
     "STRATEGIES",
     "RealTokens",
     "Route",
+    "Routed",
+    "prefill_pods",
     "router",
 ]
 
@@ -95,6 +108,10 @@ PRECISE = "precise"
 QUEUE_KV = "queue-kv"
 SLO = "slo"
 SLO_MOST = "slo-most"
+AGGREGATED = "aggregated"
+PD_NON_CACHED_TOKENS = 1024
+"""The P/D strategies' ``nonCachedTokens``: prompts shorter than this are prefilled where they are decoded."""
+_PD_NAME = re.compile(r"pd-(\d+)p(\d+)d")
 _LLM_D_WEIGHTS = """schedulingProfiles:
 - name: default
   plugins:
@@ -185,8 +202,40 @@ schedulingProfiles:
 """
     + _LLM_D_WEIGHTS,
 }
-STRATEGIES[APPROXIMATE_VALKEY] = STRATEGIES[APPROXIMATE]
 """Strategy name → EndpointPickerConfig (None: round robin's baseline, or the default profile)."""
+STRATEGIES[APPROXIMATE_VALKEY] = STRATEGIES[APPROXIMATE]
+STRATEGIES[AGGREGATED] = STRATEGIES[APPROXIMATE]
+_PD = (
+    _HEADER.replace("inference.networking.x-k8s.io", "llm-d.ai")
+    + f"""plugins:
+- type: prefix-cache-scorer
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefill-filter
+- type: decode-filter
+- type: max-score-picker
+- type: prefix-based-pd-decider
+  parameters: {{nonCachedTokens: {PD_NON_CACHED_TOKENS}}}
+- type: disagg-profile-handler
+  parameters: {{deciders: {{prefill: prefix-based-pd-decider}}}}
+schedulingProfiles:
+- name: prefill
+  plugins:
+  - pluginRef: prefill-filter
+  - pluginRef: max-score-picker
+  - {{pluginRef: prefix-cache-scorer, weight: 2}}
+  - {{pluginRef: queue-scorer, weight: 1}}
+- name: decode
+  plugins:
+  - pluginRef: decode-filter
+  - pluginRef: max-score-picker
+  - {{pluginRef: prefix-cache-scorer, weight: 2}}
+  - {{pluginRef: queue-scorer, weight: 1}}
+  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
+"""
+)
+STRATEGIES["pd-4p4d"] = _PD
+STRATEGIES["pd-6p2d"] = _PD
 STRATEGIES[QUEUE_KV] = (
     _HEADER
     + """plugins:
@@ -227,14 +276,38 @@ DEFAULT_STRATEGIES = (ROUND_ROBIN, "random", "least-queue", "legacy-v0.3", DEFAU
 NEEDS_REAL_TOKENS = frozenset({PRECISE})
 """Strategies that only run on a workload whose cluster has the bench tokenizer and KV events."""
 
+
+def prefill_pods(strategy: str, servers: int) -> int:
+    """How many of ``servers`` pods a ``pd-<P>p<D>d`` strategy labels prefill (0: not a P/D strategy).
+
+    servers × P/(P+D), rounded, and at least one pod of each role (ValueError with fewer than 2).
+    """
+    match = _PD_NAME.fullmatch(strategy)
+    if match is None:
+        return 0
+    if servers < 2:
+        raise ValueError(f"strategy {strategy!r} needs at least 2 servers (a prefill and a decode pod)")
+    p, d = int(match.group(1)), int(match.group(2))
+    return min(servers - 1, max(1, round(servers * p / (p + d))))
+
+
 Finished = Callable[[int, Usage | None, ResponseTiming | None], None]
 """Called once when an arrival's response has finished, with its HTTP status (0: none came), its usage and
 its timing (``time.perf_counter()``: routed, first byte, end) when it completed."""
 
-Route = Callable[[int, Arrival], Awaitable[tuple[str, Finished]]]
-"""(arrival index, arrival) → (``host:port`` to send it to, :data:`Finished`); awaited, because a
-request may wait in the flow-control queue and data producers run before scheduling. Raises
-EppError when refused."""
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """Where one arrival goes: ``host:port``, the headers the decision adds, what to call when it finished."""
+
+    destination: str
+    finished: Finished
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+Route = Callable[[int, Arrival], Awaitable[Routed]]
+"""(arrival index, arrival) → :class:`Routed`; awaited, because a request may wait in the
+flow-control queue and data producers run before scheduling. Raises EppError when refused."""
 
 _PATH = {":path": "/v1/chat/completions"}  # where the replay sends every arrival
 
@@ -283,15 +356,13 @@ async def _shared_state(strategy: str, pickers: list[PoolRouting]) -> AsyncItera
                     await sync.stop()
 
 
-def _config(
-    strategy: str, seed: int, metrics: EppMetrics, tokens: RealTokens | None, state: Path | None
-) -> LoadedConfig:
+def _config(strategy: str, seed: int, tokens: RealTokens | None, state: Path | None) -> LoadedConfig:
     registry = PluginRegistry()
     register_in_tree(registry)
     context = PluginContext(clock=SystemClock(), pool_name="sim", seed=seed)
     text = STRATEGIES[strategy]
     if text is None:
-        return load_default_config(registry, context, metrics=metrics)
+        return load_default_config(registry, context)
     if strategy in NEEDS_REAL_TOKENS:
         if tokens is None:
             raise ValueError(f"strategy {strategy!r} needs a workload with real tokens")
@@ -300,14 +371,15 @@ def _config(
         if state is None:
             raise ValueError(f"strategy {strategy!r} needs a state file")
         text = Template(text).substitute(state=state)
-    return load_config(text, registry, context, metrics=metrics)
+    return load_config(text, registry, context)
 
 
 def _picker(strategy: str, store: Datastore, seed: int, tokens: RealTokens | None, state: Path | None) -> PoolRouting:
     """One picker replica: its own configuration (plugins, indexes, subscribers) and routing, as ``epp serve``'s."""
-    metrics = EppMetrics()
-    config = _config(strategy, seed, metrics, tokens, state)
-    return PoolRouting(("sim", "sim"), store, config, metrics=metrics, clock=SystemClock(), rng=random.Random(seed))
+    config = _config(strategy, seed, tokens, state)
+    return PoolRouting(
+        ("sim", "sim"), store, config, metrics=EppMetrics(), clock=SystemClock(), rng=random.Random(seed)
+    )
 
 
 @asynccontextmanager
@@ -330,9 +402,9 @@ async def router(
     if strategy == ROUND_ROBIN:
         turn = itertools.count()
 
-        async def round_robin(index: int, arrival: Arrival) -> tuple[str, Finished]:
+        async def round_robin(index: int, arrival: Arrival) -> Routed:
             endpoints = store.endpoints()
-            return endpoints[next(turn) % len(endpoints)].endpoint.hostport, _nothing
+            return Routed(endpoints[next(turn) % len(endpoints)].endpoint.hostport, _nothing)
 
         yield round_robin
         return
@@ -340,7 +412,7 @@ async def router(
     for picker in pickers:
         await picker.start()
 
-    async def route(index: int, arrival: Arrival) -> tuple[str, Finished]:
+    async def route(index: int, arrival: Arrival) -> Routed:
         pipeline = pickers[index % len(pickers)].pipeline
         headers = {**arrival.headers, **_PATH}
         for name in (TTFT_SLO, TPOT_SLO):
@@ -355,7 +427,7 @@ async def router(
                 pipeline.response_complete(ctx, usage, status, timing)
             pipeline.finished(ctx, completed=status != 0, status=status)
 
-        return decision.targets[0].endpoint.hostport, finished
+        return Routed(decision.destination.split(",")[0], finished, decision.upstream_headers)
 
     try:
         async with _shared_state(strategy, pickers):
