@@ -55,6 +55,7 @@ prefill pick before decode in ``prefill-first`` order), for plugins of the later
 (topology affinity) to compare their candidates with."""
 
 _PREFIX_MATCHES = "prefix-cache-match"
+_Published = tuple[Sequence[EndpointState], Mapping[str, int], int, int]
 
 
 def decision_type(*, encode: bool, prefill: bool) -> str:
@@ -77,19 +78,34 @@ class PrefixMatch:
         return self.cached_blocks * self.block_size_tokens
 
 
-def publish_match(cycle: CycleState, endpoint: EndpointState, match: PrefixMatch) -> None:
-    """Record what a prefix-cache scorer found for ``endpoint`` this cycle (the largest count wins)."""
-    matches: dict[str, PrefixMatch] = cycle.setdefault(_PREFIX_MATCHES, {})
-    key = endpoint.endpoint.key
-    known = matches.get(key)
-    if known is None or match.cached_tokens > known.cached_tokens:
-        matches[key] = match
+def publish_match(
+    cycle: CycleState,
+    candidates: Sequence[EndpointState],
+    matches: Mapping[str, int],
+    total_blocks: int,
+    block_size_tokens: int,
+) -> None:
+    """Record what a prefix-cache scorer found for ``candidates`` this cycle: leading blocks held per
+    endpoint key (absent: none). Kept as given, so scoring pays one append; :func:`prefix_match` reads it."""
+    published: list[_Published] | None = cycle.get(_PREFIX_MATCHES)
+    entry = (candidates, matches, total_blocks, block_size_tokens)
+    if published is None:
+        cycle[_PREFIX_MATCHES] = [entry]
+    else:
+        published.append(entry)
 
 
 def prefix_match(cycle: CycleState, endpoint: EndpointState) -> PrefixMatch | None:
-    """What this cycle's prefix-cache scoring found for ``endpoint``; None when nothing scored it."""
-    matches: dict[str, PrefixMatch] | None = cycle.get(_PREFIX_MATCHES)
-    return None if matches is None else matches.get(endpoint.endpoint.key)
+    """What this cycle's prefix-cache scoring found for ``endpoint`` (the largest count wins); None when
+    nothing scored it."""
+    published: list[_Published] | None = cycle.get(_PREFIX_MATCHES)
+    best: PrefixMatch | None = None
+    for candidates, matches, total, block in published or ():
+        if any(c is endpoint for c in candidates):
+            match = PrefixMatch(matches.get(endpoint.endpoint.key, 0), total, block)
+            if best is None or match.cached_tokens > best.cached_tokens:
+                best = match
+    return best
 
 
 @dataclass(frozen=True, slots=True)

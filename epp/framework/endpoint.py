@@ -41,17 +41,15 @@ class Endpoint:
     metrics_port: int = 0
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
     hostport: str = field(default="", compare=False)
+    key: str = field(init=False, compare=False, repr=False)
+    """Stable identity across metric updates: ``namespace/name`` (made once: every plugin asks for it)."""
 
     def __post_init__(self) -> None:
         if not self.hostport:
             object.__setattr__(self, "hostport", join_host_port(self.address, self.port))
         if not self.metrics_port:
             object.__setattr__(self, "metrics_port", self.port)
-
-    @property
-    def key(self) -> str:
-        """Stable identity across metric updates: ``namespace/name``."""
-        return f"{self.namespace}/{self.name}"
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
 
     @property
     def engine(self) -> str:

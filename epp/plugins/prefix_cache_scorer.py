@@ -23,7 +23,7 @@ from typing import Any
 
 from epp.framework.data import NO_DATA, DataScope, Dependencies
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, PrefixCacheMatches
-from epp.framework.disaggregation import PrefixMatch, publish_match
+from epp.framework.disaggregation import publish_match
 from epp.framework.endpoint import EndpointState
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
@@ -75,8 +75,8 @@ class PrefixCacheScorer(NamedPlugin):
         if not isinstance(info, PrefixCacheMatches) or info.total_blocks <= 0:
             return [0.0] * len(candidates)
         total, get = info.total_blocks, info.matches.get
-        for state in candidates:  # what prefix-based-pd-decider reads of the decode pick's cache
-            publish_match(cycle, state, PrefixMatch(get(state.endpoint.key, 0), total, info.block_size_tokens))
+        # What prefix-based-pd-decider reads of the decode pick's cache.
+        publish_match(cycle, candidates, info.matches, total, info.block_size_tokens)
         w = self.match_length_weight
         if not w:
             return [get(c.endpoint.key, 0) / total for c in candidates]

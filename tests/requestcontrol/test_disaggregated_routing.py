@@ -16,7 +16,7 @@ from epp.config.options import MetricsNaming
 from epp.datastore.store import Datastore
 from epp.datastore.types import PodInfo, PoolSpec
 from epp.framework import headers
-from epp.framework.disaggregation import PrefixMatch, publish_match
+from epp.framework.disaggregation import publish_match
 from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
 from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.framework.request import InferenceRequest
@@ -125,13 +125,13 @@ def test_prefix_decider_compares_the_uncached_suffix_with_the_threshold() -> Non
     decode = labelled("decode")
     request = completion(LONG)  # 1760 bytes → 440 tokens (bytes / 4)
     cycle = CycleState()
-    publish_match(cycle, decode, PrefixMatch(cached_blocks=10, total_blocks=27, block_size_tokens=16))
+    publish_match(cycle, [decode], {decode.endpoint.key: 10}, total_blocks=27, block_size_tokens=16)
     verdict = decider.decide(cycle, request, decode)
     assert verdict.disaggregate
     assert verdict.numbers["prompt_tokens"] == 440 and verdict.numbers["cached_tokens"] == 160
     assert verdict.numbers["non_cached_tokens"] == 280 and verdict.numbers["prompt_tokens_estimated"] == 1
 
-    publish_match(cycle, decode, PrefixMatch(cached_blocks=25, total_blocks=27, block_size_tokens=16))  # 400 held
+    publish_match(cycle, [decode], {decode.endpoint.key: 25}, total_blocks=27, block_size_tokens=16)  # 400 held
     verdict = decider.decide(cycle, request, decode)
     assert not verdict.disaggregate and verdict.numbers["non_cached_tokens"] == 40
     assert "fewer than nonCachedTokens" in verdict.reason
@@ -140,7 +140,7 @@ def test_prefix_decider_compares_the_uncached_suffix_with_the_threshold() -> Non
 def test_prefix_decider_gates_and_refusals() -> None:
     decode = labelled("decode")
     cycle = CycleState()
-    publish_match(cycle, decode, PrefixMatch(0, 27, 16))
+    publish_match(cycle, [decode], {}, 27, 16)
     ctx = PluginContext()
     assert "disabled" in pd_deciders.create_prefix_based("d", {}, ctx).decide(cycle, completion(LONG), decode).reason
     gated = pd_deciders.create_prefix_based("d", {"nonCachedTokens": 8, "promptTokens": 1000}, ctx)
@@ -172,7 +172,7 @@ def test_prefix_decider_counts_produced_tokens() -> None:
     request.token_ids = [1, 2, 3, 4]
     decode = labelled("decode")
     cycle = CycleState()
-    publish_match(cycle, decode, PrefixMatch(0, 1, 16))
+    publish_match(cycle, [decode], {}, 1, 16)
     verdict = decider.decide(cycle, request, decode)
     assert verdict.disaggregate and verdict.numbers["prompt_tokens"] == 4
     assert verdict.numbers["prompt_tokens_estimated"] == 0
@@ -361,6 +361,12 @@ async def test_deprecated_flat_parameters_still_work() -> None:
     )
     h = Harness(roles_store("prefill", "decode"), config_text=text)
     assert headers.PREFILLER_HOST_PORT in (await h.decide(completion(SHORT))).upstream_headers
+    flat = {n.setting: n.detail for n in h.config.notices if ".parameters." in n.setting}
+    assert flat == {
+        "plugins[5].parameters.deciderPluginName": "use deciders.prefill",
+        "plugins[5].parameters.decodeProfile": "use profiles.decode",
+    }
+    assert all(n.deprecated for n in h.config.notices if n.setting in flat)
 
 
 async def test_pd_profile_handler_needs_the_headers_handler_and_counts_pd_decisions() -> None:
