@@ -27,6 +27,8 @@ from epp.config.picker_config import (
     FlowControlConfig,
     RequestHandlerConfig,
 )
+from epp.plugins.disagg_profile_handler import FLAT_FIELDS
+from epp.plugins.disagg_profile_handler import TYPE as DISAGG_HANDLER
 
 __all__ = [
     "FEATURE_GATES",
@@ -136,6 +138,11 @@ def normalized(config: EndpointPickerConfig) -> tuple[EndpointPickerConfig, list
                     f"plugin {plugin.name or plugin.type!r}: {plugin.type} is deprecated, {advice}",
                     deprecated=True,
                 )
+            )
+        if plugin.type == DISAGG_HANDLER and isinstance(plugin.parameters, Mapping):
+            notices.extend(
+                ConfigNotice(f"plugins[{i}].parameters.{key}", f"use {FLAT_FIELDS[key]}", deprecated=True)
+                for key in sorted(FLAT_FIELDS.keys() & plugin.parameters.keys())
             )
     update: dict[str, object] = {}
     if config.saturation_detector is not None:

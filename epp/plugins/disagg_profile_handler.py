@@ -30,7 +30,6 @@ mixing the two spellings, or a field of neither, is an error.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,13 +42,12 @@ from epp.framework.roles import Stage
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulerProfileView, SchedulingResult
 from epp.plugins.disagg_headers import STAGE_HEADERS, stage_headers
 
-__all__ = ["DisaggProfileHandler", "StageProfiles", "TYPE", "create", "resolve_decider"]
+__all__ = ["FLAT_FIELDS", "TYPE", "DisaggProfileHandler", "StageProfiles", "create", "resolve_decider"]
 
-log = logging.getLogger(__name__)
 
 TYPE = "disagg-profile-handler"
 
-_FLAT = {
+FLAT_FIELDS: Mapping[str, str] = {  # the deprecated flat parameters and their places now
     "decodeProfile": "profiles.decode",
     "prefillProfile": "profiles.prefill",
     "encodeProfile": "profiles.encode",
@@ -268,7 +266,7 @@ def _names(p: Params, key: str, fields: tuple[str, ...]) -> dict[str, str]:
 def _parameters(parameters: Mapping[str, Any]) -> tuple[StageProfiles, str, str, bool]:
     """(profiles, prefill decider, encode decider, prefill-first) from either spelling."""
     keys = set(parameters)
-    flat = keys & _FLAT.keys()
+    flat = keys & FLAT_FIELDS.keys()
     if flat and keys & {"profiles", "deciders"}:
         raise PluginConfigError(
             f"{TYPE}.parameters: {sorted(flat)} (deprecated flat fields) mixed with profiles/deciders: "
@@ -277,12 +275,7 @@ def _parameters(parameters: Mapping[str, Any]) -> tuple[StageProfiles, str, str,
     p = Params(TYPE, parameters)
     prefill_first = _stage_order(p.text("stageOrder") or "")
     if flat:
-        given = {k: p.text(k) or "" for k in _FLAT}
-        for k in sorted(flat):
-            log.warning(
-                "deprecated configuration setting",
-                extra={"setting": f"{TYPE}.parameters.{k}", "detail": f"use {_FLAT[k]}"},
-            )
+        given = {k: p.text(k) or "" for k in FLAT_FIELDS}  # each a deprecation notice of the load (compat.py)
         profiles = {
             "decode": given["decodeProfile"],
             "prefill": given["prefillProfile"],
@@ -308,8 +301,6 @@ def _parameters(parameters: Mapping[str, Any]) -> tuple[StageProfiles, str, str,
 
 def create(name: str, parameters: Mapping[str, Any], context: PluginContext) -> DisaggProfileHandler:
     profiles, prefill_decider, encode_decider, prefill_first = _parameters(parameters)
-    if not prefill_decider and not prefill_first:
-        log.info("disagg-profile-handler: no deciders.prefill, P/D disaggregation is off", extra={"plugin": name})
     return DisaggProfileHandler(
         name,
         profiles=profiles,

@@ -25,7 +25,6 @@ Every answer is a :class:`~epp.framework.disaggregation.Verdict` with the number
 
 from __future__ import annotations
 
-import logging
 import math
 import sys
 from collections.abc import Collection, Mapping
@@ -52,7 +51,6 @@ __all__ = [
     "prompt_tokens",
 ]
 
-log = logging.getLogger(__name__)
 
 PREFIX_BASED_TYPE = "prefix-based-pd-decider"
 ALWAYS_PD_TYPE = "always-disagg-pd-decider"
@@ -165,8 +163,6 @@ def create_prefix_based(name: str, parameters: Mapping[str, Any], context: Plugi
     non_cached = p.integer("nonCachedTokens", 0, minimum=0)
     minimum = p.integer("promptTokens", 0, minimum=0)
     p.done()
-    if non_cached == 0:
-        log.info("prefix-based-pd-decider is disabled (nonCachedTokens is 0)", extra={"plugin": name})
     return PrefixBasedPDDecider(name, non_cached_tokens=non_cached, prompt_tokens=minimum)
 
 

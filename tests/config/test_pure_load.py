@@ -54,6 +54,7 @@ COMPANIONS = {  # the producer a type reads, declared beside it
     "slo-headroom-tier-filter": "predicted-latency-producer",
     "no-hit-lru-scorer": "approx-prefix-cache-producer",
     "prefix-cache-affinity-filter": "approx-prefix-cache-producer",
+    "pd-profile-handler": "prefix-based-pd-decider",  # its deciderPluginName's default
 }
 
 

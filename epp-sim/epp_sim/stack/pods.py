@@ -201,8 +201,8 @@ class SimulatedPods(Service):
             if fronted[i]:
                 sidecar = sidecar_for(host, port, first, self.ranks, self._sidecar_args or ())
                 await servers.enter_async_context(sidecar)
-            self._port = port
             pods.append(SimPod(f"{self._prefix}-{i}", ranks[0], self._pod_labels(i), port, ranks, sidecar))
+        self._port = port  # also with no pods: a pool that starts empty still has its target port
         return pods
 
     async def stop(self) -> None:
