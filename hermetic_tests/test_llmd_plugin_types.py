@@ -3,8 +3,9 @@
 Filters (``label-selector-filter``, ``utilization-filter``, ``session-affinity-filter``), scorers
 (``header-label-affinity-scorer`` over ``load-aware-scorer``), the profile handler
 (``header-profile-handler``), the admission plugin (``probabilistic-admitter``, upstream's own sample
-configuration) and the flow-control policies (``program-aware-fairness`` and
-``soft-reflective-ceiling-policy``, upstream's samples). Pods get their labels the way a platform
+configuration), the flow-control policies (``program-aware-fairness`` and
+``soft-reflective-ceiling-policy``, upstream's samples) and ``agent-identity`` (agent sessions as
+flows). Pods get their labels the way a platform
 team gives them: a patch of the Pod, which the picker watches.
 """
 
@@ -286,6 +287,36 @@ async def test_program_aware_fairness_accounts_each_programs_service_through_env
     a, b = policy.programs["agent-a"], policy.programs["agent-b"]
     assert (a.dispatched, b.dispatched) == (3, 1)  # every request went through the queue and PreRequest
     assert a.service > b.service > 0  # the real responses' usage: agent-b would be served first now
+    assert ext_proc_problems(await env.envoy.counters()) == {}
+
+
+AGENT_SESSIONS = PROGRAM_AWARE.replace(
+    "- type: program-aware-fairness\n", "- type: program-aware-fairness\n- type: agent-identity\n"
+)
+
+
+async def test_agent_sessions_are_flows_through_envoy(epp_pool: PoolFactory) -> None:
+    """agent-identity (upstream's sample pairs it with program-aware-fairness): each agent session is a program."""
+    args = [*EXPERIMENTAL, "--config-text", AGENT_SESSIONS]
+    env = await epp_pool("v1", pods=2, picker_args=args, sim_config=SIM, envoy=True)
+    policy = env.runtime.pools[0].routing.config.plugins["program-aware-fairness"]
+    assert isinstance(policy, ProgramAwareFairness)
+    sessions = [
+        {"x-claude-code-session-id": "claude-1"},
+        {"x-claude-code-session-id": "claude-1"},
+        {"session-id": "codex-9"},
+        {"session-id": "codex-9", "x-llm-d-inference-fairness-id": "tenant-a"},  # explicit wins
+        {},
+    ]
+    async with aiohttp.ClientSession() as http:
+        for i, headers in enumerate(sessions):
+            assert (await _post(http, env, f"turn {i}", headers)).status == 200
+    await wait_until(lambda: all(p.in_flight == 0 for p in policy.programs.values()))
+    dispatched = {name: p.dispatched for name, p in policy.programs.items()}
+    assert dispatched == {"claude-1": 2, "codex-9": 1, "tenant-a": 1, "default-flow": 1}
+    for flow, count in (("claude-1", 2), ("codex-9", 1), ("tenant-a", 1), ("default-flow", 1)):
+        labels = {"model_name": "m", "target_model_name": "m", "priority": "0", "fairness_id": flow}
+        assert env.sample("llm_d_epp_request_total", **labels) == count
     assert ext_proc_problems(await env.envoy.counters()) == {}
 
 

@@ -74,6 +74,7 @@ INTERNAL = {
     "epp.slo": "the latency predictor behind predicted-latency-producer",
     "epp.framework.replication": "state shared between replicas (--state-sync-address, issue 23): in-tree only so far",
     "epp.tokenize": "token-producer's local tokenizer threads and token cache",
+    "epp.framework.request_header": "request-header processors (agent-identity): in-tree only so far",
 }
 
 

@@ -18,6 +18,7 @@ from epp.framework.flowcontrol import FairnessPolicy, OrderingPolicy, UsageLimit
 from epp.framework.parsing import Parser
 from epp.framework.plugin import Plugin, PluginKind, declared_kinds
 from epp.framework.producers import DataProducer
+from epp.framework.request_header import RequestHeaderProcessor
 from epp.framework.response import ResponseComplete
 from epp.framework.saturation import SaturationDetector
 from epp.framework.scheduling import (
@@ -52,6 +53,7 @@ _CONTRACTS: Mapping[PluginKind, type] = {
     PluginKind.ENDPOINT_DISCOVERY: EndpointDiscovery,
     PluginKind.ADMITTER: Admitter,
     PluginKind.RESPONSE_STREAMING: ResponseComplete,
+    PluginKind.REQUEST_HEADER: RequestHeaderProcessor,
 }
 
 

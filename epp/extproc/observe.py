@@ -231,7 +231,7 @@ class StreamMetrics:
         """The request's metric labels; the target model defaults to the model, the fairness id to ``default-flow``."""
         if request is None:
             return _NO_REQUEST
-        fairness = self._fairness_ids.value(wire.read(request.headers, wire.FAIRNESS_ID) or wire.DEFAULT_FAIRNESS_ID)
+        fairness = self._fairness_ids.value(request.flow())
         return request.model, request.target_model or request.model, fairness, str(request.priority)
 
     def routed(self, labels: RequestLabels, size: int) -> None:

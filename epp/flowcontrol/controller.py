@@ -44,7 +44,6 @@ from epp.clock import Clock
 from epp.config.flow_control import FlowControlSettings
 from epp.flowcontrol.outcomes import Outcome
 from epp.flowcontrol.queues import Item, Queues
-from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.request import InferenceRequest
 from epp.framework.saturation import SaturationDetector, stage_saturation
@@ -195,7 +194,7 @@ class FlowController:
         if not self._running:
             raise Outcome.EVICTED_OTHER.error()
         now = self._clock.now()
-        fairness_id = headers.read(request.headers, headers.FAIRNESS_ID) or headers.DEFAULT_FAIRNESS_ID
+        fairness_id = request.flow()
         priority = request.priority
         labels = (
             self._fairness_labels.value(fairness_id),

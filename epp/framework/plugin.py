@@ -60,6 +60,7 @@ class PluginKind(enum.StrEnum):
     ENDPOINT_DISCOVERY = "EndpointDiscovery"
     ADMITTER = "Admission"
     RESPONSE_STREAMING = "ResponseStreaming"
+    REQUEST_HEADER = "RequestHeaderProcessor"
 
 
 def declared_kinds(plugin: object) -> frozenset[PluginKind]:

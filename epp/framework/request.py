@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from epp.framework import headers as wire
 from epp.framework.endpoint import EndpointState, join_host_port
 from epp.framework.prompt import EMPTY_PROMPT, Prompt
 
@@ -79,10 +80,17 @@ class InferenceRequest:
     token_ids: Sequence[int] | None = None
     queue_wait: float | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
+    fairness_id: str = ""
+    """The flow this request belongs to, once the pipeline resolved it ("": not yet, see :meth:`flow`)."""
 
     @property
     def sheddable(self) -> bool:
         return self.priority < 0
+
+    def flow(self) -> str:
+        """The fairness id flow control and the request series use: the one the pipeline resolved (an
+        explicit header, else an agent's session identity), else the header, else ``default-flow``."""
+        return self.fairness_id or wire.read(self.headers, wire.FAIRNESS_ID) or wire.DEFAULT_FAIRNESS_ID
 
     @property
     def cache_salt(self) -> str:

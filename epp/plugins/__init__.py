@@ -10,6 +10,7 @@ from __future__ import annotations
 from epp.framework.data_keys import PREFIX_CACHE_MATCH_INFO, SESSION_ID, TOKENIZED_PROMPT
 from epp.framework.plugin import PluginFactory, PluginRegistry
 from epp.plugins import (
+    agent_identity,
     approx_prefix_producer,
     burst_prefix_producer,
     by_label_filter,
@@ -157,6 +158,8 @@ _IN_TREE: tuple[tuple[str, PluginFactory], ...] = (
     (approx_prefix_producer.TYPE, approx_prefix_producer.create),
     (burst_prefix_producer.TYPE, burst_prefix_producer.create),
     (session_id_producer.TYPE, session_id_producer.create),
+    # Request-header processors: an agent session's identity as the request's flow.
+    (agent_identity.TYPE, agent_identity.create),
 )
 
 # The type the loader adds to a configuration that reads a data key nobody produces (upstream's
@@ -173,6 +176,7 @@ _DEFAULT_FOR = {type_name: key for key, type_name in _DEFAULT_PRODUCERS.items()}
 # legacy-filter-tree, GIE v0.3's, which had no stability levels).
 _EXPERIMENTAL = frozenset(
     {
+        agent_identity.TYPE,
         session_affinity_scorer.TYPE,
         session_affinity_filter.TYPE,
         utilization_filter.TYPE,

@@ -1,8 +1,9 @@
 """program-aware-fairness: a flow-control fairness policy that serves the program that has had the least.
 
 The llm-d router's ``flowcontrol/fairness/program-aware`` with its only strategy, ``las`` (least
-attained service). A program is a fairness id (``x-llm-d-inference-fairness-id``, else
-``default-flow``): one flow of a band. Choosing the flow to dispatch from, each non-empty flow scores
+attained service). A program is a fairness id (``x-llm-d-inference-fairness-id``, else an
+``agent-identity`` session, else ``default-flow``: ``InferenceRequest.flow``): one flow of a band.
+Choosing the flow to dispatch from, each non-empty flow scores
 ``lasWeightService × (1 − norm(service)) + lasWeightHeadWait × norm(head wait)``, both min-max
 normalised over the band's flows (0.5 when all are equal); the highest wins (ties: the first in
 fairness-id order, where upstream's is random). A program's attained service is
@@ -30,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from epp.clock import Clock
-from epp.framework import headers
 from epp.framework.endpoint import EndpointState
 from epp.framework.flowcontrol import FlowView
 from epp.framework.params import Params
@@ -194,7 +194,7 @@ class ProgramAwareFairness(NamedPlugin):
 
 
 def _program_of(request: InferenceRequest) -> str:
-    return headers.read(request.headers, headers.FAIRNESS_ID) or headers.DEFAULT_FAIRNESS_ID
+    return request.flow()
 
 
 def _normalised(value: float, low: float, high: float) -> float:

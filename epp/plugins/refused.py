@@ -67,10 +67,6 @@ REFUSED: Mapping[str, str] = MappingProxyType(
             "peer-to-peer KV-cache pulls (x-kv-cache-source-host-port for the routing sidecar's P2P connector) "
             "are not built"
         ),
-        "agent-identity": (
-            "agent session headers as the flow-control fairness id are not built: name the fairness id with "
-            "x-llm-d-inference-fairness-id"
-        ),
         "disaggregatedset-rollout-screener": (
             "needs the DisaggregatedSet controller's revision labels and a request screener stage, neither of "
             "which this picker has"

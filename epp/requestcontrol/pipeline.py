@@ -68,6 +68,7 @@ from epp.framework.health import Health
 from epp.framework.parsing import Parser, request_path
 from epp.framework.plugin import PluginKind
 from epp.framework.request import ApiKind, InferenceRequest, RoutingDecision
+from epp.framework.request_header import AGENT_IDENTITY, RequestHeaderProcessor
 from epp.framework.response import CompletedResponse, ResponseComplete, ResponseTiming, Usage
 from epp.framework.scheduling import CycleState, PostResponse, UpstreamHeaderContributor
 from epp.framework.staleness import Staleness
@@ -116,6 +117,7 @@ class Pipeline:
     __slots__ = (
         "_admission",
         "_admitters",
+        "_header_processors",
         "_pool",
         "_post_response",
         "_pre_request",
@@ -139,6 +141,11 @@ class Pipeline:
         self._admission = admission
         self._producers = tuple(
             (p, plugin_observer(metrics, "PrepareData", p.typed_name)) for p in config.data_producers
+        )
+        self._header_processors = tuple(
+            (p, plugin_observer(metrics, "RequestHeaderProcessor", p.typed_name))
+            for p in playing(config.plugins.values(), PluginKind.REQUEST_HEADER)
+            if isinstance(p, RequestHeaderProcessor)
         )
         self._admitters = tuple(
             (p, plugin_observer(metrics, "Admission", p.typed_name))
@@ -196,6 +203,8 @@ class Pipeline:
         """
         request, recorder = ctx.request, ctx.recorder
         with span("gateway.request_orchestration", REQUEST_CONTROL_SCOPE, server=True) as orchestration:
+            if self._header_processors:
+                self._process_headers(request, recorder)
             self._resolve(request, recorder)
             if orchestration is not None:
                 orchestration.set_attribute("target_model", request.target_model)
@@ -263,6 +272,20 @@ class Pipeline:
             if objective is not None:
                 priority = objective.priority or 0
         request.priority = priority
+        explicit = headers.read(request.headers, headers.FAIRNESS_ID)
+        identity = request.attributes.get(AGENT_IDENTITY)
+        request.fairness_id = explicit or (identity if isinstance(identity, str) else "") or headers.DEFAULT_FAIRNESS_ID
+
+    def _process_headers(self, request: InferenceRequest, recorder: Recorder) -> None:
+        """The request-header processors, in order; a failing one is skipped (counted, logged)."""
+        for processor, observe in self._header_processors:
+            start = time.perf_counter()
+            try:
+                processor.request_header(request)
+            except Exception as exc:  # a plugin bug must not fail the request: it goes on without what it reads
+                detail = f"{type(exc).__name__}: {exc}"
+                recorder.cycle.plugin_failed("RequestHeaderProcessor", processor.typed_name, EXCEPTION, detail, exc)
+            recorder.timed(observe, time.perf_counter() - start)
 
     @staticmethod
     def _forward_body(ctx: RequestContext) -> bytes | None:

@@ -140,13 +140,13 @@ def test_a_name_clash_is_refused_naming_both_distributions(site: Path) -> None:
 def test_an_installed_distribution_may_provide_an_upstream_type_this_picker_refuses(site: Path) -> None:
     refused = PluginRegistry()
     register_in_tree(refused)
-    with pytest.raises(ConfigError, match="agent-identity is not supported by this picker"):
-        load("plugins: [{type: agent-identity}]\n", refused)
-    install(site, "agent-dist", "agent-identity")
+    with pytest.raises(ConfigError, match="models-data-source is not supported by this picker"):
+        load("plugins: [{type: models-data-source}]\n", refused)
+    install(site, "models-dist", "models-data-source")
     registry = registry_for(site)
-    assert registry.refusal("agent-identity") is None
-    config = load("plugins: [{type: agent-identity, parameters: {value: 0.25}}]\n", registry)
-    assert type(config.plugins["agent-identity"]).__module__ == "agent_identity"
+    assert registry.refusal("models-data-source") is None
+    config = load("plugins: [{type: models-data-source, parameters: {value: 0.25}}]\n", registry)
+    assert type(config.plugins["models-data-source"]).__module__ == "models_data_source"
 
 
 @pytest.mark.parametrize(

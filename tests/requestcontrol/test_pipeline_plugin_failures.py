@@ -1,5 +1,5 @@
 """Plugins around the scheduling cycle that fail: a saturation detector, a data producer, an admitter, a parser,
-a response plugin.
+a response plugin, a request-header processor.
 
 Each is contained as docs/plugins.md says: the detector's and the admitter's request is admitted (fail
 open), the producer's is scheduled without its data, the parser's gets 500 naming the parser, the
@@ -56,6 +56,14 @@ class BrokenAdmitter(NamedPlugin):
         raise KeyError("tenant")
 
 
+class BrokenHeaderProcessor(NamedPlugin):
+    plugin_type = "broken-header-processor"
+    kinds = frozenset({PluginKind.REQUEST_HEADER})
+
+    def request_header(self, request: InferenceRequest) -> None:
+        raise UnicodeError("session header")
+
+
 class BrokenResponse(NamedPlugin):
     plugin_type = "broken-response"
     kinds = frozenset({PluginKind.RESPONSE_STREAMING})
@@ -80,7 +88,7 @@ class BrokenParser(NamedPlugin):
 def harness(text: str) -> Harness:
     registry = PluginRegistry()
     register_in_tree(registry)
-    for plugin in (BrokenDetector, BrokenProducer, BrokenAdmitter, BrokenResponse, BrokenParser):
+    for plugin in (BrokenDetector, BrokenProducer, BrokenAdmitter, BrokenResponse, BrokenParser, BrokenHeaderProcessor):
 
         def factory(name: str, parameters: Mapping[str, Any], context: PluginContext, cls: Any = plugin) -> Any:
             return cls(name)
@@ -132,6 +140,14 @@ async def test_a_failing_admitter_admits_and_a_failing_response_plugin_is_ignore
     assert errors(h, "Admission", "broken-admitter") == 1
     assert h.pipeline.response_complete(h.ctx, Usage(prompt_tokens=3), 200) == {}
     assert errors(h, "ResponseStreaming", "broken-response") == 1
+
+
+async def test_a_failing_request_header_processor_is_skipped_and_counted() -> None:
+    h = harness("plugins: [{type: queue-scorer}, {type: broken-header-processor}]\n")
+    request = await h.route(x_llm_d_inference_fairness_id="tenant-a")
+    assert h.last is not None and h.last.targets
+    assert request.fairness_id == "tenant-a"  # the flow is still resolved
+    assert errors(h, "RequestHeaderProcessor", "broken-header-processor") == 1
 
 
 async def test_a_parser_that_raises_answers_500_naming_it() -> None:
