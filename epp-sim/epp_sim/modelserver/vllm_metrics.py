@@ -363,8 +363,10 @@ class VllmMetrics:
                 out.append(f"vllm:lora_requests_info{labels} {value_text(stamp)}\n")
         out.append(self._cache_config)
         self.http.render(out)
-        for counter in (self._remote_decodes, self._remote_prefills, self._pulled_tokens):
-            counter.render(out)
+        if self.remote_decodes or self.remote_prefills:
+            # vLLM without a KV connector has no such families: the page gains them with the first P/D exchange.
+            for counter in (self._remote_decodes, self._remote_prefills, self._pulled_tokens):
+                counter.render(out)
         for name, pinned in gauges.extra.items():
             gauge(out, name, "A gauge pinned by a test (POST /_sim/pin).", "", pinned)
         return "".join(out).encode()

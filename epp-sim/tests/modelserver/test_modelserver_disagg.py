@@ -45,11 +45,14 @@ async def test_a_remote_prefill_pulls_its_kv_instead_of_computing_it(
 
 async def test_a_remote_decode_prefills_and_says_so(clock: ManualClock, make_engine: Callable[..., Engine]) -> None:
     engine = await started(make_engine())
+    assert b"sim_pd_" not in engine.render_metrics()  # as a vLLM without a KV connector: no such families
     handle = engine.submit(GenerationRequest(prompt=PROMPT, max_tokens=1, remote_decode=True))
     await advance_until(clock, lambda: handle.done)
     assert handle.finish_reason == "remote_decode" and handle.completion_tokens == 1
     assert engine.stats()["remote_decodes"] == 1
-    assert 'vllm:request_success_total{engine="0",finished_reason="length"' in engine.render_metrics().decode()
+    page = engine.render_metrics().decode()
+    assert 'vllm:request_success_total{engine="0",finished_reason="length"' in page
+    assert 'sim_pd_remote_decode_requests_total{engine="0"' in page  # the families appear with the first exchange
 
 
 async def test_long_prefills_slow_the_decodes_beside_them(
