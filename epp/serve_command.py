@@ -12,7 +12,8 @@ import signal
 import sys
 from typing import Any
 
-from epp.config.flags import add_serve_flags, logging_options_from_args, no_effect_flags, options_from_args
+from epp.config.flags import add_serve_flags, no_effect_flags, options_from_args
+from epp.config.go_flags import logging_options_from_args
 from epp.config.options import LoggingOptions, OptionsError, ServeOptions
 from epp.config.tls_policy import apply_cipher_suites
 

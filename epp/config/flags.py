@@ -12,24 +12,22 @@ effect instead of rejecting a chart's argument list. Our own additions (``--bind
 upstreams where they differ: ``--ha-lease-name-style`` (GIE's Lease name by default) and
 ``--metrics-naming`` (both names by default, as the llm-d router emits them).
 
-Booleans follow Go's ``strconv.ParseBool`` (``--tracing=false``, ``--tracing false``, bare
-``--tracing``); a value the GIE chart writes in quotes (``--total-queued-requests-metric="x"``)
-has its quotes removed, as the shell would have done.
+Flag values are read the Go way (``config/go_flags.py``, which also holds the logging flags
+``epp sidecar`` shares).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from epp import quantities
+from epp.config.go_flags import add_logging_flags, flag, logging_options_from_args, switch, unquote
 from epp.config.options import (
     LEASE_NAME_STYLES,
     METRICS_NAMINGS,
     MIN_REFRESH_METRICS_INTERVAL,
     V1_GROUP,
-    LoggingOptions,
     MetricsEndpointOptions,
     ModelServerMetricsOptions,
     OptionsError,
@@ -42,31 +40,11 @@ from epp.framework.replication import SyncSettings
 from epp.statesync.address import redis_url
 
 __all__ = [
-    "add_logging_flags",
     "add_serve_flags",
-    "go_bool",
-    "logging_options_from_args",
     "no_effect_flags",
     "options_from_args",
     "parse_quantity",
 ]
-
-
-def go_bool(text: str) -> bool:
-    """Go's strconv.ParseBool, so ``--secure-serving=false`` works as upstream."""
-    value = _unquote(text).strip().lower()
-    if value in ("1", "t", "true", "yes", "on"):
-        return True
-    if value in ("0", "f", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
-
-
-def _unquote(text: str) -> str:
-    """``"x"`` → ``x``: the GIE chart writes some values with the quotes inside the argument."""
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-        return text[1:-1]
-    return text
 
 
 def parse_quantity(text: str, *, flag: str) -> int:
@@ -75,14 +53,6 @@ def parse_quantity(text: str, *, flag: str) -> int:
         return quantities.parse_quantity(text)
     except ValueError:
         raise OptionsError(f"--{flag}: invalid size {text!r} (use e.g. 4Mi, 10MiB, 25MB)") from None
-
-
-def _flag(group: Any, name: str, **kw: Any) -> None:
-    group.add_argument(name, **kw)
-
-
-def _switch(group: Any, name: str, default: bool, help_text: str) -> None:
-    group.add_argument(name, type=go_bool, nargs="?", const=True, default=default, help=help_text)
 
 
 def add_serve_flags(p: argparse.ArgumentParser) -> None:
@@ -95,60 +65,60 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         help="InferencePool to serve; repeat to serve several pools from one picker "
         "(requests name theirs with the x-gateway-inference-pool header)",
     )
-    _flag(pool, "--pool-namespace", default="", help="namespace of the pool (default: $NAMESPACE, else default)")
-    _flag(
+    flag(pool, "--pool-namespace", default="", help="namespace of the pool (default: $NAMESPACE, else default)")
+    flag(
         pool,
         "--pool-group",
         default=V1_GROUP,
         help="API group of the pool; inference.networking.x-k8s.io selects the v1alpha2 InferencePool",
     )
-    _flag(pool, "--endpoint-selector", default="", help="standalone mode: pod label selector (no InferencePool)")
-    _flag(pool, "--endpoint-target-ports", default="", help="standalone mode: comma-separated target ports (1-8)")
-    _switch(pool, "--disable-endpoint-subset-filter", False, "ignore the gateway's destination-endpoint subset hint")
+    flag(pool, "--endpoint-selector", default="", help="standalone mode: pod label selector (no InferencePool)")
+    flag(pool, "--endpoint-target-ports", default="", help="standalone mode: comma-separated target ports (1-8)")
+    switch(pool, "--disable-endpoint-subset-filter", False, "ignore the gateway's destination-endpoint subset hint")
 
     serving = p.add_argument_group("ext_proc serving")
-    _flag(serving, "--bind-address", default="0.0.0.0", help="address every server listens on")
-    _flag(serving, "--grpc-port", type=int, default=9002, help="ext_proc gRPC port")
-    _flag(serving, "--grpc-health-port", type=int, default=9003, help="gRPC health port (liveness, readiness)")
-    _switch(serving, "--health-checking", False, "also serve gRPC health on the ext_proc port (gateway health checks)")
-    _flag(
+    flag(serving, "--bind-address", default="0.0.0.0", help="address every server listens on")
+    flag(serving, "--grpc-port", type=int, default=9002, help="ext_proc gRPC port")
+    flag(serving, "--grpc-health-port", type=int, default=9003, help="gRPC health port (liveness, readiness)")
+    switch(serving, "--health-checking", False, "also serve gRPC health on the ext_proc port (gateway health checks)")
+    flag(
         serving,
         "--grpc-max-recv-msg-size",
         default="",
         help="largest message the ext_proc port accepts, e.g. 10MiB (unset: 32MiB; 0: gRPC's 4MiB)",
     )
-    _flag(
+    flag(
         serving,
         "--grpc-max-send-msg-size",
         default="",
         help="largest message the ext_proc port sends, e.g. 10MiB (unset: 32MiB; 0: gRPC's no limit)",
     )
-    _flag(
+    flag(
         serving,
         "--max-request-body-bytes",
         type=int,
         default=16 * 1024 * 1024,
         help="larger request bodies get 413",
     )
-    _flag(
+    flag(
         serving,
         "--drain-timeout",
         default="30s",
         help="on SIGTERM: NOT_SERVING at once, ext_proc keeps serving this long, then open streams get up to 90s",
     )
-    _switch(
+    switch(
         serving,
         "--emit-endpoint-scores",
         False,
         "each scored endpoint's weighted score in the envoy.lb metadata (x-gateway-destination-endpoint-scores)",
     )
-    _switch(
+    switch(
         serving,
         "--enable-grpc-stream-metrics",
         False,
         "llm_d_epp_extproc_* series: ext_proc streams open, their duration, how they ended (gRPC code)",
     )
-    _switch(
+    switch(
         serving,
         "--enable-conformance-test-hooks",
         False,
@@ -157,16 +127,16 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     )
 
     tls = p.add_argument_group("TLS")
-    _switch(tls, "--secure-serving", True, "TLS on the ext_proc port")
-    _flag(tls, "--cert-path", default="", help="directory with tls.crt and tls.key (else a self-signed certificate)")
-    _switch(tls, "--enable-cert-reload", False, "reload --cert-path when its files change")
-    _flag(tls, "--tls-min-version", default="", help="minimum TLS version: VersionTLS12 (others are refused)")
-    _flag(tls, "--tls-cipher-suites", default="", help="comma-separated TLS 1.2 cipher suites (Go names)")
+    switch(tls, "--secure-serving", True, "TLS on the ext_proc port")
+    flag(tls, "--cert-path", default="", help="directory with tls.crt and tls.key (else a self-signed certificate)")
+    switch(tls, "--enable-cert-reload", False, "reload --cert-path when its files change")
+    flag(tls, "--tls-min-version", default="", help="minimum TLS version: VersionTLS12 (others are refused)")
+    flag(tls, "--tls-cipher-suites", default="", help="comma-separated TLS 1.2 cipher suites (Go names)")
 
     config = p.add_argument_group("configuration")
-    _flag(config, "--config-file", default="", help="EndpointPickerConfig file (watched and reloaded)")
-    _flag(config, "--config-text", default="", help="EndpointPickerConfig as text")
-    _switch(
+    flag(config, "--config-file", default="", help="EndpointPickerConfig file (watched and reloaded)")
+    flag(config, "--config-text", default="", help="EndpointPickerConfig as text")
+    switch(
         config,
         "--allow-experimental-plugins",
         False,
@@ -178,8 +148,8 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         help="print every plugin type (in-tree, and those of installed distributions: the epp.plugins entry "
         "points, each imported to say whether it loads) with where it comes from, then exit",
     )
-    _switch(config, "--ha-enable-leader-election", False, "several replicas: only the Lease holder reports ready")
-    _flag(
+    switch(config, "--ha-enable-leader-election", False, "several replicas: only the Lease holder reports ready")
+    flag(
         config,
         "--ha-lease-name-style",
         choices=LEASE_NAME_STYLES,
@@ -188,34 +158,34 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         "(the GIE picker's, and ours so far: one lease across our rolling updates); llm-d, "
         "epp-<ns>-<pool>.llm-d.ai (the llm-d router's: pick it to share one lease with llm-d pickers)",
     )
-    _flag(
+    flag(
         config,
         "--state-sync-address",
         default="",
         help="Valkey/Redis server the pool's replicas share state through (redis://, rediss://, valkey://, "
         "valkeys://, unix:// or host:port): approximate-prefix insertions and in-flight counts (docs/deploy.md)",
     )
-    _flag(
+    flag(
         config,
         "--state-sync-interval",
         default="200ms",
         help="how often each replica sends its in-flight counts when they changed (and every 5th when not)",
     )
-    _flag(config, "--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+    flag(config, "--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 
     scraping = p.add_argument_group("model-server metrics")
-    _flag(scraping, "--refresh-metrics-interval", default="50ms", help="model-server /metrics scrape interval")
-    _switch(
+    flag(scraping, "--refresh-metrics-interval", default="50ms", help="model-server /metrics scrape interval")
+    switch(
         scraping,
         "--metrics-scrape-process",
         False,
         "scrape from a child process that sends the picker batched snapshots, so hundreds of model servers "
         "cost the serving loop nothing (docs/benchmarks.md, epp bench scale)",
     )
-    _flag(
+    flag(
         scraping, "--refresh-prometheus-metrics-interval", default="5s", help="interval of the inference_pool_* gauges"
     )
-    _flag(
+    flag(
         scraping,
         "--metrics-staleness-threshold",
         default="2s",
@@ -223,21 +193,21 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         "and routed to only when no healthy endpoint is fresh; admission uses the utilization-detector's own "
         "metricsStalenessThreshold (200ms)",
     )
-    _flag(
+    flag(
         scraping,
         "--model-server-metrics-scheme",
         default="http",
         help="http or https, kept alive per endpoint (GIE)",
     )
-    _flag(scraping, "--model-server-metrics-path", default="/metrics", help="path of the model servers' metrics (GIE)")
-    _flag(
+    flag(scraping, "--model-server-metrics-path", default="/metrics", help="path of the model servers' metrics (GIE)")
+    flag(
         scraping,
         "--model-server-metrics-port",
         type=int,
         default=0,
         help="port of the metrics; 0: the target port; used for single-port pools only (GIE)",
     )
-    _switch(
+    switch(
         scraping,
         "--model-server-metrics-https-insecure-skip-verify",
         True,
@@ -251,7 +221,7 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         ("lora-info-metric", "LoRA adapters (vLLM's labels)"),
         ("cache-info-metric", "the KV block size and count (labels)"),
     ):
-        _flag(
+        flag(
             scraping,
             f"--{name}",
             default=None,
@@ -262,8 +232,8 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         )
 
     diag = p.add_argument_group("diagnostics")
-    _flag(diag, "--metrics-port", type=int, default=9090, help="Prometheus /metrics port")
-    _flag(
+    flag(diag, "--metrics-port", type=int, default=9090, help="Prometheus /metrics port")
+    flag(
         diag,
         "--metrics-naming",
         choices=METRICS_NAMINGS,
@@ -273,60 +243,33 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         "emits them; both is the default because GIE's dashboard reads the inference_* names and the llm-d "
         "dashboards read llm_d_epp_*",
     )
-    _switch(diag, "--metrics-endpoint-auth", True, "/metrics needs a bearer token allowed by TokenReview and RBAC")
-    _flag(diag, "--metrics-cert-dir", default="", help="directory with tls.crt and tls.key: HTTPS on /metrics")
-    _flag(diag, "--metrics-client-ca-file", default="", help="PEM CA: /metrics requires verified client certificates")
-    _switch(diag, "--enable-pprof", True, "Go pprof handlers (no effect here: /debug/pprof answers 404)")
-    _switch(
+    switch(diag, "--metrics-endpoint-auth", True, "/metrics needs a bearer token allowed by TokenReview and RBAC")
+    flag(diag, "--metrics-cert-dir", default="", help="directory with tls.crt and tls.key: HTTPS on /metrics")
+    flag(diag, "--metrics-client-ca-file", default="", help="PEM CA: /metrics requires verified client certificates")
+    switch(diag, "--enable-pprof", True, "Go pprof handlers (no effect here: /debug/pprof answers 404)")
+    switch(
         diag,
         "--epp-api",
         True,
         "the epp.v1 gRPC API (Endpoints, Explain, Config) with /metrics' authentication: on the health port, "
         "or with --metrics-cert-dir on --epp-api-port behind the same TLS (the health port stays plaintext)",
     )
-    _flag(
+    flag(
         diag,
         "--epp-api-port",
         type=int,
         default=9004,
         help="the epp.v1 API's own gRPC port, used with --metrics-cert-dir (its certificate and client CA)",
     )
-    _switch(diag, "--tracing", True, "OpenTelemetry traces (exported when an OTLP endpoint is configured)")
+    switch(diag, "--tracing", True, "OpenTelemetry traces (exported when an OTLP endpoint is configured)")
     add_logging_flags(diag)
-
-
-def add_logging_flags(diag: Any) -> None:
-    """``-v`` and the ``--zap-*`` flags (``epp serve``'s, shared by ``epp sidecar``)."""
-    diag.add_argument(
-        "-v",
-        "--v",
-        dest="verbosity",
-        type=int,
-        default=2,
-        help="log verbosity: 0-1 warnings, 2 info, 3 verbose, 4 debug, 5 trace",
-    )
-    _flag(diag, "--zap-log-level", default="", help="debug, info, error, panic, or an integer n (-v n); overrides -v")
-    _flag(diag, "--zap-encoder", default="console", help="json (one JSON object per line) or console (key=value lines)")
-    _switch(diag, "--zap-devel", True, "zap's development mode (no effect: --zap-encoder decides; noted at start)")
-    _flag(
-        diag,
-        "--zap-stacktrace-level",
-        default="",
-        help="info, error or panic (no effect: every logged exception carries its traceback; noted at start)",
-    )
-    _flag(
-        diag,
-        "--zap-time-encoding",
-        default="",
-        help="epoch, millis, nano, iso8601, rfc3339, rfc3339nano (no effect: ts is RFC 3339 UTC; noted at start)",
-    )
 
 
 def _metric(flag: str, value: str | None) -> str | None:
     """A metric-name flag's spec, unquoted; one that does not parse is an error naming the flag."""
     if value is None:
         return None
-    spec = _unquote(value)
+    spec = unquote(value)
     if spec:
         # Here, not at the top: the data layer (aiohttp and all) is not needed to parse flags, and
         # options.py must not import it (import-linter: scheduling and kube import the options).
@@ -337,18 +280,6 @@ def _metric(flag: str, value: str | None) -> str | None:
         except SelectorError as e:
             raise OptionsError(f"--{flag}: {e}") from e
     return spec
-
-
-def logging_options_from_args(args: argparse.Namespace) -> LoggingOptions:
-    """``-v`` and the ``--zap-*`` flags alone (so a bad flag elsewhere is still logged as asked)."""
-    return LoggingOptions(
-        verbosity=args.verbosity,
-        zap_log_level=_unquote(args.zap_log_level),
-        zap_encoder=_unquote(args.zap_encoder),  # type: ignore[arg-type]  # checked by LoggingOptions
-        zap_devel=args.zap_devel,
-        zap_stacktrace_level=_unquote(args.zap_stacktrace_level),
-        zap_time_encoding=_unquote(args.zap_time_encoding),
-    )
 
 
 def options_from_args(args: argparse.Namespace) -> ServeOptions:
@@ -403,8 +334,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
             secure_serving=args.secure_serving,
             cert_path=args.cert_path,
             cert_reload=args.enable_cert_reload,
-            min_version=_unquote(args.tls_min_version),
-            cipher_suites=tuple(s.strip() for s in _unquote(args.tls_cipher_suites).split(",") if s.strip()),
+            min_version=unquote(args.tls_min_version),
+            cipher_suites=tuple(s.strip() for s in unquote(args.tls_cipher_suites).split(",") if s.strip()),
         ),
         metrics_endpoint=MetricsEndpointOptions(
             port=args.metrics_port,
@@ -414,8 +345,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
             pprof=args.enable_pprof,
         ),
         model_server_metrics=ModelServerMetricsOptions(
-            scheme=_unquote(args.model_server_metrics_scheme),  # type: ignore[arg-type]  # checked there
-            path=_unquote(args.model_server_metrics_path),
+            scheme=unquote(args.model_server_metrics_scheme),  # type: ignore[arg-type]  # checked there
+            path=unquote(args.model_server_metrics_path),
             port=args.model_server_metrics_port or None,
             https_insecure_skip_verify=args.model_server_metrics_https_insecure_skip_verify,
             queued_requests_metric=_metric("total-queued-requests-metric", args.total_queued_requests_metric),

@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from epp.config.flags import add_logging_flags, go_bool, logging_options_from_args
+from epp.config.go_flags import add_logging_flags, go_bool, logging_options_from_args
 from epp.config.options import LoggingOptions
 from epp.durations import parse_duration
 
