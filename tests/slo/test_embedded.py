@@ -3,7 +3,6 @@ its models and samples in its state file across a restart."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from epp.slo.embedded import EmbeddedPredictor, EmbeddedSettings
 from epp.slo.features import Features, Sample, matrix
+from epp_sim.waits import wait_until
 
 
 def _features(rng: random.Random) -> Features:
@@ -85,10 +85,11 @@ async def test_state_survives_a_restart(tmp_path: Path) -> None:
     second = EmbeddedPredictor(EmbeddedSettings(retrain_interval=3600, state_file=str(state)), seed=3)
     try:
         assert await second.predict(_rows(rows)) is None  # loading starts with the first use, off the loop
-        for _ in range(200):
-            if await second.predict(_rows(rows)) is not None:
-                break
-            await asyncio.sleep(0.01)
+
+        async def loaded() -> bool:
+            return await second.predict(_rows(rows)) is not None
+
+        await wait_until(loaded, timeout=30, message="the state file loaded")
         assert await second.predict(_rows(rows)) == before
         assert second.stats.samples == first.stats.samples
     finally:
@@ -101,10 +102,11 @@ async def test_a_bad_state_file_starts_cold(tmp_path: Path, caplog: pytest.LogCa
     predictor = EmbeddedPredictor(EmbeddedSettings(retrain_interval=3600, state_file=str(state)))
     try:
         assert await predictor.predict(_rows([_features(random.Random(1))])) is None
-        for _ in range(200):
-            if any("not loaded" in r.getMessage() for r in caplog.records):
-                break
-            await asyncio.sleep(0.01)
+        await wait_until(
+            lambda: any("not loaded" in r.getMessage() for r in caplog.records),
+            timeout=30,
+            message="the refusal logged",
+        )
         assert any("starting cold" in r.getMessage() for r in caplog.records)
         assert not predictor.stats.model_ready
     finally:
