@@ -15,13 +15,15 @@ so the ids must be the engine's own. Two backends give them:
   GIL (``epp.tokenize.local``), so long prompts tokenize on several cores at once.
 
 The render calls go through the picker's one shared HTTP client (``PluginContext.http``; the
-``vllm`` backend refuses to load without one). Results are cached (``epp.tokenize.cache``: LRU
-by a digest of the prompt, bounded by ``cacheMaxTokens`` ids in total, 16 Mi = 64 MiB by
-default; 0 turns it off), every call is bounded by the timeout, and a failure leaves the request
-without tokens (it is never rejected for it). Without ``vllm``, ``local`` or ``modelName`` the
-plugin is llm-d's ``estimate`` backend (``token_estimate.py``): pseudo-tokens from the prompt's
-bytes, enough for the approximate prefix index, never matching an engine's blocks. The
-deprecated ``udsTokenizerConfig`` is refused. Every backend produces ``TokenizedPrompt/<its
+``vllm`` backend refuses to load without one). Results are cached, bounded by ``cacheMaxTokens``
+ids in total (16 Mi = 64 MiB by default; 0 turns it off): ``vllm``'s by a digest of the prompt
+(``epp.tokenize.cache``), ``local``'s by chunks of the text, so a prompt that repeats an earlier
+one's beginning encodes only its new end (``epp.tokenize.prefix``, exact, for tokenizers that
+prove prefix-stable at load; others cache whole prompts). Every call is bounded by the timeout,
+and a failure leaves the request without tokens (it is never rejected for it). Without ``vllm``,
+``local`` or ``modelName`` the plugin is llm-d's ``estimate`` backend (``token_estimate.py``):
+pseudo-tokens from the prompt's bytes, enough for the approximate prefix index, never matching an
+engine's blocks. The deprecated ``udsTokenizerConfig`` is refused. Every backend produces ``TokenizedPrompt/<its
 name>`` (``framework.data_keys``).
 """
 
@@ -85,7 +87,7 @@ class TokenProducer(NamedPlugin):
         self.mm_timeout = mm_timeout
         self._local = local
         self._http = http
-        self.cache = TokenCache(cache_max_tokens)
+        self.cache: TokenCache[array[int]] = TokenCache(0 if local is not None else cache_max_tokens)
         self.failures = 0
 
     def produces(self) -> Mapping[DataKey, type]:
@@ -102,11 +104,13 @@ class TokenProducer(NamedPlugin):
         if not chat and isinstance(payload, list) and all(isinstance(t, int) for t in payload):
             request.token_ids = payload  # already token ids
             return
-        key = cache_key(b"c" if chat else b"p", orjson.dumps(payload))
-        cached = self.cache.get(key)
-        if cached is not None:
-            request.token_ids = cached
-            return
+        key = None
+        if self._local is None:  # the local tokenizer has its own prefix cache
+            key = cache_key(b"c" if chat else b"p", orjson.dumps(payload))
+            cached = self.cache.get(key)
+            if cached is not None:
+                request.token_ids = cached
+                return
         multimodal = chat and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in payload)
         budget = self.mm_timeout if multimodal else self.timeout
         try:
@@ -119,7 +123,8 @@ class TokenProducer(NamedPlugin):
                 extra={"plugin": str(self.typed_name), "error": f"{type(e).__name__}: {e}"},
             )
             return
-        self.cache.put(key, ids)
+        if key is not None:
+            self.cache.put(key, ids)
         request.token_ids = ids
 
     async def _tokenize(self, chat: bool, payload: Any, body: Mapping[str, Any], budget: float) -> array[int]:
@@ -197,7 +202,9 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Toke
         local.done()
         if not path:
             raise PluginConfigError(f"{TYPE}.parameters.local.tokenizerPath: required")
-        tokenizer = LocalTokenizer(path, workers=workers, where=f"{TYPE}.parameters.local.tokenizerPath")
+        tokenizer = LocalTokenizer(
+            path, workers=workers, cache_max_tokens=cache_tokens, where=f"{TYPE}.parameters.local.tokenizerPath"
+        )
         return TokenProducer(name, model_name=model_name, local=tokenizer, cache_max_tokens=cache_tokens)
     url, timeout, mm_timeout = _DEFAULT_URL, 5.0, 30.0
     if vllm is not None:

@@ -2,22 +2,27 @@
 
 Hugging Face ``tokenizers`` releases the GIL in its batch entry points only: ``Tokenizer.encode``
 holds it for the whole call (measured: a 400 KiB prompt stalled every other thread of the process,
-the serving event loop included, for 0.4 s), while ``encode_batch_fast`` lets the event loop and
-other encodes run beside it, and skips the character offsets nobody here reads (1.5-1.8x less
-CPU). So every encode goes through ``encode_batch_fast`` on a thread of this tokenizer's own pool
-(``workers`` threads): N requests tokenize on N cores at once while the loop keeps serving.
+the serving event loop included, for 0.4 s), while ``encode_batch_fast`` and ``encode_batch`` let
+the event loop and other encodes run beside it (1.5-1.8x less CPU than ``encode``; the offsets
+``encode_batch`` adds, which the prefix cache splits by, cost ~5% more than ``encode_batch_fast``).
+So every encode is a batch call on a thread of this tokenizer's own pool (``workers`` threads):
+N requests tokenize on N cores at once while the loop keeps serving.
 Worker processes were measured too and lost: the prompt and its ids cross a pipe, which costs
 the serving process about as much per request as the routing itself (docs/benchmarks.md).
 
 Chat requests are rendered with ``tokenizer_config.json``'s ``chat_template`` (jinja, sandboxed) on
 the same thread, then encoded without special tokens (the template writes them). Ids come back as
-``array('I')``: 4 bytes a token, hashed in place by the precise index.
+``array('I')``: 4 bytes a token, hashed in place by the precise index. Every text, prompt or
+rendered chat, goes through this tokenizer's prefix cache (``epp.tokenize.prefix``, bounded by
+``cache_max_tokens``): a prompt that repeats an earlier one's beginning encodes only its new end,
+if the tokenizer passed ``epp.tokenize.stability``'s proof at load; else whole texts are cached.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from array import array
 from collections.abc import Mapping, Sequence
@@ -25,8 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from epp.framework.plugin import PluginConfigError
+from epp.tokenize.prefix import PrefixTokenCache
+from epp.tokenize.stability import prove_prefix_stable
 
 __all__ = ["LocalTokenizer", "TokenizationError", "default_workers"]
+
+log = logging.getLogger(__name__)
 
 
 class TokenizationError(Exception):
@@ -50,7 +59,7 @@ class LocalTokenizer:
     hold the GIL through the read, and with it the event loop).
     """
 
-    def __init__(self, path: str, *, workers: int = 1, where: str = "tokenizerPath") -> None:
+    def __init__(self, path: str, *, workers: int = 1, cache_max_tokens: int = 0, where: str = "tokenizerPath") -> None:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
         from tokenizers import Tokenizer
 
@@ -76,6 +85,15 @@ class LocalTokenizer:
             self._special = {k: v for k, v in config.items() if k in ("bos_token", "eos_token") and isinstance(v, str)}
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None
+        proof = prove_prefix_stable(self._tokenizer)
+        if isinstance(proof, str):
+            log.warning(
+                "tokenizer not prefix-stable: its token cache keeps whole prompts only",
+                extra={"tokenizer": file, "reason": proof},
+            )
+            self.cache = PrefixTokenCache(self._tokenizer, max_tokens=cache_max_tokens, unstable=proof)
+        else:
+            self.cache = PrefixTokenCache(self._tokenizer, max_tokens=cache_max_tokens, specials=proof)
 
     def _executor(self) -> ThreadPoolExecutor:
         pool = self._pool
@@ -85,16 +103,14 @@ class LocalTokenizer:
 
     def encode_prompt(self, prompt: str) -> array[int]:
         """The ids of a completion prompt (special tokens added as the tokenizer's post-processor says)."""
-        (encoding,) = self._tokenizer.encode_batch_fast([prompt])
-        return array("I", encoding.ids)
+        return self.cache.encode(prompt, add_special=True)
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]]) -> array[int]:
         """The ids of chat ``messages`` rendered with the chat template (which writes the special tokens)."""
         if self._template is None:
             raise TokenizationError("no chat_template in tokenizer_config.json")
         text = self._template.render(messages=messages, add_generation_prompt=True, **self._special)
-        (encoding,) = self._tokenizer.encode_batch_fast([text], add_special_tokens=False)
-        return array("I", encoding.ids)
+        return self.cache.encode(text, add_special=False)
 
     async def prompt_ids(self, prompt: str) -> array[int]:
         """:meth:`encode_prompt` on a worker thread; cancelling the await drops a call not yet started."""

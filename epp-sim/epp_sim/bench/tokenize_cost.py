@@ -16,6 +16,18 @@ each mode once per round, interleaved:
 For each: CPU ms per prompt (this process, its threads included; with processes, the workers'
 too, from ``/proc``), the serving process's share, and prompts per wall second. Run as
 ``python -m epp_sim.bench.tokenize_cost``; prints a table and one JSON object.
+
+``--prefix`` measures the token cache instead, on a conversation of each ``--prompt-kib``: every
+prompt is the previous one and about 1 KiB more (as an agentic conversation; ``epp bench
+scale``'s unique prompts share all but their last few bytes), one request at a time on one
+worker thread, CPU from the process clock:
+
+- ``whole``: the whole-prompt cache (what a tokenizer that is not prefix-stable gets): every
+  such prompt is encoded whole;
+- ``prefix-4k`` / ``prefix-8k`` / ``prefix-16k``: the prefix cache with chunks of that many
+  characters (the default is the measured choice);
+- ``prefix-cold``: the default prefix cache emptied before each prompt, so every prompt is encoded
+  whole through it: what its chunking, hashing and storing add to a prompt nothing serves.
 """
 
 from __future__ import annotations
@@ -34,12 +46,15 @@ from pathlib import Path
 from typing import Any
 
 from epp.tokenize.local import LocalTokenizer
+from epp.tokenize.prefix import DEFAULT_CHUNK_CHARS
 from epp_sim.bench.procstat import cpu_seconds
 from epp_sim.tiny_tokenizer import sentence, write_tiny_tokenizer
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "measure", "measure_prefix"]
 
 MODES = ("encode", "threads-1", "threads-2", "process-2")
+PREFIX_MODES = {"whole": 0, "prefix-4k": 4096, "prefix-8k": 8192, "prefix-16k": 16384, "prefix-cold": -1}
+"""Mode → chunk characters (0: whole prompts only; -1: the default chunks, emptied before each prompt)."""
 
 _worker: Any = None
 
@@ -136,13 +151,74 @@ async def measure(*, prompt_kib: int, prompts: int, rounds: int, tokenizer: Path
     }
 
 
+async def measure_prefix(
+    *, prompt_kibs: Sequence[int], prompts: int, rounds: int, tokenizer: Path | None
+) -> dict[str, Any]:
+    """Per size, interleaved rounds of every prefix mode on the same prompts; median CPU ms per prompt."""
+    with tempfile.TemporaryDirectory(prefix="epp-tokenize-cost-") as tmp:
+        file = tokenizer or write_tiny_tokenizer(Path(tmp), vocab_size=1000) / "tokenizer.json"
+        caches = {mode: LocalTokenizer(str(file), workers=1, cache_max_tokens=16 * 2**20) for mode in PREFIX_MODES}
+        for mode, chunk_chars in PREFIX_MODES.items():
+            caches[mode].cache.chunk_chars = chunk_chars if chunk_chars >= 0 else DEFAULT_CHUNK_CHARS
+        sizes: dict[str, Any] = {}
+        try:
+            for kib in prompt_kibs:
+                rng = random.Random(kib)
+                turn = _prompts(1, kib, rng)[0]
+                for local in caches.values():
+                    await local.prompt_ids(turn)  # each cache has seen the conversation so far
+                samples: dict[str, list[float]] = {m: [] for m in PREFIX_MODES}
+                for _ in range(rounds):
+                    batch = []
+                    for _ in range(prompts):  # each turn is the previous one and ~1 KiB more
+                        turn += f" turn {rng.random()} " + sentence(rng, 160)
+                        batch.append(turn)
+                    for mode, local in caches.items():
+                        samples[mode].append(await _prefix_round(local, batch, cold=PREFIX_MODES[mode] < 0))
+                tokens = len(await caches["whole"].prompt_ids(turn))
+                sizes[str(kib)] = {
+                    "tokens_per_prompt": tokens,
+                    "cpu_ms": {m: sorted(v)[len(v) // 2] for m, v in samples.items()},
+                }
+        finally:
+            for local in caches.values():
+                local.close()
+    return {"prompts_per_round": prompts, "rounds": rounds, "load_average": os.getloadavg(), "sizes": sizes}
+
+
+async def _prefix_round(local: LocalTokenizer, batch: Sequence[str], *, cold: bool) -> float:
+    cpu = 0.0
+    for prompt in batch:
+        if cold:
+            local.cache.clear()
+        before = time.process_time()
+        await local.prompt_ids(prompt)
+        cpu += time.process_time() - before
+    return cpu / len(batch) * 1000
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m epp_sim.bench.tokenize_cost", description=__doc__)
-    parser.add_argument("--prompt-kib", type=int, default=400)
+    parser.add_argument(
+        "--prompt-kib", type=int, nargs="+", default=[400], help="sizes (--prefix: each; else the first)"
+    )
     parser.add_argument("--prompts", type=int, default=4, help="prompts encoded at once per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokenizer", type=Path, default=None, help="a tokenizer.json (default: the bench's tiny one)")
+    parser.add_argument(
+        "--prefix", action="store_true", help="the token cache's modes on prompts sharing all but 1 KiB"
+    )
     args = parser.parse_args(argv)
+    if args.prefix:
+        _print_prefix(
+            asyncio.run(
+                measure_prefix(
+                    prompt_kibs=args.prompt_kib, prompts=args.prompts, rounds=args.rounds, tokenizer=args.tokenizer
+                )
+            )
+        )
+        return
+    args.prompt_kib = args.prompt_kib[0]
     result = asyncio.run(
         measure(prompt_kib=args.prompt_kib, prompts=args.prompts, rounds=args.rounds, tokenizer=args.tokenizer)
     )
@@ -150,6 +226,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{'mode':<10} {'CPU ms/prompt':>14} {'serving ms':>11} {'prompts/s':>10}")
     for mode, m in result["modes"].items():
         print(f"{mode:<10} {m['cpu_ms']:>14.1f} {m['parent_ms']:>11.1f} {m['per_s']:>10.2f}")
+    print(json.dumps(result))
+
+
+def _print_prefix(result: dict[str, Any]) -> None:
+    print(f"a conversation: each prompt is the previous one and ~1 KiB more; load average {result['load_average']}")
+    print(f"{'KiB':>5} {'tokens':>7} " + " ".join(f"{m:>11}" for m in PREFIX_MODES) + "  (CPU ms per prompt)")
+    for kib, size in result["sizes"].items():
+        cells = " ".join(f"{size['cpu_ms'][m]:>11.2f}" for m in PREFIX_MODES)
+        print(f"{kib:>5} {size['tokens_per_prompt']:>7} {cells}")
     print(json.dumps(result))
 
 
