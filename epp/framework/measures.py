@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from epp.framework.plugin import TypedName
 
-__all__ = ["KvEventCounts", "Measured", "Measurements"]
+__all__ = ["KvEventCounts", "Measured", "Measurements", "TokenCacheCounts"]
 
 
 @dataclass(slots=True)
@@ -45,6 +45,24 @@ class KvEventCounts:
         self.reconnections += other.reconnections
 
 
+@dataclass(slots=True)
+class TokenCacheCounts:
+    """What a token-id cache has counted since it was made, and what it holds now."""
+
+    hits: int = 0
+    """Prompts served wholly from the cache."""
+    misses: int = 0
+    """Prompts that needed tokenizing (all of them, or what followed a cached prefix)."""
+    evictions: int = 0
+    prefix_tokens: int = 0
+    """Ids served from cached prefixes to prompts that were then tokenized past them."""
+    seam_failures: int = 0
+    tokens: int = 0
+    """Ids held now."""
+    prefix_reuse: bool = False
+    """Whether prompts sharing a beginning reuse its ids (off: whole prompts only)."""
+
+
 class Measurements(Protocol):
     """Where a plugin reports, once per scrape; a value reported twice under the same labels is summed."""
 
@@ -67,6 +85,10 @@ class Measurements(Protocol):
 
     def kv_index(self, blocks: Mapping[str, int], stores_skipped: int) -> None:
         """A precise index: engine blocks held per endpoint key, and the BlockStored events it could not index."""
+        ...
+
+    def token_cache(self, plugin: TypedName, counts: TokenCacheCounts) -> None:
+        """A token producer's cache of token ids."""
         ...
 
 

@@ -41,6 +41,7 @@ from epp.framework.data import DataKey
 from epp.framework.data_keys import TOKENIZED_PROMPT, TokenizedPrompt
 from epp.framework.endpoint import EndpointState
 from epp.framework.http import HttpClient, HttpError
+from epp.framework.measures import Measurements, TokenCacheCounts
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import ApiKind, InferenceRequest
@@ -168,6 +169,25 @@ class TokenProducer(NamedPlugin):
             return array("I", ids)
         except OverflowError as e:  # a negative id, or one past 32 bits: no engine's
             raise TokenizationError(f"{path} returned a token id out of range") from e
+
+    def measure(self, into: Measurements) -> None:
+        """The token cache's counts (the local tokenizer's prefix cache, or the whole-prompt cache)."""
+        local = self._local
+        if local is None:
+            cache = self.cache
+            counts = TokenCacheCounts(cache.hits, cache.misses, cache.evictions, tokens=cache.tokens)
+        else:
+            p = local.cache
+            counts = TokenCacheCounts(
+                p.hits,
+                p.misses,
+                p.evictions,
+                p.prefix_tokens,
+                p.seam_failures,
+                p.tokens,
+                prefix_reuse=p.chunk_chars > 0,
+            )
+        into.token_cache(self.typed_name, counts)
 
     async def aclose(self) -> None:
         if self._local is not None:

@@ -6,7 +6,9 @@ router's (one series per plugin name and type), the prefix-indexer hit ratio and
 for the precise producer's KV-event subscribers the llm-d router's names where it has the series
 (``pkg/kvcache/metrics``: active subscribers, messages, reconnections; absent under
 ``--metrics-naming=gie``) and ours for what only this picker counts (gaps, replays, restarts,
-decode errors, disconnects, skipped stores, central messages no endpoint claims, index blocks).
+decode errors, disconnects, skipped stores, central messages no endpoint claims, index blocks),
+and ``token-producer``'s token cache (ours, per plugin: hits, misses, evictions, ids held, ids
+served from cached prefixes, seam failures, whether prefix reuse is on).
 
 :meth:`PluginSeries.publish` runs just before each ``/metrics`` scrape with what the plugins of
 every pool's configuration in force reported into one fresh :class:`Readings`
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from epp.framework.measures import KvEventCounts, Measured
+from epp.framework.measures import KvEventCounts, Measured, TokenCacheCounts
 from epp.framework.plugin import TypedName
 from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
@@ -64,6 +66,8 @@ class Readings:
         self.blocks: dict[str, int] = {}
         self.stores_skipped = 0
         self.unattributed = 0
+        self.token_caches: dict[tuple[str, str], TokenCacheCounts] = {}
+        """By (plugin name, plugin type); the last report of a name in several pools wins."""
 
     def prefix_index_size(self, plugin: TypedName, entries: int) -> None:
         key = (plugin.name, plugin.type)
@@ -82,6 +86,9 @@ class Readings:
         for endpoint, n in blocks.items():
             self.blocks[endpoint] = self.blocks.get(endpoint, 0) + n
         self.stores_skipped += stores_skipped
+
+    def token_cache(self, plugin: TypedName, counts: TokenCacheCounts) -> None:
+        self.token_caches[(plugin.name, plugin.type)] = counts
 
 
 class PluginSeries:
@@ -181,6 +188,7 @@ class PluginSeries:
             _POD,
             registry=r,
         )
+        self.token_cache = _TokenCacheSeries(metrics)
         self._plugins: set[tuple[str, str]] = set()
         self._endpoints: set[str] = set()
 
@@ -188,6 +196,7 @@ class PluginSeries:
         """Set the series from what the plugins in force reported (``PoolRouting.measure``, every pool's)."""
         self._publish_indexes(readings.index_sizes)
         self._publish_kv_events(readings)
+        self.token_cache.publish(readings.token_caches)
 
     def _publish_indexes(self, sizes: Mapping[tuple[str, str], int]) -> None:
         self.index_size.set(sum(sizes.values()))
@@ -220,3 +229,51 @@ class PluginSeries:
         for endpoint in endpoints:
             self.index_blocks.labels(endpoint).set(readings.blocks.get(endpoint, 0))
         self._endpoints = endpoints
+
+
+class _TokenCacheSeries:
+    """``token-producer``'s token-cache series, per plugin name and type (ours)."""
+
+    def __init__(self, metrics: EppMetrics) -> None:
+        r = metrics.registry
+
+        def counter(name: str, documentation: str) -> Counter:
+            return Counter(name, documentation, _PLUGIN, registry=r)
+
+        self.hits = counter("epp_token_cache_hits_total", "Prompts whose token ids the cache served whole.")
+        self.misses = counter(
+            "epp_token_cache_misses_total", "Prompts tokenized (all of them, or what followed a cached prefix)."
+        )
+        self.evictions = counter("epp_token_cache_evictions_total", "Cache entries evicted to stay within the bound.")
+        self.prefix_tokens = counter(
+            "epp_token_cache_prefix_tokens_total",
+            "Token ids served from cached prefixes to prompts then tokenized past them (the local tokenizer).",
+        )
+        self.seam_failures = counter(
+            "epp_token_cache_seam_failures_total",
+            "Joins of cached and fresh ids that failed their check: prefix reuse is off from the first.",
+        )
+        self.tokens = Gauge(
+            "epp_token_cache_tokens", "Token ids the cache holds (bounded by cacheMaxTokens).", _PLUGIN, registry=r
+        )
+        self.prefix_reuse = Gauge(
+            "epp_token_cache_prefix_reuse",
+            "1 while prompts sharing a beginning reuse its ids; 0: whole prompts only.",
+            _PLUGIN,
+            registry=r,
+        )
+        self._plugins: set[tuple[str, str]] = set()
+
+    def publish(self, caches: Mapping[tuple[str, str], TokenCacheCounts]) -> None:
+        counters = (self.hits, self.misses, self.evictions, self.prefix_tokens, self.seam_failures)
+        for gone in self._plugins - caches.keys():
+            for series in (*counters, self.tokens, self.prefix_reuse):
+                series.remove(*gone)
+        for plugin, c in caches.items():
+            for series, value in zip(
+                counters, (c.hits, c.misses, c.evictions, c.prefix_tokens, c.seam_failures), strict=True
+            ):
+                series.labels(*plugin).mirror(value)
+            self.tokens.labels(*plugin).set(c.tokens)
+            self.prefix_reuse.labels(*plugin).set(1 if c.prefix_reuse else 0)
+        self._plugins = set(caches)

@@ -13,10 +13,12 @@ from scheduling_builders import parsed
 
 from epp.datalayer.http_client import SessionClient
 from epp.framework.data_keys import EstimatedTokens
+from epp.framework.measures import TokenCacheCounts
 from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins import token_producer
 from epp.plugins.token_estimate import EstimatingTokenProducer
+from epp.requestcontrol.plugin_series import Readings
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.tiny_tokenizer import sentence
 
@@ -42,7 +44,8 @@ async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path, context
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
     async with ModelServer(SimConfig(model="m", tokenizer=str(tokenizer_dir)), host="127.0.0.2") as server:
         remote = token_producer.create("t", {"modelName": "m", "vllm": {"url": server.url}}, context)
-        local = token_producer.create("t", {"local": {"tokenizerPath": str(tokenizer_dir)}}, PluginContext())
+        local = token_producer.create("l", {"local": {"tokenizerPath": str(tokenizer_dir)}}, PluginContext())
+        held = 0
         try:
             for api, body in (
                 (ApiKind.COMPLETIONS, {"prompt": text}),
@@ -53,7 +56,13 @@ async def test_vllm_render_and_local_backends_agree(tokenizer_dir: Path, context
                 await local.produce(b)
                 assert a.token_ids is not None and b.token_ids is not None and len(a.token_ids) > 10
                 assert list(a.token_ids) == list(b.token_ids)
+                held += len(a.token_ids)
             assert remote.failures == 0
+            for producer in (remote, local):  # the completion again: served whole by either cache
+                await producer.produce(_request(ApiKind.COMPLETIONS, {"prompt": text}))
+            caches = Readings.of([remote, local]).token_caches
+            assert caches[("t", "token-producer")] == TokenCacheCounts(hits=1, misses=2, tokens=held)
+            assert caches[("l", "token-producer")] == TokenCacheCounts(hits=1, misses=2, tokens=held, prefix_reuse=True)
         finally:
             await remote.aclose()
 
