@@ -5,7 +5,7 @@ text before it would depend on the text after it. The rule here is a position ``
 non-space before it, a space at it and an ASCII letter after it (``"word| next"``): for byte-level
 BPE tokenizers with a GPT-2 or Llama-3 style split pattern the piece before ``b`` ends there (a run
 of letters, digits or punctuation ends at a space) and the piece after it is the space and its
-word. Whether a given tokenizer honours the rule is not assumed: ``epp.tokenize.stability`` proves it
+word. Whether a given tokenizer honours the rule is not assumed: ``epp.tokenize.stability`` checks it
 on sample text when the tokenizer loads, and the prefix cache checks every seam it joins.
 
 Cuts are a function of the text alone (the first candidate at least ``chunk_chars`` past the
