@@ -4,10 +4,11 @@ Prefix reuse (``epp.tokenize.prefix``) is exact only if the tokenizer starts a n
 cut ``epp.tokenize.chunks`` makes, whatever text follows, and encodes each side alone to the same
 ids as the whole. Byte-level BPE with a GPT-2 or Llama-3 style split pattern should (SmolLM2's is
 tested); a normalizer that strips or rewrites across positions, a pre-tokenizer that drops the
-spaces, an added token that swallows the spaces beside it, or BPE dropout would not. Rather than trusting a list of component names, this encodes seeded sample text (ASCII
-and other scripts, emoji, runs of spaces and newlines, digits, code, the tokenizer's own added
-tokens) whole, and cut at every candidate, and through the prefix cache itself, and requires the
-same ids each time. It also finds the ids the post-processor adds around a text (BOS...).
+spaces, an added token that swallows the spaces beside it, or BPE dropout would not. Rather than
+trusting a list of component names, this encodes seeded sample text (ASCII and other scripts,
+emoji, runs of spaces and newlines, digits, code, the tokenizer's own added tokens) whole, cut at
+every candidate, and through the prefix cache itself, and requires the same ids each time. It
+also finds the ids the post-processor adds around a text (BOS...).
 """
 
 from __future__ import annotations
