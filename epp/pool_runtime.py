@@ -104,7 +104,13 @@ class PoolConfigLoader:
         build_scrape = functools.partial(build_scrape_spec, flags=o.model_server_metrics)
         configs: Configs = {}
         for key in keys:
-            context = PluginContext(clock=self.clock, pool_name=key[1], http=self.http, extras=self.extras)
+            context = PluginContext(
+                clock=self.clock,
+                pool_name=key[1],
+                http=self.http,
+                extras=self.extras,
+                serving_processes=o.workers,
+            )
             if text.strip():
                 configs[key] = load_config(
                     text,
