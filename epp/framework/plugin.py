@@ -134,6 +134,9 @@ class PluginContext:
     seed: int | None = None
     extras: Mapping[str, Any] = field(default_factory=dict)
     http: HttpClient | None = None
+    serving_processes: int = 1
+    """How many processes of this picker pod load the configuration (``epp serve --workers``): a plugin
+    holding what only one process can (a bound socket) refuses to load with more."""
 
 
 PluginFactory = Callable[[str, Mapping[str, Any], PluginContext], Plugin]

@@ -273,7 +273,20 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheProducer:
     """Factory; llm-d's parameter names and defaults."""
-    return from_parameters(name, params, TYPE)
+    return one_binder(from_parameters(name, params, TYPE), TYPE, context)
+
+
+def one_binder(
+    producer: PrecisePrefixCacheProducer, plugin_type: str, context: PluginContext
+) -> PrecisePrefixCacheProducer:
+    """``producer``, unless it binds a central socket in a pod that several processes serve (each would bind it)."""
+    if producer.zmq_endpoint and context.serving_processes > 1:
+        raise PluginConfigError(
+            f"{plugin_type}.parameters.kvEventsConfig.zmqEndpoint: {producer.zmq_endpoint!r} is bound by one "
+            f"process, and epp serve --workers {context.serving_processes} runs that many: let every process dial "
+            "the pods (kvEventsConfig.podDiscoveryConfig, the default) or serve with one worker"
+        )
+    return producer
 
 
 def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> PrecisePrefixCacheProducer:
