@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from epp.plugins.token_producer import TokenProducer
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.pytest_plugin import PoolFactory
 from epp_sim.stack.hermetic import HermeticPool
-from epp_sim.tiny_tokenizer import write_tiny_tokenizer
 from epp_sim.waits import wait_until
 
 CONFIG = """
@@ -31,11 +28,6 @@ schedulingProfiles:
 - name: default
   plugins: [{pluginRef: queue-scorer}]
 """
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 def _producers(env: HermeticPool) -> tuple[TokenProducer, TokenProducer]:

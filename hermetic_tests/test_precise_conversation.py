@@ -33,16 +33,11 @@ from epp_sim.precise_prefix import (
 )
 from epp_sim.pytest_plugin import EnvoyFactory, PoolFactory
 from epp_sim.stack.picker import InProcessPicker
-from epp_sim.tiny_tokenizer import sentence, write_tiny_tokenizer
+from epp_sim.tiny_tokenizer import sentence
 from epp_sim.waits import wait_until
 
 PODS = 3
 TURNS = 5
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 def _plugin(picker: InProcessPicker, name: str) -> object:

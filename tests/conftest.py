@@ -1,24 +1,16 @@
 """Marks tests/ as a conftest directory so its shared builders (``scheduling_builders``) import by name.
 
 The autouse fixtures every test shares live in the repository-root ``conftest.py``; fixtures
-here are asked for by name: the tokenizer the KV-event and tokenization tests share (a small BPE
-trained on generated text, nothing downloaded) and the root-logger restorer.
+here are asked for by name: the root-logger restorer (the shared tokenizer, ``tokenizer_dir``, is
+the root ``conftest.py``'s).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-from epp_sim.tiny_tokenizer import write_tiny_tokenizer
-
-
-@pytest.fixture(scope="session")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture
