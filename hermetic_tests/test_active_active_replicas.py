@@ -14,20 +14,17 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from pool_modes import ALL_MODES, served
+from pool_modes import ALL_MODES
+from precise_pools import precise_pool
 from replica_views import routed
 
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp_sim.kube_objects import PoolMode
 from epp_sim.modelserver import ModelServer
-from epp_sim.ports import common_free_port
 from epp_sim.precise_prefix import (
     MODEL,
-    SERVING_LABELS,
     announce,
     events_applied,
-    kv_events_sim_config,
-    precise_picker_config,
     wait_subscribed,
 )
 from epp_sim.pytest_plugin import EnvoyFactory, PickerFactory, PoolFactory
@@ -55,20 +52,7 @@ async def test_two_replicas_send_every_prompt_to_the_pod_holding_it(
     tmp_path: Path,
     mode: PoolMode,
 ) -> None:
-    hosts = [f"127.0.0.{2 + i}" for i in range(PODS)]  # the addresses epp_pool gives a test's first pods
-    events_port = common_free_port(hosts)
-    config = tmp_path / "precise.yaml"
-    config.write_text(precise_picker_config(tokenizer_dir, events_port))
-    sims = [kv_events_sim_config(tokenizer_dir, host, events_port, num_blocks=4096) for host in hosts]
-    pool = await epp_pool(
-        mode,
-        pods=PODS,
-        sim_config=sims,
-        labels=SERVING_LABELS,
-        objects=served(mode, MODEL),
-        picker_args=["--config-file", str(config)],
-    )
-    assert [s.host for s in pool.servers] == hosts
+    pool = await precise_pool(epp_pool, mode, tokenizer_dir, tmp_path, pods=PODS, num_blocks=4096)
     first = pool.picker
     second = await epp_picker(*first.args)  # the same flags and config: a second replica
     await second.wait_routing(pool.pool.reported_name, PODS)

@@ -15,20 +15,17 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from pool_modes import ALL_MODES, served
+from pool_modes import ALL_MODES
+from precise_pools import precise_pool
 
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp.plugins.token_producer import TokenProducer
 from epp_sim.kube_objects import PoolMode
 from epp_sim.modelserver import ModelServer
-from epp_sim.ports import common_free_port
 from epp_sim.precise_prefix import (
     MODEL,
-    SERVING_LABELS,
     announce,
     events_applied,
-    kv_events_sim_config,
-    precise_picker_config,
     wait_subscribed,
 )
 from epp_sim.pytest_plugin import EnvoyFactory, PoolFactory
@@ -57,19 +54,7 @@ async def _metric(http: aiohttp.ClientSession, picker: InProcessPicker, name: st
 async def test_every_turn_goes_to_the_pod_holding_the_last_and_only_new_text_is_tokenized(
     epp_pool: PoolFactory, epp_envoy: EnvoyFactory, tokenizer_dir: Path, tmp_path: Path, mode: PoolMode
 ) -> None:
-    hosts = [f"127.0.0.{2 + i}" for i in range(PODS)]
-    events_port = common_free_port(hosts)
-    config = tmp_path / "precise.yaml"
-    config.write_text(precise_picker_config(tokenizer_dir, events_port))
-    sims = [kv_events_sim_config(tokenizer_dir, host, events_port, num_blocks=8192) for host in hosts]
-    pool = await epp_pool(
-        mode,
-        pods=PODS,
-        sim_config=sims,
-        labels=SERVING_LABELS,
-        objects=served(mode, MODEL),
-        picker_args=["--config-file", str(config)],
-    )
+    pool = await precise_pool(epp_pool, mode, tokenizer_dir, tmp_path, pods=PODS, num_blocks=8192)
     picker = pool.picker
     assert isinstance(picker, InProcessPicker)
     producer = _plugin(picker, "precise-prefix-cache-producer")
