@@ -10,7 +10,8 @@ N requests tokenize on N cores at once while the loop keeps serving.
 Worker processes were measured too and lost: the prompt and its ids cross a pipe, which costs
 the serving process about as much per request as the routing itself (docs/benchmarks.md).
 
-Chat requests are rendered with ``tokenizer_config.json``'s ``chat_template`` (jinja, sandboxed) on
+Chat requests are rendered with ``tokenizer_config.json``'s ``chat_template`` (or, without one, the
+``chat_template.jinja`` beside it, where newer transformers save it; jinja, sandboxed) on
 the same thread, then encoded without special tokens (the template writes them). Ids come back as
 ``array('I')``: 4 bytes a token, hashed in place by the precise index. Every text, prompt or
 rendered chat, goes through this tokenizer's prefix cache (``epp.tokenize.prefix``, bounded by
@@ -75,14 +76,19 @@ class LocalTokenizer:
         self._template: Any = None
         self._special: dict[str, str] = {}
         config_file = os.path.join(directory, "tokenizer_config.json")
+        template_file = os.path.join(directory, "chat_template.jinja")  # where newer transformers save it
+        template = None
         if os.path.exists(config_file):
             with open(config_file, encoding="utf-8") as f:
                 config = json.load(f)
             template = config.get("chat_template")
-            if isinstance(template, str):
-                env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-                self._template = env.from_string(template)
             self._special = {k: v for k, v in config.items() if k in ("bos_token", "eos_token") and isinstance(v, str)}
+        if not isinstance(template, str) and os.path.exists(template_file):
+            with open(template_file, encoding="utf-8") as f:
+                template = f.read()
+        if isinstance(template, str):
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            self._template = env.from_string(template)
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None
         proof = prove_prefix_stable(self._tokenizer)
@@ -108,7 +114,7 @@ class LocalTokenizer:
     def encode_chat(self, messages: Sequence[Mapping[str, Any]]) -> array[int]:
         """The ids of chat ``messages`` rendered with the chat template (which writes the special tokens)."""
         if self._template is None:
-            raise TokenizationError("no chat_template in tokenizer_config.json")
+            raise TokenizationError("no chat_template in tokenizer_config.json nor a chat_template.jinja")
         text = self._template.render(messages=messages, add_generation_prompt=True, **self._special)
         return self.cache.encode(text, add_special=False)
 

@@ -97,3 +97,22 @@ async def test_refusals(tokenizer_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(TokenizationError, match="chat_template"):
         await no_template.chat_ids([{"role": "user", "content": "hi"}])
     no_template.close()
+
+
+async def test_a_chat_template_jinja_file_beside_the_tokenizer_renders_chat(
+    tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    """Newer transformers save the template as ``chat_template.jinja`` (SmolLM2's folder has no other)."""
+    from tokenizers import Tokenizer
+
+    (tmp_path / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
+    (tmp_path / "chat_template.jinja").write_text(
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}\n"
+    )
+    local = LocalTokenizer(str(tmp_path))
+    try:
+        ids = await local.chat_ids([{"role": "user", "content": "the cache"}])
+    finally:
+        local.close()
+    reference = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert list(ids) == reference.encode("<|user|>the cache\n", add_special_tokens=False).ids
