@@ -15,11 +15,13 @@ import signal
 from collections.abc import Mapping, Sized
 
 import aiohttp
+from picker_configs import PREFIX_ONLY
 from prometheus_client.parser import text_string_to_metric_families
 
 from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
 from epp_sim.modelserver import SimConfig
 from epp_sim.pytest_plugin import PoolFactory
+from epp_sim.stack.hermetic import HermeticPool
 from epp_sim.waits import wait_until
 
 MODEL = SimConfig().model
@@ -34,6 +36,21 @@ schedulingProfiles:
 - name: default
   plugins: [{pluginRef: queue-scorer}, {pluginRef: prefix-cache-scorer, weight: 3}, {pluginRef: max-score-picker}]
 """
+
+
+async def _two_workers(epp_pool: PoolFactory, tmp_path: object, config_text: str) -> HermeticPool:
+    """A pool of three behind Envoy (one stream per connection to the picker) and a picker of two workers."""
+    config = f"{tmp_path}/config.yaml"
+    await asyncio.to_thread(lambda: open(config, "w").write(config_text))  # noqa: SIM115,PTH123 (a test's file)
+    env = await epp_pool(
+        "v1",
+        pods=3,
+        envoy=True,
+        envoy_streams_per_connection=1,
+        picker_args=["--config-file", config, "--workers", "2"],
+    )
+    assert env.runtime.workers is not None
+    return env
 
 
 async def _metrics(http: aiohttp.ClientSession, port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -52,16 +69,7 @@ def _total(samples: Mapping[tuple[str, tuple[tuple[str, str], ...]], float], nam
 
 
 async def test_two_workers_route_on_one_view_and_count_once(epp_pool: PoolFactory, tmp_path: object) -> None:
-    config = f"{tmp_path}/config.yaml"
-    await asyncio.to_thread(lambda: open(config, "w").write(CONFIG))  # noqa: SIM115,PTH123 (a test's file)
-    env = await epp_pool(
-        "v1",
-        pods=3,
-        envoy=True,
-        envoy_streams_per_connection=1,
-        picker_args=["--config-file", config, "--workers", "2"],
-    )
-    assert env.runtime.workers is not None
+    env = await _two_workers(epp_pool, tmp_path, CONFIG)
     port = env.runtime.ports.metrics
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         await env.set_pins([{"waiting": 9}, {"waiting": 0, "kv_cache_usage": 0.1}, {"waiting": 9}])
@@ -95,30 +103,10 @@ async def test_two_workers_route_on_one_view_and_count_once(epp_pool: PoolFactor
         assert samples[("epp_workers", ())] == 2
 
 
-PREFIX_CONFIG = """
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: prefix-cache-scorer}, {pluginRef: max-score-picker}]
-"""
-
-
 async def test_a_prefix_one_worker_learns_routes_the_others_and_a_dead_worker_is_replaced(
     epp_pool: PoolFactory, tmp_path: object
 ) -> None:
-    config = f"{tmp_path}/config.yaml"
-    await asyncio.to_thread(lambda: open(config, "w").write(PREFIX_CONFIG))  # noqa: SIM115,PTH123 (a test's file)
-    env = await epp_pool(
-        "v1",
-        pods=3,
-        envoy=True,
-        envoy_streams_per_connection=1,
-        picker_args=["--config-file", config, "--workers", "2"],
-    )
+    env = await _two_workers(epp_pool, tmp_path, PREFIX_ONLY)
     workers = env.runtime.workers
     assert workers is not None
     port = env.runtime.ports.metrics
