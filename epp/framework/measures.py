@@ -69,6 +69,13 @@ class Measurements(Protocol):
         """A precise index: engine blocks held per endpoint key, and the BlockStored events it could not index."""
         ...
 
+    def kv_index_backend(
+        self, plugin: TypedName, *, connected: bool, lookup_failures: int, dropped_writes: int, disconnects: int
+    ) -> None:
+        """A precise index on a Valkey/Redis server: whether it is reached, lookups without an answer in
+        time, write operations lost to a full queue, and times the server was lost."""
+        ...
+
 
 @runtime_checkable
 class Measured(Protocol):

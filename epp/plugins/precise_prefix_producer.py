@@ -22,7 +22,15 @@ by ``aclose``. Before each ``/metrics`` scrape the producer reports (``measure``
 and blocks per endpoint, its subscriber sockets, each source's counts and the central socket's
 dropped messages.
 
-Settings this picker does not have are refused by name: Redis or cost-aware indexes, CPU tiers
+With ``indexerConfig.kvBlockIndexConfig.valkeyConfig`` or ``redisConfig`` (llm-d's keys and
+precedence: valkey over redis over in-memory) the index lives on that server
+(:class:`~epp.kvevents.redis_index.RedisBlockIndex`), shared by every replica of the pool:
+``produce`` asks it in one round trip, bounded in time, and a request it cannot answer in time has
+no match info; ``prefix_match`` (the deprecated all-in-one scorer) reads what ``produce``
+published. ``enableRDMA`` has no effect (upstream's client ignores it too: TCP). Connecting is the
+start-up's, never the load's.
+
+Settings this picker does not have are refused by name: the cost-aware index, CPU tiers
 (``kvCacheBackendConfigs``), ``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``); so is
 ``discoverPods: false`` without a ``zmqEndpoint`` (no events would ever arrive).
 """
@@ -55,9 +63,11 @@ from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.kvevents.central import CentralReceiver
 from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
 from epp.kvevents.ingest import SourceCounts
+from epp.kvevents.redis_index import RedisBlockIndex, RedisIndexSettings
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
 from epp.plugins._prefix_match import PrefixMatchPublisher
+from epp.statesync.address import AddressError
 from epp.tasks import TaskSet
 
 __all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]
@@ -97,11 +107,17 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         speculative_ttl: float | None = None,
         zmq_endpoint: str = "",
         discover_pods: bool = True,
+        shared_index: RedisIndexSettings | None = None,
+        pool: str = "",
     ) -> None:
         super().__init__(name)
         self.block_size_tokens = block_size_tokens
         self.hash_seed = hash_seed
-        self.index = KvBlockIndex(block_size_tokens, max_entries=max_entries)
+        self.index: KvBlockIndex | RedisBlockIndex = (
+            KvBlockIndex(block_size_tokens, max_entries=max_entries)
+            if shared_index is None
+            else RedisBlockIndex(shared_index, block_size_tokens, pool=pool, producer=name)
+        )
         self.topic_filter = topic_filter
         self.pod_selector = pod_selector if pod_selector is not None else parse_selector(DEFAULT_POD_SELECTOR)
         self.socket_port = socket_port
@@ -127,6 +143,8 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
     def endpoints_added(self, states: Sequence[EndpointState]) -> None:
         if self._closed:
             return
+        if isinstance(self.index, RedisBlockIndex):
+            self.index.start()
         if self.zmq_endpoint:
             central = self._central_receiver()
             for state in states:
@@ -191,6 +209,8 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         self._closed = True
         self.endpoints_removed(list(self._tasks))
         await self._running.stop()
+        if isinstance(self.index, RedisBlockIndex):
+            await self.index.stop()
         context, self._context = self._context, None
         if context is not None:
             context.destroy(linger=0)
@@ -220,25 +240,33 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         keys = self._keys(request)
         if keys is None:
             return
-        longest = self.index.longest_prefix
-        now = time.monotonic() if self.speculative_ttl is not None else 0.0
-        matches = {c.endpoint.key: longest(c.endpoint.key, keys, now) for c in candidates} if keys else {}
+        index = self.index
+        if isinstance(index, RedisBlockIndex):
+            index.start()
+            pods = [c.endpoint.key for c in candidates]
+            counts = await index.longest_prefixes(keys, pods)
+            if counts is None:  # no answer in time: no match info, as a request without tokens
+                return
+            matches = dict(zip(pods, counts, strict=True))
+        else:
+            now = time.monotonic() if self.speculative_ttl is not None else 0.0
+            matches = {c.endpoint.key: index.longest_prefix(c.endpoint.key, keys, now) for c in candidates}
         self._data.put(request, self.key, _Matches(matches, len(keys), self.block_size_tokens, keys))
 
     def prefix_match(
         self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
     ) -> PrefixMatchInfo | None:
-        """Per candidate: what ``produce`` published, else computed now (for ``precise-prefix-cache-scorer``)."""
+        """Per candidate: what ``produce`` published, else (in-memory only) computed now."""
         found = self._data.get(request, self.key)
         if isinstance(found, PrefixCacheMatches):
             return found.aligned(candidates)
+        index = self.index
         keys = self.request_keys(cycle, request)
-        if keys is None:
+        if keys is None or isinstance(index, RedisBlockIndex):  # a shared index answers only ``produce``
             return None
-        longest = self.index.longest_prefix
         now = time.monotonic() if self.speculative_ttl is not None else 0.0
         return PrefixMatchInfo(
-            match_blocks=[longest(c.endpoint.key, keys, now) for c in candidates] if keys else [0] * len(candidates),
+            match_blocks=[index.longest_prefix(c.endpoint.key, keys, now) for c in candidates],
             total_blocks=len(keys),
             block_size_tokens=self.block_size_tokens,
         )
@@ -252,9 +280,14 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         if not keys:
             return
         now = time.monotonic()
+        index = self.index
         for profile_result in result.profile_results.values():
             if profile_result is not None and profile_result.targets:
-                self.index.speculate(profile_result.targets[0].endpoint.key, keys, now + ttl, now)
+                pod = profile_result.targets[0].endpoint.key
+                if isinstance(index, RedisBlockIndex):
+                    index.speculate(pod, keys, ttl)
+                else:
+                    index.speculate(pod, keys, now + ttl, now)
 
     @property
     def index_size(self) -> int:
@@ -269,14 +302,24 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
             into.kv_events_unattributed(self.central.unattributed)
         index = self.index
         into.kv_index({pod: index.blocks(pod) for pod in index.endpoints()}, index.skipped)
+        if isinstance(index, RedisBlockIndex):
+            into.kv_index_backend(
+                self.typed_name,
+                connected=index.connected,
+                lookup_failures=index.lookup_failures,
+                dropped_writes=index.dropped,
+                disconnects=index.disconnects,
+            )
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheProducer:
     """Factory; llm-d's parameter names and defaults."""
-    return from_parameters(name, params, TYPE)
+    return from_parameters(name, params, TYPE, pool=context.pool_name)
 
 
-def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> PrecisePrefixCacheProducer:
+def from_parameters(
+    name: str, params: Mapping[str, Any], plugin_type: str, *, pool: str = ""
+) -> PrecisePrefixCacheProducer:
     """The producer for llm-d's parameters; errors name ``<plugin_type>.parameters.<field>``.
 
     ``plugin_type`` is the type the parameters were written for: this one, or the deprecated
@@ -297,6 +340,7 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
             raise _refuse("tokenProcessorConfig.hashAlgorithm", repr(algorithm) + " (keys here are XXH64)")
         tokens.done()
     max_entries = 100_000_000
+    shared: RedisIndexSettings | None = None
     indexer = p.nested("indexerConfig")
     if indexer is not None:
         if indexer.present("kvCacheBackendConfigs"):
@@ -305,9 +349,9 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
             raise _refuse("indexerConfig.tokenizersPoolConfig", "tokenizing here (use a token-producer)")
         block_index = indexer.nested("kvBlockIndexConfig")
         if block_index is not None:
-            for other in ("redisConfig", "costAwareMemoryConfig"):
-                if block_index.present(other):
-                    raise _refuse(f"indexerConfig.kvBlockIndexConfig.{other}", "an index other than in-memory")
+            if block_index.present("costAwareMemoryConfig"):
+                raise _refuse("indexerConfig.kvBlockIndexConfig.costAwareMemoryConfig", "the cost-aware index")
+            shared = _shared_index(block_index, plugin_type)
             # Both checked here and reported as without effect at load (compat.py). Upstream logs the
             # index metrics every metricsLoggingInterval (a Go duration: nanoseconds) only with enableMetrics.
             block_index.boolean("enableMetrics", False)
@@ -369,4 +413,29 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
         speculative_ttl=ttl if speculative else None,
         zmq_endpoint=central,
         discover_pods=discover,
+        shared_index=shared,
+        pool=pool,
     )
+
+
+def _shared_index(block_index: Params, plugin_type: str) -> RedisIndexSettings | None:
+    """``valkeyConfig`` (backendType forced to valkey), else ``redisConfig``, as llm-d's precedence; both checked."""
+    chosen: RedisIndexSettings | None = None
+    for key, default_address, forced in (
+        ("redisConfig", "redis://127.0.0.1:6379", None),
+        ("valkeyConfig", "valkey://127.0.0.1:6379", "valkey"),
+    ):
+        server = block_index.nested(key)
+        if server is None:
+            continue
+        address = server.text("address") or default_address
+        backend = forced or server.text("backendType") or "redis"  # upstream: a name for its messages
+        server.boolean("enableRDMA", False)  # checked here; reported as without effect at load (compat.py)
+        server.done()
+        try:
+            chosen = RedisIndexSettings.from_address(address, backend)
+        except AddressError as e:
+            raise PluginConfigError(
+                f"{plugin_type}.parameters.indexerConfig.kvBlockIndexConfig.{key}.address: {e}"
+            ) from e
+    return chosen
