@@ -120,6 +120,7 @@ class RedisBlockIndex:
         self._client: aioredis.Redis | None = None
         self._tasks = TaskSet()
         self._told = False
+        self._closing = False
         self._logged_at = -LOG_EVERY
         self._unlogged = 0
 
@@ -230,11 +231,17 @@ class RedisBlockIndex:
             self.settings.url, max_connections=64, socket_connect_timeout=1.0, socket_timeout=5.0
         )
         self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
-        self._tasks.start(self._probe(), f"kv-index probe {self.prefix}", forever=True)
-        self._tasks.start(self._write(), f"kv-index writer {self.prefix}", forever=True)
+        self._tasks.start(self._probe(), f"kv-index probe {self.prefix}")
+        self._tasks.start(self._write(), f"kv-index writer {self.prefix}")
 
     async def stop(self) -> None:
-        """Stop both tasks and close the connections (queued writes are dropped: the events will come again)."""
+        """Stop both tasks and close the connections (queued writes are dropped: the events will come again).
+
+        The tasks also see ``_closing``: redis-py may swallow a cancellation that lands inside a
+        command, so a task so cancelled ends at its next turn instead of waiting forever.
+        """
+        self._closing = True
+        self._wake.set()
         await self._tasks.stop()
         client, self._client = self._client, None
         if client is not None:
@@ -248,7 +255,7 @@ class RedisBlockIndex:
     async def _probe(self) -> None:
         assert self._client is not None
         client, attempt = self._client, 0
-        while True:
+        while not self._closing:
             try:
                 await self._load_scripts(client)  # also after a restart that lost them
                 answer: Any = await client.evalsha(self._sizes, 1, self.prefix)
@@ -283,10 +290,10 @@ class RedisBlockIndex:
     async def _write(self) -> None:
         assert self._client is not None
         client = self._client
-        while True:
+        while not self._closing:
             await self._wake.wait()
             self._wake.clear()
-            if not self.connected or not (self._queue or self._overflowed):
+            if self._closing or not self.connected or not (self._queue or self._overflowed):
                 continue
             batch, self._queue, self._queued = self._queue, {}, 0
             overflowed, self._overflowed = self._overflowed, set()

@@ -206,8 +206,15 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         return len(self.subscribers) + (self.central is not None)
 
     async def aclose(self) -> None:
+        """Stop every source; the in-memory index is freed, a shared one kept (the pods did not leave)."""
         self._closed = True
-        self.endpoints_removed(list(self._tasks))
+        if isinstance(self.index, RedisBlockIndex):
+            for task in self._tasks.values():
+                task.cancel()
+            self._tasks.clear()
+            self.subscribers.clear()
+        else:
+            self.endpoints_removed(list(self._tasks))
         await self._running.stop()
         if isinstance(self.index, RedisBlockIndex):
             await self.index.stop()
@@ -261,8 +268,10 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         if isinstance(found, PrefixCacheMatches):
             return found.aligned(candidates)
         index = self.index
+        if isinstance(index, RedisBlockIndex):  # a shared index answers only ``produce`` (the request's one lookup)
+            return None
         keys = self.request_keys(cycle, request)
-        if keys is None or isinstance(index, RedisBlockIndex):  # a shared index answers only ``produce``
+        if keys is None:
             return None
         now = time.monotonic() if self.speculative_ttl is not None else 0.0
         return PrefixMatchInfo(
@@ -429,7 +438,8 @@ def _shared_index(block_index: Params, plugin_type: str) -> RedisIndexSettings |
         if server is None:
             continue
         address = server.text("address") or default_address
-        backend = forced or server.text("backendType") or "redis"  # upstream: a name for its messages
+        backend = server.text("backendType") or "redis"  # upstream: a name in its messages
+        backend = forced or backend
         server.boolean("enableRDMA", False)  # checked here; reported as without effect at load (compat.py)
         server.done()
         try:
