@@ -3,25 +3,24 @@
 Every key of one index starts with one hash tag, ``{epp-kv:<pool>/<producer name>}`` (:func:`key_prefix`),
 so two pools or two producers on one server never share a key, and every key of an index sits in
 one slot: the scripts below touch only keys of their own index, so they run on a Redis Cluster too
-(all of one index on one node). Under that prefix ``T``:
+(all of one index on one node). Under that prefix ``T``, per endpoint (as the in-memory index keeps
+them), a block key being our xxh64 chain key as 16 hex digits of its little-endian bytes:
 
-- ``T:k:<key>``: a hash per block key (our xxh64 chain key, as 16 hex digits of its little-endian
-  bytes): field ``<endpoint>`` → how many of the endpoint's engine blocks cover the key (the
-  refcount that keeps a key another stored block covers), field ``~<endpoint>`` → a speculative
-  entry's deadline (server time, ms);
-- ``T:e:<endpoint>``: a hash per endpoint, engine block hash → the keys it covers (concatenated),
-  so a BlockRemoved is resolved, a parent is found, and clearing the endpoint reads only its own
-  blocks (no scan of the keyspace);
-- ``T:pods``: the endpoints with engine blocks (the metrics' list);
-- ``T:spec``: speculative entries by deadline (member: key digits + endpoint), so expired ones are
-  deleted by the next write rather than left behind.
+- ``T:h:<endpoint>``: block key → how many of the endpoint's engine blocks cover it (the refcount
+  that keeps a key another stored block covers);
+- ``T:e:<endpoint>``: engine block hash → the keys it covers (concatenated), so a BlockRemoved is
+  resolved and a parent is found;
+- ``T:s:<endpoint>``: block key → a speculative entry's deadline (server time, ms);
+- ``T:pods``: the endpoints with engine blocks (the metrics' list); ``T:spec``: speculative entries
+  by deadline (member: key digits + endpoint), so expired ones are deleted by the next write.
 
+Clearing an endpoint deletes its three hashes: no scan of the keyspace, nothing per block.
 :data:`WRITE` applies one endpoint's operations in order and is idempotent: a block already stored
 with the same keys is skipped, a removal of a block not stored does nothing, so every replica may
 apply the same events (per-pod discovery dials each pod from every replica). :data:`LONGEST`
 answers a request in one round trip: per candidate, the leading keys held (or speculatively held
-past the server's clock), stopping at the first key no candidate holds. :data:`SIZES` reads
-blocks per endpoint for the metrics.
+past the server's clock), asked in chunks that double (64, 128, ...) and stopping at the first miss,
+so a candidate holding nothing costs one short lookup. :data:`SIZES` reads blocks per endpoint.
 """
 
 from __future__ import annotations
@@ -65,8 +64,8 @@ def engine_field(block: BlockHash) -> str:
 _UNREF = """
 local function unref(blob)
   for i = 1, #blob, 16 do
-    local k = p .. ':k:' .. string.sub(blob, i, i + 15)
-    if redis.call('HINCRBY', k, pod, -1) <= 0 then redis.call('HDEL', k, pod) end
+    local d = string.sub(blob, i, i + 15)
+    if redis.call('HINCRBY', held, d, -1) <= 0 then redis.call('HDEL', held, d) end
   end
 end
 """
@@ -74,14 +73,13 @@ end
 WRITE = (
     """
 local p, pod = KEYS[1], ARGV[1]
-local eng = p .. ':e:' .. pod
-local spec = p .. ':spec'
+local eng, held, spec = p .. ':e:' .. pod, p .. ':h:' .. pod, p .. ':s:' .. pod
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expired = redis.call('ZRANGEBYSCORE', spec, '-inf', now, 'LIMIT', 0, 2000)
+local expired = redis.call('ZRANGEBYSCORE', p .. ':spec', '-inf', now, 'LIMIT', 0, 2000)
 for _, m in ipairs(expired) do
-  redis.call('HDEL', p .. ':k:' .. string.sub(m, 1, 16), '~' .. string.sub(m, 17))
-  redis.call('ZREM', spec, m)
+  redis.call('HDEL', p .. ':s:' .. string.sub(m, 17), string.sub(m, 1, 16))
+  redis.call('ZREM', p .. ':spec', m)
 end
 """
     + _UNREF
@@ -96,7 +94,7 @@ while i <= n do
     if old ~= blob then
       if old then unref(old) end
       redis.call('HSET', eng, h, blob)
-      for j = 1, #blob, 16 do redis.call('HINCRBY', p .. ':k:' .. string.sub(blob, j, j + 15), pod, 1) end
+      for j = 1, #blob, 16 do redis.call('HINCRBY', held, string.sub(blob, j, j + 15), 1) end
     end
   elseif op == 'R' then
     local h = ARGV[i + 1]
@@ -110,14 +108,13 @@ while i <= n do
     local deadline, blob = now + tonumber(ARGV[i + 1]), ARGV[i + 2]
     i = i + 3
     for j = 1, #blob, 16 do
-      local digits = string.sub(blob, j, j + 15)
-      redis.call('HSET', p .. ':k:' .. digits, '~' .. pod, deadline)
-      redis.call('ZADD', spec, deadline, digits .. pod)
+      local d = string.sub(blob, j, j + 15)
+      redis.call('HSET', spec, d, deadline)
+      redis.call('ZADD', p .. ':spec', deadline, d .. pod)
     end
   else
     i = i + 1
-    for _, blob in ipairs(redis.call('HVALS', eng)) do unref(blob) end
-    redis.call('DEL', eng)
+    redis.call('DEL', eng, held, spec)
   end
 end
 if redis.call('EXISTS', eng) == 1 then
@@ -135,31 +132,31 @@ LONGEST = """
 local p, blob = KEYS[1], ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local nc = #ARGV - 1
-local fields, counts, alive = {}, {}, {}
-for j = 1, nc do
-  fields[2 * j - 1] = ARGV[j + 1]
-  fields[2 * j] = '~' .. ARGV[j + 1]
-  counts[j] = 0
-  alive[j] = true
-end
-local live = nc
-for i = 1, #blob, 16 do
-  local vals = redis.call('HMGET', p .. ':k:' .. string.sub(blob, i, i + 15), unpack(fields))
-  for j = 1, nc do
-    if alive[j] then
-      local until_ms = vals[2 * j]
-      if vals[2 * j - 1] or (until_ms and tonumber(until_ms) > now) then
-        counts[j] = counts[j] + 1
+local digits = {}
+for i = 1, #blob, 16 do digits[#digits + 1] = string.sub(blob, i, i + 15) end
+local n = #digits
+local out = {}
+for c = 2, #ARGV do
+  local held, spec = p .. ':h:' .. ARGV[c], p .. ':s:' .. ARGV[c]
+  local speculative = redis.call('EXISTS', spec) == 1
+  local count, first, size, missed = 0, 1, 64, false
+  while first <= n and not missed do
+    local last = math.min(n, first + size - 1)
+    local got = redis.call('HMGET', held, unpack(digits, first, last))
+    local until_ms = speculative and redis.call('HMGET', spec, unpack(digits, first, last)) or {}
+    for k = 1, last - first + 1 do
+      if got[k] or (until_ms[k] and tonumber(until_ms[k]) > now) then
+        count = count + 1
       else
-        alive[j] = false
-        live = live - 1
+        missed = true
+        break
       end
     end
+    first, size = last + 1, size * 2
   end
-  if live == 0 then break end
+  out[#out + 1] = count
 end
-return counts
+return out
 """
 """KEYS[1]: the prefix; ARGV: the request's keys (:func:`packed`), then the candidates' endpoint keys."""
 
