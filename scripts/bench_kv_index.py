@@ -22,6 +22,8 @@ import time
 from array import array
 from pathlib import Path
 
+import redis.asyncio as aioredis
+
 from epp.framework.data import DataScope
 from epp.framework.endpoint import Endpoint, EndpointState
 from epp.framework.plugin import PluginContext
@@ -78,13 +80,19 @@ async def main(args: argparse.Namespace) -> None:
             shared.endpoints_added(pods)  # starts the index's tasks (the pods are dialled in vain: no events)
             try:
                 await wait_until(lambda: index.connected, timeout=10, message="server connected")
-                started = time.perf_counter()
-                for producer in (memory, shared):
-                    _feed(producer, pods, tokens)
-                await wait_until(lambda: index.flushed, timeout=60, message="blocks written")
+                async with aioredis.Redis.from_url(server.url) as probe:
+                    before = (await probe.info("memory"))["used_memory"]
+                    started = time.perf_counter()
+                    for producer in (memory, shared):
+                        _feed(producer, pods, tokens)
+                    await wait_until(lambda: index.flushed, timeout=60, message="blocks written")
+                    written = time.perf_counter() - started
+                    grown = (await probe.info("memory"))["used_memory"] - before
+                blocks = args.tokens // 16
+                stored = blocks + blocks // 2 + 1
                 print(
-                    f"{args.tokens} tokens ({args.tokens // 16} blocks), {args.candidates} candidates; "
-                    f"written to the server in {time.perf_counter() - started:.3f} s (background)"
+                    f"{args.tokens} tokens ({blocks} blocks), {args.candidates} candidates; {stored} engine blocks "
+                    f"written to the server in {written:.3f} s (background), {grown / stored:.0f} bytes each there"
                 )
                 results: dict[str, list[tuple[float, float]]] = {"in-memory": [], "valkey": []}
                 for _ in range(args.rounds):
