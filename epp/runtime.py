@@ -58,6 +58,7 @@ from epp.config.tls_policy import apply_cipher_suites
 from epp.datalayer.http_client import SessionClient
 from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME
 from epp.extproc.cert_reload import CertReloader
+from epp.extproc.health import DetailRelay
 from epp.extproc.processor import StreamOptions
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
 from epp.extproc.tls import ServerTls, TlsConfig
@@ -124,8 +125,15 @@ class Runtime(Service):
         self.config_status = ConfigStatus(_config_source(options))
         self._http = SessionClient()
         """The HTTP client plugins are given (``PluginContext.http``); closed once, at stop."""
+        self._health_details = DetailRelay()
+        """Where plugins set health details, held until the server's health state exists."""
         self._loader = PoolConfigLoader(
-            self.registry, self.clock, options, self._http, extras={"latency_recorder": self.slo_series}
+            self.registry,
+            self.clock,
+            options,
+            self._http,
+            extras={"latency_recorder": self.slo_series},
+            health=self._health_details.set_detail,
         )
         self._keys: list[PoolKey] = []
         """The pools served, known once the configuration text is read (its ``dataLayer.discovery`` decides)."""
@@ -243,6 +251,7 @@ class Runtime(Service):
             ext_proc=ext_proc,
             health_port_services=None if api_on_tls else api,
         )
+        self._health_details.bind(self._server.health)
         for pool in self.pools:
             if pool.state_sync is not None:
                 pool.state_sync.report_health(self._server.health.set_detail)

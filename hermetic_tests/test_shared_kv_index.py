@@ -16,9 +16,11 @@ import random
 from pathlib import Path
 
 import aiohttp
+import grpc
 import pytest
 from replica_views import routed
 
+from epp.extproc import pb
 from epp.kvevents.redis_index import RedisBlockIndex
 from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp_sim.modelserver import ModelServer
@@ -40,6 +42,7 @@ from epp_sim.waits import wait_until
 
 PODS = 3
 PROMPTS = 30
+SERVING, NOT_SERVING = pb.HealthCheckResponse.SERVING, pb.HealthCheckResponse.NOT_SERVING
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +55,40 @@ def _producer(picker: InProcessPicker) -> PrecisePrefixCacheProducer:
     producer = pool.config.plugins["precise-prefix-cache-producer"]
     assert isinstance(producer, PrecisePrefixCacheProducer)
     return producer
+
+
+async def _health(picker: InProcessPicker) -> list[int]:
+    """The picker's health port: (readiness, its shared index's detail)."""
+    namespace, pool = picker.runtime.pools[0].key
+    detail = f"kv-index/{namespace}/{pool}/precise-prefix-cache-producer"
+    async with grpc.aio.insecure_channel(picker.health_target) as channel:
+        stub = pb.HealthStub(channel)
+        return [
+            (await stub.Check(pb.HealthCheckRequest(service=service), timeout=5.0)).status
+            for service in ("readiness", detail)
+        ]
+
+
+async def _gauge(http: aiohttp.ClientSession, picker: InProcessPicker) -> float:
+    async with http.get(picker.metrics_url) as resp:
+        text = await resp.text()
+    (line,) = [x for x in text.splitlines() if x.startswith("epp_kv_index_backend_connected{")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+async def _server_lost(replicas: tuple[InProcessPicker, ...], port: int, valkey: ValkeyServer) -> None:
+    """Without the server both replicas stay ready and route (on load), and say so: health detail, gauge."""
+    assert [await _health(r) for r in replicas] == [[SERVING, SERVING]] * 2
+    await valkey.stop()
+    indexes = [_producer(r).index for r in replicas]
+    await wait_until(lambda: not any(getattr(i, "connected", True) for i in indexes), timeout=15)
+    assert [await _health(r) for r in replicas] == [[SERVING, NOT_SERVING]] * 2
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+        for _ in range(2):  # one through each replica
+            body = {"model": MODEL, "prompt": "routed without the index", "max_tokens": 1}
+            async with http.post(f"http://127.0.0.1:{port}/v1/completions", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+        assert [await _gauge(http, r) for r in replicas] == [0.0, 0.0]
 
 
 def _failures(replicas: tuple[InProcessPicker, ...]) -> int:
@@ -133,6 +170,7 @@ async def test_a_replica_that_hears_no_events_routes_on_what_the_other_wrote(
     assert right[1] + wrong[1] >= 10, (right, wrong)  # Envoy sent B its share
     if shared:
         assert wrong == [0, 0]  # A routes on its own events, B on what A wrote to the server
+        await _server_lost(replicas, envoy.port, epp_valkey)
     else:
         assert wrong[1] > 0  # B alone has no prefix-match info: by load, it misses
         # (and A then follows B's misses: the pod B chose holds the longer prompt it just served)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +114,8 @@ class RedisBlockIndex:
         self.dropped = 0
         """Write operations lost to a full queue (their endpoints are cleared when the server is back)."""
         self.last_error = ""
+        self.on_change: Callable[[bool], None] | None = None
+        """Told each change of :attr:`connected` (the picker's health detail)."""
         self._blocks: dict[str, int] = {}
         self._queue: dict[str, list[_Op]] = {}
         self._queued = 0
@@ -274,16 +276,21 @@ class RedisBlockIndex:
             self._ok()
             await asyncio.sleep(REFRESH)
 
+    def _changed(self, connected: bool) -> None:
+        self.connected, self._told = connected, True
+        if self.on_change is not None:
+            self.on_change(connected)
+
     def _ok(self) -> None:
         if not self.connected:
-            self.connected, self._told = True, True
+            self._changed(True)
             log.info("kv-index server connected", extra={"server": self.settings.url, "queued": self._queued})
             self._wake.set()
 
     def _failed(self, error: BaseException) -> None:
         self.last_error = f"{type(error).__name__}: {error}"
         if self.connected or not self._told:
-            self.connected, self._told = False, True
+            self._changed(False)
             self.disconnects += 1
             log.warning(
                 "kv-index server unreachable: routing without precise prefix-match info until it is back",

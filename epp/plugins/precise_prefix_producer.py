@@ -28,7 +28,8 @@ precedence: valkey over redis over in-memory) the index lives on that server
 ``produce`` asks it in one round trip, bounded in time, and a request it cannot answer in time has
 no match info; ``prefix_match`` (the deprecated all-in-one scorer) reads what ``produce``
 published. ``enableRDMA`` has no effect (upstream's client ignores it too: TCP). Connecting is the
-start-up's, never the load's.
+start-up's, never the load's; whether the server answers is the health detail
+``kv-index/<namespace>/<pool>/<name>``.
 
 Settings this picker does not have are refused by name: the cost-aware index, CPU tiers
 (``kvCacheBackendConfigs``), ``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``); so is
@@ -67,7 +68,7 @@ from epp.kvevents.redis_index import RedisBlockIndex, RedisIndexSettings
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
 from epp.plugins._prefix_match import PrefixMatchPublisher
-from epp.statesync.address import AddressError
+from epp.plugins._shared_kv_index import shared_index
 from epp.tasks import TaskSet
 
 __all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]
@@ -323,16 +324,18 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheProducer:
     """Factory; llm-d's parameter names and defaults."""
-    return from_parameters(name, params, TYPE, pool=context.pool_name)
+    return from_parameters(name, params, TYPE, context)
 
 
 def from_parameters(
-    name: str, params: Mapping[str, Any], plugin_type: str, *, pool: str = ""
+    name: str, params: Mapping[str, Any], plugin_type: str, context: PluginContext
 ) -> PrecisePrefixCacheProducer:
     """The producer for llm-d's parameters; errors name ``<plugin_type>.parameters.<field>``.
 
     ``plugin_type`` is the type the parameters were written for: this one, or the deprecated
-    ``precise-prefix-cache-scorer`` that forwards its parameters here.
+    ``precise-prefix-cache-scorer`` that forwards its parameters here. An index on Valkey/Redis is
+    namespaced by the context's pool and reports its server's state as the health detail
+    ``kv-index/<namespace>/<pool>/<name>``.
     """
 
     def _refuse(where: str, what: str) -> PluginConfigError:
@@ -360,7 +363,7 @@ def from_parameters(
         if block_index is not None:
             if block_index.present("costAwareMemoryConfig"):
                 raise _refuse("indexerConfig.kvBlockIndexConfig.costAwareMemoryConfig", "the cost-aware index")
-            shared = _shared_index(block_index, plugin_type)
+            shared = shared_index(block_index, plugin_type)
             # Both checked here and reported as without effect at load (compat.py). Upstream logs the
             # index metrics every metricsLoggingInterval (a Go duration: nanoseconds) only with enableMetrics.
             block_index.boolean("enableMetrics", False)
@@ -410,7 +413,7 @@ def from_parameters(
     speculative = p.boolean("speculativeIndexing", False)
     ttl = p.duration("speculativeTTL", 2.0)
     p.done()
-    return PrecisePrefixCacheProducer(
+    producer = PrecisePrefixCacheProducer(
         name,
         block_size_tokens=block_size,
         hash_seed=seed,
@@ -423,29 +426,10 @@ def from_parameters(
         zmq_endpoint=central,
         discover_pods=discover,
         shared_index=shared,
-        pool=pool,
+        pool=f"{context.pool_namespace}/{context.pool_name}",
     )
-
-
-def _shared_index(block_index: Params, plugin_type: str) -> RedisIndexSettings | None:
-    """``valkeyConfig`` (backendType forced to valkey), else ``redisConfig``, as llm-d's precedence; both checked."""
-    chosen: RedisIndexSettings | None = None
-    for key, default_address, forced in (
-        ("redisConfig", "redis://127.0.0.1:6379", None),
-        ("valkeyConfig", "valkey://127.0.0.1:6379", "valkey"),
-    ):
-        server = block_index.nested(key)
-        if server is None:
-            continue
-        address = server.text("address") or default_address
-        backend = server.text("backendType") or "redis"  # upstream: a name in its messages
-        backend = forced or backend
-        server.boolean("enableRDMA", False)  # checked here; reported as without effect at load (compat.py)
-        server.done()
-        try:
-            chosen = RedisIndexSettings.from_address(address, backend)
-        except AddressError as e:
-            raise PluginConfigError(
-                f"{plugin_type}.parameters.indexerConfig.kvBlockIndexConfig.{key}.address: {e}"
-            ) from e
-    return chosen
+    health = context.health
+    if isinstance(producer.index, RedisBlockIndex) and health is not None:
+        detail = f"kv-index/{context.pool_namespace}/{context.pool_name}/{name}"
+        producer.index.on_change = lambda connected: health(detail, connected)
+    return producer

@@ -3,6 +3,7 @@ precedence, what is refused naming the field, and a picker that starts without i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,12 @@ from epp_sim.waits import wait_until
 FIELD = r"precise-prefix-cache-producer\.parameters\.indexerConfig\.kvBlockIndexConfig"
 
 
-def _producer(block_index: dict[str, Any], pool: str = "pool") -> PrecisePrefixCacheProducer:
+def _producer(
+    block_index: dict[str, Any], health: Callable[[str, bool], None] | None = None
+) -> PrecisePrefixCacheProducer:
     params = {"indexerConfig": {"kvBlockIndexConfig": block_index}}
-    return create("precise-prefix-cache-producer", params, PluginContext(pool_name=pool))
+    context = PluginContext(pool_name="pool", pool_namespace="ns", health=health)
+    return create("precise-prefix-cache-producer", params, context)
 
 
 def _shared(producer: PrecisePrefixCacheProducer) -> RedisBlockIndex:
@@ -41,7 +45,7 @@ def _shared(producer: PrecisePrefixCacheProducer) -> RedisBlockIndex:
 def test_llm_d_keys_defaults_and_precedence() -> None:
     redis = _shared(_producer({"redisConfig": {"address": "redis-0:6380", "backendType": "redis"}}))
     assert (redis.settings.url, redis.settings.backend_type) == ("redis://redis-0:6380", "redis")
-    assert redis.prefix == "{epp-kv:pool/precise-prefix-cache-producer}"
+    assert redis.prefix == "{epp-kv:ns/pool/precise-prefix-cache-producer}"
     default = _shared(_producer({"redisConfig": {}}))
     assert default.settings.url == "redis://127.0.0.1:6379"  # upstream's default address
     valkey = _shared(_producer({"valkeyConfig": {"backendType": "redis"}}))  # forced to valkey, as upstream
@@ -92,13 +96,16 @@ async def test_a_picker_starts_without_its_server_routes_without_match_info_and_
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = ValkeyServer(tmp_path / "valkey")  # its port chosen, nothing listening yet
-    producer = _producer({"valkeyConfig": {"address": server.url}})
+    details: list[tuple[str, bool]] = []
+    producer = _producer({"valkeyConfig": {"address": server.url}}, lambda name, ok: details.append((name, ok)))
+    detail = "kv-index/ns/pool/precise-prefix-cache-producer"
     index = _shared(producer)
     pod = EndpointState(Endpoint("ns", "pod0-rank-0", "pod0", "127.0.0.2", free_port("127.0.0.2")))
     try:
         producer.endpoints_added([pod])  # the runtime's first call: the index starts here, not at load
         await wait_until(lambda: index.disconnects == 1, timeout=10, message="the failed start said")
         assert "kv-index server unreachable" in caplog.text
+        assert details == [(detail, False)]  # the health detail: NOT_SERVING, readiness untouched
         request = InferenceRequest("r", model="m", target_model="m", api=ApiKind.COMPLETIONS)
         request.token_ids = list(range(64))
         await producer.produce(request, [pod])
@@ -115,6 +122,7 @@ async def test_a_picker_starts_without_its_server_routes_without_match_info_and_
             series.publish(Readings.of([producer]))
             assert metrics.registry.get_sample_value("epp_kv_index_backend_connected", labels) == 1
             assert metrics.registry.get_sample_value("epp_kv_index_backend_disconnects_total", labels) == 1
+            assert details == [(detail, False), (detail, True)]
     finally:
         await producer.aclose()
 

@@ -1,0 +1,41 @@
+"""llm-d's ``kvBlockIndexConfig.valkeyConfig`` / ``redisConfig``: which Valkey/Redis server holds the precise index.
+
+Both keys take upstream's ``RedisIndexConfig`` (``address``, ``backendType``, ``enableRDMA``) and
+its defaults; ``valkeyConfig`` wins over ``redisConfig`` (and both over ``inMemoryConfig``), and
+forces ``backendType`` to ``valkey``. Both are checked when both are given. ``enableRDMA`` is
+read (and reported as without effect at load, ``compat.py``): upstream's client has no RDMA
+transport either. A bad address is refused naming its field.
+"""
+
+from __future__ import annotations
+
+from epp.framework.params import Params
+from epp.framework.plugin import PluginConfigError
+from epp.kvevents.redis_index import RedisIndexSettings
+from epp.statesync.address import AddressError
+
+__all__ = ["shared_index"]
+
+
+def shared_index(block_index: Params, plugin_type: str) -> RedisIndexSettings | None:
+    """The server ``block_index`` (a ``kvBlockIndexConfig``) names, or None for the in-memory index."""
+    chosen: RedisIndexSettings | None = None
+    for key, default_address, forced in (
+        ("redisConfig", "redis://127.0.0.1:6379", None),
+        ("valkeyConfig", "valkey://127.0.0.1:6379", "valkey"),
+    ):
+        server = block_index.nested(key)
+        if server is None:
+            continue
+        address = server.text("address") or default_address
+        backend = server.text("backendType") or "redis"  # upstream: a name in its messages
+        backend = forced or backend
+        server.boolean("enableRDMA", False)  # checked here; reported as without effect at load (compat.py)
+        server.done()
+        try:
+            chosen = RedisIndexSettings.from_address(address, backend)
+        except AddressError as e:
+            raise PluginConfigError(
+                f"{plugin_type}.parameters.indexerConfig.kvBlockIndexConfig.{key}.address: {e}"
+            ) from e
+    return chosen
