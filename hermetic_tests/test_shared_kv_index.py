@@ -16,13 +16,11 @@ import random
 from pathlib import Path
 
 import aiohttp
-import grpc
 import pytest
-from replica_views import routed
+from replica_views import health, precise_producer, routed
 
 from epp.extproc import pb
 from epp.kvevents.redis_index import RedisBlockIndex
-from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp_sim.modelserver import ModelServer
 from epp_sim.ports import common_free_port, free_port
 from epp_sim.precise_prefix import (
@@ -50,23 +48,10 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
-def _producer(picker: InProcessPicker) -> PrecisePrefixCacheProducer:
-    (pool,) = picker.runtime.pools
-    producer = pool.config.plugins["precise-prefix-cache-producer"]
-    assert isinstance(producer, PrecisePrefixCacheProducer)
-    return producer
-
-
 async def _health(picker: InProcessPicker) -> list[int]:
     """The picker's health port: (readiness, its shared index's detail)."""
     namespace, pool = picker.runtime.pools[0].key
-    detail = f"kv-index/{namespace}/{pool}/precise-prefix-cache-producer"
-    async with grpc.aio.insecure_channel(picker.health_target) as channel:
-        stub = pb.HealthStub(channel)
-        return [
-            (await stub.Check(pb.HealthCheckRequest(service=service), timeout=5.0)).status
-            for service in ("readiness", detail)
-        ]
+    return await health(picker, "readiness", f"kv-index/{namespace}/{pool}/precise-prefix-cache-producer")
 
 
 async def _gauge(http: aiohttp.ClientSession, picker: InProcessPicker) -> float:
@@ -80,7 +65,7 @@ async def _server_lost(replicas: tuple[InProcessPicker, ...], port: int, valkey:
     """Without the server both replicas stay ready and route (on load), and say so: health detail, gauge."""
     assert [await _health(r) for r in replicas] == [[SERVING, SERVING]] * 2
     await valkey.stop()
-    indexes = [_producer(r).index for r in replicas]
+    indexes = [precise_producer(r).index for r in replicas]
     await wait_until(lambda: not any(getattr(i, "connected", True) for i in indexes), timeout=15)
     assert [await _health(r) for r in replicas] == [[SERVING, NOT_SERVING]] * 2
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
@@ -92,7 +77,9 @@ async def _server_lost(replicas: tuple[InProcessPicker, ...], port: int, valkey:
 
 
 def _failures(replicas: tuple[InProcessPicker, ...]) -> int:
-    return sum(i.lookup_failures for i in (_producer(r).index for r in replicas) if isinstance(i, RedisBlockIndex))
+    return sum(
+        i.lookup_failures for i in (precise_producer(r).index for r in replicas) if isinstance(i, RedisBlockIndex)
+    )
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["valkey-index", "own-index"])
@@ -120,7 +107,7 @@ async def test_a_replica_that_hears_no_events_routes_on_what_the_other_wrote(
     await second.wait_routing(pool.pool.reported_name, PODS)
     replicas = (first, second)
     if shared:
-        indexes = [_producer(r).index for r in replicas]
+        indexes = [precise_producer(r).index for r in replicas]
         assert all(isinstance(i, RedisBlockIndex) for i in indexes)
         await wait_until(lambda: all(i.connected for i in indexes if isinstance(i, RedisBlockIndex)), timeout=10)
     envoy = await epp_envoy(first, second)
@@ -130,8 +117,8 @@ async def test_a_replica_that_hears_no_events_routes_on_what_the_other_wrote(
         async def send(server: ModelServer, prompt: str) -> None:
             await announce(http, server.url, prompt)
 
-        await wait_subscribed(pool.servers, send, lambda: [_producer(first).subscribers.values()])
-        assert _producer(second).subscribers == {}  # B dials no pod, and no pod connects to B
+        await wait_subscribed(pool.servers, send, lambda: [precise_producer(first).subscribers.values()])
+        assert precise_producer(second).subscribers == {}  # B dials no pod, and no pod connects to B
         rng = random.Random(7)
         prompts: list[tuple[str, int]] = []
         for i in range(PROMPTS):
@@ -140,11 +127,11 @@ async def test_a_replica_that_hears_no_events_routes_on_what_the_other_wrote(
             await send(pool.servers[holder], prompt)
             prompts.append((prompt, holder))
         await wait_until(
-            lambda: events_applied(_producer(first).subscribers.values(), pool.servers),
+            lambda: events_applied(precise_producer(first).subscribers.values(), pool.servers),
             timeout=10,
             message="replica A applied every announcement",
         )
-        written = _producer(first).index
+        written = precise_producer(first).index
         if isinstance(written, RedisBlockIndex):
             await wait_until(lambda: written.flushed, timeout=10, message="replica A's writes on the server")
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ from epp.kvevents.decode import BlockHash, BlockStored
 from epp.kvevents.index import block_keys, chain_seed, indexable_blocks
 from epp.kvevents.redis_layout import LONGEST, SIZES, WRITE, engine_field, key_prefix, last_key, packed
 from epp.statesync.address import redis_url
+from epp.statesync.server_status import ServerStatus
 from epp.tasks import TaskSet
 
 __all__ = ["LOOKUP_TIMEOUT", "LOOKUP_TIMEOUT_PER_BLOCK", "MAX_QUEUED", "RedisBlockIndex", "RedisIndexSettings"]
@@ -95,7 +96,7 @@ class _Stored:
 _Op = _Stored | tuple[str, ...]  # ("R", field), ("P", ttl_ms, keys), ("C",)
 
 
-class RedisBlockIndex:
+class RedisBlockIndex(ServerStatus):
     """Writes queued for the background task; lookups on the request path; :meth:`start` / :meth:`stop`."""
 
     def __init__(
@@ -108,14 +109,10 @@ class RedisBlockIndex:
         self.prefix = key_prefix(pool, producer)
         self.skipped = 0
         """Stored events not indexed (as the in-memory index counts them); this replica's own."""
-        self.connected = False
-        self.disconnects = 0
+        ServerStatus.__init__(self)
         self.lookup_failures = 0
         self.dropped = 0
         """Write operations lost to a full queue (their endpoints are cleared when the server is back)."""
-        self.last_error = ""
-        self.on_change: Callable[[bool], None] | None = None
-        """Told each change of :attr:`connected` (the picker's health detail)."""
         self._blocks: dict[str, int] = {}
         self._queue: dict[str, list[_Op]] = {}
         self._queued = 0
@@ -125,7 +122,6 @@ class RedisBlockIndex:
         self._wake = asyncio.Event()
         self._client: aioredis.Redis | None = None
         self._tasks = TaskSet()
-        self._told = False
         self._closing = False
         self._logged_at = -LOG_EVERY
         self._unlogged = 0
@@ -276,22 +272,13 @@ class RedisBlockIndex:
             self._ok()
             await asyncio.sleep(REFRESH)
 
-    def _changed(self, connected: bool) -> None:
-        self.connected, self._told = connected, True
-        if self.on_change is not None:
-            self.on_change(connected)
-
     def _ok(self) -> None:
-        if not self.connected:
-            self._changed(True)
+        if self.reached():
             log.info("kv-index server connected", extra={"server": self.settings.url, "queued": self._queued})
             self._wake.set()
 
     def _failed(self, error: BaseException) -> None:
-        self.last_error = f"{type(error).__name__}: {error}"
-        if self.connected or not self._told:
-            self._changed(False)
-            self.disconnects += 1
+        if self.unreached(error):
             log.warning(
                 "kv-index server unreachable: routing without precise prefix-match info until it is back",
                 extra={"server": self.settings.url, "error": self.last_error},
