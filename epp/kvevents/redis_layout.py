@@ -1,6 +1,6 @@
 """Where the shared precise index lives on a Valkey/Redis server, and the three scripts that read and write it.
 
-Every key of one index starts with one hash tag, ``{epp-kv:<pool>/<producer name>}`` (:func:`key_prefix`),
+Every key of one index starts with one hash tag, ``{epp-kv:<namespace>/<pool>/<producer>}`` (:func:`key_prefix`),
 so two pools or two producers on one server never share a key, and every key of an index sits in
 one slot: the scripts below touch only keys of their own index, so they run on a Redis Cluster too
 (all of one index on one node). Under that prefix ``T``, per endpoint (as the in-memory index keeps
@@ -37,7 +37,7 @@ _KEY_DIGITS = 16
 
 
 def key_prefix(pool: str, producer: str) -> str:
-    """The hash-tagged prefix of every key of ``producer``'s index for ``pool``."""
+    """The hash-tagged prefix of every key of ``producer``'s index for ``pool`` (``namespace/name``)."""
     name = f"epp-kv:{pool}/{producer}".replace("{", "(").replace("}", ")")
     return "{" + name + "}"
 
