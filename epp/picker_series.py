@@ -15,6 +15,7 @@ from epp.config.data_scope_series import DataScopeViolations
 from epp.datalayer.pool_gauges import PoolSeries
 from epp.datalayer.scraper import ScrapeSeries
 from epp.datastore.health_recorder import HealthSeries
+from epp.extproc.grpc_stream_metrics import GrpcStreamMetrics
 from epp.extproc.observe import RequestSeries
 from epp.extproc.server import ServerSeries
 from epp.flowcontrol.controller import FlowControlSeries
@@ -23,9 +24,12 @@ from epp.requestcontrol.plugin_series import PluginSeries
 from epp.requestcontrol.recorder import RequestControlSeries
 from epp.scheduling.plugin_errors import PluginErrors
 from epp.scheduling.recorder import SchedulingSeries
+from epp.slo.series import SloSeries
+from epp.telemetry.families import MetricsNaming
 from epp.telemetry.metrics import EppMetrics
+from epp.workers.supervisor import WorkerSeries
 
-__all__ = ["PICKER_SERIES", "declare_picker_series"]
+__all__ = ["PICKER_SERIES", "WORKER_SERIES", "declare_picker_series", "worker_family_names"]
 
 PICKER_SERIES = (
     ServerSeries,
@@ -42,6 +46,33 @@ PICKER_SERIES = (
     KubeSeries,
     HealthSeries,
 )
+
+
+WORKER_SERIES = (
+    RequestSeries,
+    SchedulingSeries,
+    PluginErrors,
+    PluginSeries,
+    RequestControlSeries,
+    FlowControlSeries,
+    DataScopeViolations,
+    SloSeries,
+    GrpcStreamMetrics,
+    WorkerSeries,
+)
+"""The request path's series: with ``--workers``, each child's are added to the parent's on ``/metrics``
+(a request is counted by the one process that served it). The other sets describe the pod's pool,
+scrapes, configuration and readiness, which every process sees alike: the parent's alone are shown.
+A plugin's measured gauges (``PluginSeries``' index sizes) are set only by the parent's scrape hook;
+a child's stay empty."""
+
+
+def worker_family_names(naming: MetricsNaming) -> frozenset[str]:
+    """The family names of :data:`WORKER_SERIES` under ``naming``."""
+    scratch = EppMetrics(naming=naming)
+    for declare in WORKER_SERIES:
+        scratch.series(declare)
+    return frozenset(m.name for m in scratch.registry.collect())
 
 
 def declare_picker_series(metrics: EppMetrics) -> None:

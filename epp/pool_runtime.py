@@ -14,7 +14,11 @@ its configuration:
 - :meth:`PoolRuntime.apply` puts it in force in one loop step: the scrapers take its data layer
   (``Scrapers.apply``), the routing its pipeline (``PoolRouting.apply``: stateful plugins hand
   over their state, the new plugins' metric series and background work start) and the state
-  sync its plugins (``ReplicaSync.bind``).
+  sync its plugins (``StateSync.bind``).
+
+With ``--workers`` > 1 a :class:`PoolWiring` makes a pool's scrapers and state sync instead of the
+options (:mod:`epp.workers`): a child's scrapers are fed by its parent, and every process's records
+go through the parent unless the replicas' Valkey stream carries them.
 
 What the configurations in force report of themselves goes to ``/metrics`` in one place,
 :func:`refresh_gauges`, just before each scrape: the pools' gauges and what their plugins measure,
@@ -27,7 +31,7 @@ import functools
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from epp.clock import Clock
 from epp.config.discovery_mode import discovery_refusal
@@ -42,7 +46,7 @@ from epp.datastore.health_recorder import HealthRecorder
 from epp.datastore.store import Datastore
 from epp.framework.health import HealthPolicy
 from epp.framework.http import HttpClient
-from epp.framework.plugin import PluginContext, PluginRegistry
+from epp.framework.plugin import Plugin, PluginContext, PluginRegistry
 from epp.framework.staleness import Staleness
 from epp.kube.client import Api
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
@@ -53,12 +57,33 @@ from epp.slo.series import SloSeries
 from epp.statesync.metrics import SyncMetrics
 from epp.telemetry.metrics import EppMetrics
 
-if TYPE_CHECKING:
-    from epp.statesync.replicas import ReplicaSync
-
-__all__ = ["PoolConfigLoader", "PoolRuntime", "refresh_gauges"]
+__all__ = ["PoolConfigLoader", "PoolRuntime", "PoolWiring", "StateSync", "refresh_gauges"]
 
 Configs = dict[PoolKey, LoadedConfig]
+
+
+class StateSync(Protocol):
+    """A pool's routing state shared with other pickers: replicas over Valkey, or the processes of one pod."""
+
+    def bind(self, plugins: Mapping[str, Plugin]) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def refresh(self) -> None: ...
+
+    def report_health(self, set_detail: Callable[[str, bool], None]) -> None: ...
+
+
+class PoolWiring(Protocol):
+    """Where a pool's scrapers and state sync come from when this process is one of several (``--workers``)."""
+
+    def scrapers(self, key: PoolKey, datastore: Datastore) -> Scrapers | None:
+        """The pool's scrapers; None: made from the options, as with one process."""
+
+    def state_sync(self, key: PoolKey, datastore: Datastore, plugins: Mapping[str, Plugin]) -> StateSync | None:
+        """The pool's sync; None: from the options (``--state-sync-address``, else none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +137,9 @@ class PoolRuntime:
     scrapers: Scrapers
     gauges: PoolGauges
     routing: PoolRouting
-    state_sync: ReplicaSync | None = None
-    """Its state shared with the other replicas through Valkey (``--state-sync-address``); None without."""
+    state_sync: StateSync | None = None
+    """Its state shared with the other replicas through Valkey (``--state-sync-address``) or with the other
+    processes of the pod (``--workers``); None without either."""
     unsubscribe: Callable[[], None] = field(default=lambda: None)
 
     @classmethod
@@ -129,6 +155,7 @@ class PoolRuntime:
         clock: Clock,
         rng: random.Random,
         sync_metrics: SyncMetrics | None = None,
+        wiring: PoolWiring | None = None,
     ) -> PoolRuntime:
         """The pool's parts, ``config`` in force; nothing runs before :meth:`start`."""
         o = options
@@ -154,7 +181,7 @@ class PoolRuntime:
             reconciler = PoolReconcilers(
                 api, datastore, pool_name=key[1], namespace=key[0], pool_group=o.pool_group, metrics=metrics
             )
-        scrapers = make_scrapers(
+        scrapers = (wiring.scrapers(key, datastore) if wiring else None) or make_scrapers(
             datastore,
             clock,
             metrics,
@@ -171,7 +198,8 @@ class PoolRuntime:
         )
         routing = PoolRouting(key, datastore, config, metrics=metrics, clock=clock, rng=rng, options=routing_options)
         pool = cls(key, datastore, reconciler, scrapers, gauges, routing)
-        if o.state_sync is not None:
+        pool.state_sync = wiring.state_sync(key, datastore, config.plugins) if wiring else None
+        if pool.state_sync is None and o.state_sync is not None:
             # Imported only when asked for: redis-py imports the OpenTelemetry SDK at import time.
             from epp.statesync.replicas import ReplicaSync
 

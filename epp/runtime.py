@@ -23,6 +23,11 @@ scrapers → state sync → gRPC servers (NOT_SERVING) → metrics server → re
 Stop order: NOT_SERVING → gRPC stop with grace (in-flight streams finish) → tracing flush
 (bounded) → config watcher → elector → state sync → plugins' background resources (KV-event subscribers) →
 the plugins' HTTP client → reconcilers → scrapers → gauges → metrics server → API client.
+With ``--workers`` > 1 this process is the parent of the pod's other serving processes
+(:mod:`epp.workers`): it starts them once its own ext_proc port is bound (they bind it too),
+forwards its scrapes and routing records to them, adds their request series to ``/metrics``, and
+stops them beside its own gRPC server. A child runs this runtime too, with a ``child`` role: no
+health, metrics or API port and no Lease (the pod's are the parent's).
 Tracing (``--tracing`` with an exporter) is set up right after the configuration is read. The
 ``epp.v1`` API (``--epp-api``) rides on the health port, behind the ``/metrics`` authorizer; with
 ``--metrics-cert-dir`` it has its own port (``--epp-api-port``) behind the metrics TLS instead,
@@ -40,8 +45,9 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from epp.api.auth import ApiAuthInterceptor
 from epp.api.service import ApiSources, add_api
@@ -56,6 +62,7 @@ from epp.config.options import OptionsError, ServeOptions
 from epp.config.reload import ConfigStatus, ConfigWatcher
 from epp.config.tls_policy import apply_cipher_suites
 from epp.datalayer.http_client import SessionClient
+from epp.datalayer.scrape_process import ScrapeProcess
 from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME
 from epp.extproc.cert_reload import CertReloader
 from epp.extproc.health import DetailRelay
@@ -80,6 +87,11 @@ from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
 from epp.telemetry.metrics_server import MetricsServer
 from epp.telemetry.tracing import Tracing
+from epp.workers.merged_metrics import MergedRegistry
+from epp.workers.supervisor import Workers, WorkerSeries
+
+if TYPE_CHECKING:
+    from epp.workers.child import ChildRole
 
 __all__ = ["Runtime", "RuntimePorts"]
 
@@ -108,6 +120,7 @@ class Runtime(Service):
         metrics: EppMetrics | None = None,
         rng: random.Random | None = None,
         readiness_interval: float = 0.1,
+        child: ChildRole | None = None,
     ) -> None:
         self.options = options
         self.clock = clock or SystemClock()
@@ -149,12 +162,19 @@ class Runtime(Service):
         self._sync_metrics = SyncMetrics(self.metrics.registry) if options.state_sync is not None else None
         """The state sync's series, one set for every pool's sync (``--state-sync-address``)."""
         self.tracing: Tracing | None = None  # None unless --tracing and an exporter is configured
+        self._child = child
+        self.workers = Workers(options, self.metrics, self.clock) if options.workers > 1 and child is None else None
+        """The pod's other serving processes (``--workers``), when this is their parent."""
 
     @property
     def server(self) -> ExtProcServer:
         if self._server is None:
             raise RuntimeError("runtime not started")
         return self._server
+
+    def plugins(self) -> list[object]:
+        """Every plugin of the configurations in force."""
+        return [plugin for pool in self.pools for plugin in pool.config.plugins.values()]
 
     @property
     def ready(self) -> bool:
@@ -209,12 +229,16 @@ class Runtime(Service):
                 clock=self.clock,
                 rng=self.rng,
                 sync_metrics=self._sync_metrics,
+                wiring=self._child or self.workers,
             )
+            if self.workers is not None:
+                assert isinstance(pool.scrapers, ScrapeProcess)  # --workers implies --metrics-scrape-process
+                self.workers.follow_scrapes(key, pool.scrapers)
             self.pools.append(pool)
         self._in_force(configs)
         for pool in self.pools:
             await pool.start()
-        if o.leader_election and self._api is not None:
+        if o.leader_election and self._api is not None and self._child is None:
             identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             namespace, name = keys[0]
             self.elector = LeaderElector(
@@ -236,12 +260,13 @@ class Runtime(Service):
             max_recv_msg_size=o.grpc_max_recv_msg_size,
             max_send_msg_size=o.grpc_max_send_msg_size,
             stream_metrics=o.enable_grpc_stream_metrics,
+            shared_port=o.workers > 1,
         )
         endpoint = o.metrics_endpoint
         auth = None
         if endpoint.auth and self._api is not None:
             auth = MetricsAuth(KubeReviewer(self._api), clock=self.clock)
-        api = self._api_services(pipelines, auth)
+        api = self._api_services(pipelines, auth) if self._child is None else None
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
             pipelines,
@@ -250,6 +275,11 @@ class Runtime(Service):
             tracing=self.tracing,
             ext_proc=ext_proc,
             health_port_services=None if api_on_tls else api,
+            streams=(
+                self.metrics.series(WorkerSeries).streams.labels(worker=str(self._child.worker if self._child else 0))
+                if o.workers > 1
+                else None
+            ),
         )
         self._health_details.bind(self._server.health)
         for pool in self.pools:
@@ -257,28 +287,38 @@ class Runtime(Service):
                 pool.state_sync.report_health(self._server.health.set_detail)
         tls = await self._server_tls() if o.tls.secure_serving else None
         self.ports.grpc, self.ports.health = await self._server.start(
-            o.bind_address, o.grpc_port, o.grpc_health_port, tls
+            o.bind_address, o.grpc_port, None if self._child else o.grpc_health_port, tls
         )
+        if self._child is not None:
+            await self._start_following(text)
+            return
+        if self.workers is not None:
+            await self.workers.start(
+                self.ports.grpc, (tls.cert_pem, tls.key_pem) if isinstance(tls, TlsConfig) else None
+            )
         if api is not None and api_on_tls:
             self._api_port = ApiTlsPort(api)
             self.ports.api = await self._api_port.start(
                 o.bind_address, o.epp_api_port, cert_dir=endpoint.cert_dir, client_ca_file=endpoint.client_ca_file
             )
+        before_scrape: list[Callable[[], None]] = [
+            functools.partial(refresh_gauges, self.pools, self.metrics, self.slo_series)
+        ]
+        if self.workers is not None:
+            series = self.metrics.series(WorkerSeries)
+            before_scrape += [lambda: series.publish(0, self.plugins()), self.workers.families.freeze]
         self._metrics_server = MetricsServer(
-            self.metrics,
-            before_scrape=[functools.partial(refresh_gauges, self.pools, self.metrics, self.slo_series)],
+            self.metrics
+            if self.workers is None
+            else _Merged(MergedRegistry(self.metrics.registry, self.workers.families)),
+            before_scrape=before_scrape,
             auth=auth,
             pprof=endpoint.pprof,
             cert_dir=endpoint.cert_dir,
             client_ca_file=endpoint.client_ca_file,
         )
         self.ports.metrics = await self._metrics_server.start(o.bind_address, o.metrics_endpoint.port)
-        if o.config_file:
-            self._watcher = ConfigWatcher(
-                o.config_file, self._reload, self.config_status, clock=self.clock, metrics=self.metrics
-            )
-            await self._watcher.start(text)
-        self._readiness = start_guarded(self._follow_readiness(), "epp-readiness", forever=True)
+        await self._start_following(text)
         log.info(
             "epp serving",
             extra={
@@ -289,6 +329,16 @@ class Runtime(Service):
                 "epp_api_port": self.ports.api or None,
             },
         )
+
+    async def _start_following(self, text: str) -> None:
+        """The configuration file and readiness are followed from now on (a child's too: it reloads itself)."""
+        o = self.options
+        if o.config_file:
+            self._watcher = ConfigWatcher(
+                o.config_file, self._reload, self.config_status, clock=self.clock, metrics=self.metrics
+            )
+            await self._watcher.start(text)
+        self._readiness = start_guarded(self._follow_readiness(), "epp-readiness", forever=True)
 
     async def _reload(self, text: str) -> None:
         """A changed config file (the watcher's ``apply``): loaded off the loop; refused whole (raises) when a
@@ -327,6 +377,8 @@ class Runtime(Service):
         o = self.options.tls
         # `epp serve` exports the cipher list before grpc loads; here only a late attempt fails, loudly.
         apply_cipher_suites(o.grpc_cipher_list)
+        if self._child is not None and self._child.tls_pair is not None:  # the parent's, so every worker is alike
+            return TlsConfig(*self._child.tls_pair)
         # Reading the files or generating an RSA-4096 key (~0.35 s) happens off the loop.
         pair = await asyncio.to_thread(TlsConfig.from_cert_path, o.cert_path or None)
         if not o.cert_reload:
@@ -381,9 +433,12 @@ class Runtime(Service):
         self._readiness = None
         for pool in self.pools:  # queued requests end with 503 rejected-shutting-down before the grace starts
             await pool.routing.stop()
+        children = asyncio.ensure_future(self.workers.stop(grace)) if self.workers is not None else None
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        if children is not None:
+            await children
         if self._api_port is not None:
             await self._api_port.stop(grace)
             self._api_port = None
@@ -412,6 +467,13 @@ class Runtime(Service):
         if self._api is not None:
             await close_api(self._api)
             self._api = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Merged:
+    """What ``/metrics`` serves with ``--workers`` > 1: the picker's registry with the children's series added."""
+
+    registry: MergedRegistry
 
 
 def _config_source(options: ServeOptions) -> str:

@@ -83,6 +83,15 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     switch(serving, "--health-checking", False, "also serve gRPC health on the ext_proc port (gateway health checks)")
     flag(
         serving,
+        "--workers",
+        type=int,
+        default=1,
+        help="serving processes sharing the ext_proc port (SO_REUSEPORT): this one and N-1 children fed its "
+        "scrapes (implies --metrics-scrape-process) and sharing routing state through it; the kernel spreads "
+        'connections, not streams (docs/deploy.md, "Several cores")',
+    )
+    flag(
+        serving,
         "--grpc-max-recv-msg-size",
         default="",
         help="largest message the ext_proc port accepts, e.g. 10MiB (unset: 32MiB; 0: gRPC's 4MiB)",
@@ -309,7 +318,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         config_text=args.config_text,
         allow_experimental_plugins=args.allow_experimental_plugins,
         refresh_metrics_interval=parse_duration_flag(args.refresh_metrics_interval, flag="refresh-metrics-interval"),
-        metrics_scrape_process=args.metrics_scrape_process,
+        metrics_scrape_process=args.metrics_scrape_process or args.workers > 1,
+        workers=args.workers,
         refresh_prometheus_metrics_interval=parse_duration_flag(
             args.refresh_prometheus_metrics_interval, flag="refresh-prometheus-metrics-interval"
         ),

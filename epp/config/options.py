@@ -204,6 +204,8 @@ class ServeOptions:
     allow_experimental_plugins: bool = False
     refresh_metrics_interval: float = MIN_REFRESH_METRICS_INTERVAL
     metrics_scrape_process: bool = False
+    workers: int = 1
+    """Serving processes sharing the ext_proc port (``--workers``); 1: this process alone (see epp.workers)."""
     refresh_prometheus_metrics_interval: float = 5.0
     metrics_staleness_threshold: float = 2.0
     kubeconfig: str = ""
@@ -265,6 +267,8 @@ class ServeOptions:
                 raise OptionsError(f"--{flag}: must be non-negative, got {size}")
         if self.config_file and self.config_text:
             raise OptionsError("--config-file and --config-text are mutually exclusive")
+        if not 1 <= self.workers <= 64:
+            raise OptionsError(f"--workers: must be between 1 and 64, got {self.workers}")
         if self.refresh_metrics_interval <= 0:
             raise OptionsError(f"--refresh-metrics-interval must be > 0, got {self.refresh_metrics_interval}")
         if self.refresh_prometheus_metrics_interval <= 0:

@@ -25,22 +25,47 @@ import dataclasses
 import itertools
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from epp.clock import Clock
 from epp.config.options import LoggingOptions
-from epp.datalayer.scrape_wire import Batch, Setup, read_frame, write_frame
+from epp.datalayer.scrape_wire import Batch, HealthEvent, Setup, read_frame, write_frame
 from epp.datalayer.scraper import EndpointSource, ScraperManager, Scrapers, ScrapeSeries
 from epp.framework.datalayer import ScrapeSpec
-from epp.framework.endpoint import EndpointState
+from epp.framework.endpoint import Endpoint, EndpointState, MetricsSnapshot
 from epp.tasks import cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 
-__all__ = ["ScrapeProcess", "make_scrapers"]
+__all__ = ["ScrapeProcess", "ScrapeTee", "apply_scrape_results", "make_scrapers"]
 
 _log = logging.getLogger(__name__)
 
 _HEALTH_CALLS = frozenset({"scrape_ok", "unreachable", "scrape_failed"})
+
+
+class ScrapeTee(Protocol):
+    """Told what the worker is asked to scrape and what it found (``--workers``: the serving children's feed)."""
+
+    def endpoints_changed(self, added: Sequence[tuple[int, Endpoint]], gone: Sequence[int]) -> None: ...
+
+    def scraped(self, snapshots: Mapping[int, MetricsSnapshot], health: Sequence[HealthEvent]) -> None: ...
+
+
+def apply_scrape_results(
+    state_of: Callable[[int], EndpointState | None],
+    snapshots: Mapping[int, MetricsSnapshot],
+    health: Iterable[HealthEvent],
+) -> None:
+    """Each endpoint's new snapshot, then the health calls the scraper made, in order (ids ``state_of`` knows)."""
+    for eid, snapshot in snapshots.items():
+        state = state_of(eid)
+        if state is not None:
+            state.metrics = snapshot
+    for eid, method, args in health:
+        state = state_of(eid)
+        if state is not None and method in _HEALTH_CALLS:
+            getattr(state.health, method)(*args)
 
 
 class ScrapeProcess:
@@ -80,6 +105,12 @@ class ScrapeProcess:
         self._proc: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        self.tee: ScrapeTee | None = None
+        """Told every change of the endpoints and every batch, after they are applied here."""
+
+    def table(self) -> list[tuple[int, Endpoint]]:
+        """Every endpoint scraped now, with its id (what a new :attr:`tee` reader starts from)."""
+        return [(eid, state.endpoint) for eid, state in self._states.items()]
 
     @property
     def scraped(self) -> frozenset[str]:
@@ -140,6 +171,8 @@ class ScrapeProcess:
             new.append((eid, state.endpoint))
         if new or gone:
             self._send(("change", new, gone))
+            if self.tee is not None:
+                self.tee.endpoints_changed(new, gone)
 
     def _send(self, message: tuple[object, ...]) -> None:
         proc = self._proc
@@ -194,15 +227,9 @@ class ScrapeProcess:
         _log.error("Scrape worker exited", extra={"pid": proc.pid, "code": await proc.wait()})
 
     def _apply(self, batch: Batch) -> None:
-        states = self._states
-        for eid, snapshot in batch.snapshots.items():
-            state = states.get(eid)
-            if state is not None:
-                state.metrics = snapshot
-        for eid, method, args in batch.health:
-            state = states.get(eid)
-            if state is not None and method in _HEALTH_CALLS:
-                getattr(state.health, method)(*args)
+        apply_scrape_results(self._states.get, batch.snapshots, batch.health)
+        if self.tee is not None:
+            self.tee.scraped(batch.snapshots, batch.health)
         m = self._metrics
         for engine, (counts, total) in batch.durations.items():
             m.duration.labels(engine=engine).add(counts, total)

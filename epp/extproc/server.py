@@ -36,7 +36,7 @@ from epp.framework.endpoint import join_host_port
 from epp.tasks import TaskSet
 from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics
-from epp.telemetry.series import Gauge
+from epp.telemetry.series import CounterValue, Gauge
 from epp.telemetry.tracing import Tracing
 
 __all__ = ["SERVER_OPTIONS", "ExtProcOptions", "ExtProcServer", "ExtraServices", "ServerSeries", "bind_port"]
@@ -67,6 +67,9 @@ class ExtProcOptions:
     max_recv_msg_size: int | None = None
     max_send_msg_size: int | None = None
     stream_metrics: bool = False
+    shared_port: bool = False
+    """With ``--workers`` > 1 the port is bound by every worker (SO_REUSEPORT); else a port another process
+    holds is an error, not silently shared."""
 
     def server_options(self) -> tuple[tuple[str, int], ...]:
         """The ext_proc server's grpc options (the health port keeps fixed ones)."""
@@ -77,7 +80,7 @@ class ExtProcOptions:
         ):
             if size != 0:
                 limits.append((key, _MAX_MESSAGE if size is None else size))
-        return (*limits, ("grpc.so_reuseport", 0))
+        return (*limits, ("grpc.so_reuseport", 1 if self.shared_port else 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,19 +115,24 @@ class ServerSeries:
 
 
 class _ExtProcServicer(pb.ExternalProcessorServicer):  # type: ignore[misc]  # generated base is untyped
-    def __init__(self, processor: Processor, sends: TaskSet) -> None:
+    def __init__(self, processor: Processor, sends: TaskSet, streams: CounterValue | None) -> None:
         self._processor = processor
         self._sends = sends
+        self._streams = streams
 
     async def Process(self, request_iterator: Any, context: Any) -> None:  # noqa: N802 (gRPC method name)
+        if self._streams is not None:
+            self._streams.inc()
         await Stream(self._processor).run(request_iterator, Replies(context, self._sends))
 
 
 class _MeteredExtProcServicer(_ExtProcServicer):
     """With ``--enable-grpc-stream-metrics``: each stream counted, timed and classified by its end."""
 
-    def __init__(self, processor: Processor, sends: TaskSet, metrics: GrpcStreamMetrics) -> None:
-        super().__init__(processor, sends)
+    def __init__(
+        self, processor: Processor, sends: TaskSet, streams: CounterValue | None, metrics: GrpcStreamMetrics
+    ) -> None:
+        super().__init__(processor, sends, streams)
         self._metrics = metrics
 
     async def Process(self, request_iterator: Any, context: Any) -> None:  # noqa: N802 (gRPC method name)
@@ -162,8 +170,11 @@ class ExtProcServer:
         tracing: Tracing | None = None,
         ext_proc: ExtProcOptions | None = None,
         health_port_services: ExtraServices | None = None,
+        streams: CounterValue | None = None,
     ) -> None:
         self._processor = Processor(pipelines, metrics, options, tracing)
+        self._streams = streams
+        """Counted per stream (``epp_worker_streams_total`` of this process, with ``--workers`` > 1)."""
         self._ext_proc = ext_proc or ExtProcOptions()
         # Registered only when asked for, as upstream: the series do not exist otherwise.
         self._stream_metrics = metrics.series(GrpcStreamMetrics) if self._ext_proc.stream_metrics else None
@@ -192,15 +203,19 @@ class ExtProcServer:
         self._health.drain()
         self._ready.set(0)
 
-    async def start(self, host: str, grpc_port: int, health_port: int, tls: ServerTls | None) -> tuple[int, int]:
-        """Bind and start both servers; ports may be 0. Returns the bound (grpc, health) ports."""
+    async def start(self, host: str, grpc_port: int, health_port: int | None, tls: ServerTls | None) -> tuple[int, int]:
+        """Bind and start both servers; ports may be 0. Returns the bound (grpc, health) ports.
+
+        ``health_port`` None: the ext_proc port only (a ``--workers`` child: the pod's health port is its parent's);
+        the health port returned is then 0.
+        """
         if self._servers:
             raise RuntimeError("ExtProcServer already started")
         ext_proc = grpc.aio.server(options=self._ext_proc.server_options())
         servicer = (
-            _ExtProcServicer(self._processor, self._sends)
+            _ExtProcServicer(self._processor, self._sends, self._streams)
             if self._stream_metrics is None
-            else _MeteredExtProcServicer(self._processor, self._sends, self._stream_metrics)
+            else _MeteredExtProcServicer(self._processor, self._sends, self._streams, self._stream_metrics)
         )
         pb.add_ExternalProcessorServicer_to_server(servicer, ext_proc)
         if self._ext_proc.health_checking:
@@ -208,25 +223,27 @@ class ExtProcServer:
             pb.enable_server_reflection((pb.EXT_PROC_SERVICE, pb.HEALTH_SERVICE, pb.REFLECTION_SERVICE), ext_proc)
         else:
             pb.enable_server_reflection((pb.EXT_PROC_SERVICE, pb.REFLECTION_SERVICE), ext_proc)
-        extra = self._extra
-        health = grpc.aio.server(options=SERVER_OPTIONS, interceptors=extra.interceptors if extra else None)
-        pb.add_HealthServicer_to_server(self._health, health)
-        names = extra.register(health) if extra else ()
-        # Reflection here too, so `grpcurl -plaintext host:9003 grpc.health.v1.Health/Check` works bare.
-        pb.enable_server_reflection((pb.HEALTH_SERVICE, *names, pb.REFLECTION_SERVICE), health)
         grpc_address = join_host_port(host, grpc_port)
-        health_address = join_host_port(host, health_port)
         bound_grpc = bind_port(ext_proc, "ext_proc", grpc_address, tls.credentials() if tls else None)
-        bound_health = bind_port(health, "health", health_address, None)
+        health, bound_health = None, 0
+        if health_port is not None:
+            extra = self._extra
+            health = grpc.aio.server(options=SERVER_OPTIONS, interceptors=extra.interceptors if extra else None)
+            pb.add_HealthServicer_to_server(self._health, health)
+            names = extra.register(health) if extra else ()
+            # Reflection here too, so `grpcurl -plaintext host:9003 grpc.health.v1.Health/Check` works bare.
+            pb.enable_server_reflection((pb.HEALTH_SERVICE, *names, pb.REFLECTION_SERVICE), health)
+            bound_health = bind_port(health, "health", join_host_port(host, health_port), None)
         await ext_proc.start()
         self._servers.append(ext_proc)
-        try:
-            await health.start()
-        except BaseException:
-            await ext_proc.stop(None)
-            self._servers.clear()
-            raise
-        self._servers.append(health)
+        if health is not None:
+            try:
+                await health.start()
+            except BaseException:
+                await ext_proc.stop(None)
+                self._servers.clear()
+                raise
+            self._servers.append(health)
         log.info(
             "ext_proc serving",
             extra={"grpc_port": bound_grpc, "health_port": bound_health, "tls": tls is not None},

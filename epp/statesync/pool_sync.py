@@ -20,9 +20,9 @@ from epp.framework.endpoint import EndpointState
 from epp.framework.plugin import Plugin
 from epp.framework.replication import Replicated
 from epp.statesync.inflight import InFlightShare
-from epp.statesync.records import IN_FLIGHT, PLUGIN, Record
+from epp.statesync.records import IN_FLIGHT, PLUGIN, Record, in_flight_record
 
-__all__ = ["PoolSync", "SyncCounts"]
+__all__ = ["BatchSchedule", "PoolSync", "SyncCounts"]
 
 log = logging.getLogger(__name__)
 
@@ -133,3 +133,37 @@ class PoolSync:
             except ValueError as e:
                 self.counts.undecodable += 1
                 log.warning("state-sync payload refused", extra={"plugin": topic, "source": source, "error": str(e)})
+
+
+class BatchSchedule:
+    """What a link sends at each flush tick: the outbox, and the in-flight counts on their own interval.
+
+    The counts go out every ``interval`` when they changed, and every ``heartbeat_intervals`` of them
+    when not (so peers know this picker is alive); peers silent for ``expiry`` seconds are forgotten.
+    Every link (the replicas' Valkey stream, the ``--workers`` pipes) sends what this decides.
+    """
+
+    def __init__(self, sync: PoolSync, *, interval: float, heartbeat_intervals: int, expiry: float, now: float) -> None:
+        self.sync = sync
+        self._interval = interval
+        self._heartbeat = interval * heartbeat_intervals
+        self._expiry = expiry
+        self._next_counts = self._next_heartbeat = now
+
+    def due(self, now: float) -> list[Record]:
+        """The records to send now (empty: nothing to send this tick)."""
+        sync = self.sync
+        sync.in_flight.expire(now, self._expiry)
+        records = sync.take()
+        if now >= self._next_counts:
+            self._next_counts = now + self._interval
+            counts = sync.in_flight_due(now >= self._next_heartbeat)
+            if counts is not None:
+                records.append(in_flight_record(counts))
+                self._next_heartbeat = now + self._heartbeat
+        return records
+
+    def failed(self, records: Sequence[Record], now: float) -> None:
+        """``records`` could not be sent: plugin records go back to the outbox; fresh counts go at the next tick."""
+        self.sync.requeue([r for r in records if r[0] != IN_FLIGHT])
+        self._next_counts = self._next_heartbeat = now

@@ -34,8 +34,8 @@ from redis.exceptions import RedisError
 from epp.clock import Clock
 from epp.framework.replication import SyncSettings
 from epp.statesync.address import redis_url
-from epp.statesync.pool_sync import PoolSync
-from epp.statesync.records import IN_FLIGHT, in_flight_record, pack, unpack
+from epp.statesync.pool_sync import BatchSchedule, PoolSync
+from epp.statesync.records import IN_FLIGHT, pack, unpack
 from epp.statesync.server_status import ServerStatus
 from epp.tasks import Service, cancel_and_wait, start_guarded
 
@@ -158,24 +158,19 @@ class ValkeyLink(Service, ServerStatus):
     async def _write(self) -> None:
         assert self._client is not None
         client, sync, settings, clock = self._client, self.sync, self.settings, self._clock
-        interval = settings.in_flight_interval
-        next_counts = next_heartbeat = clock.now()
+        schedule = BatchSchedule(
+            sync,
+            interval=settings.in_flight_interval,
+            heartbeat_intervals=settings.heartbeat_intervals,
+            expiry=settings.expiry,
+            now=clock.now(),
+        )
         while not self._closing:
             await clock.sleep(self._flush)
             now = clock.now()
-            sync.in_flight.expire(now, settings.expiry)
-            records = sync.take()
-            counts_record = None
-            if now >= next_counts:
-                next_counts = now + interval
-                heartbeat = now >= next_heartbeat
-                counts = sync.in_flight_due(heartbeat)
-                if counts is not None:
-                    counts_record = in_flight_record(counts)
-                    next_heartbeat = now + interval * settings.heartbeat_intervals
-            if not records and counts_record is None:
+            batch = schedule.due(now)
+            if not batch:
                 continue
-            batch = records if counts_record is None else [*records, counts_record]
             try:
                 with self._command():
                     await client.xadd(
@@ -185,8 +180,7 @@ class ValkeyLink(Service, ServerStatus):
                         approximate=True,
                     )
             except (RedisError, OSError) as e:
-                sync.requeue(records)  # counts are sent afresh when the server is back
-                next_heartbeat = now  # ...at once
+                schedule.failed(batch, now)  # counts are sent afresh when the server is back, at once
                 if not await self._lost("write", e):
                     return
                 continue

@@ -135,6 +135,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--tokenizer", type=Path, default=None, help="a directory with tokenizer.json for the precise picker"
     )
     sc.add_argument(
+        "--workers", type=_ints, default=None, help="epp serve --workers counts for the precise picker (default 1,2)"
+    )
+    sc.add_argument("--worker-prompt-kib", type=_ints, default=None, help="prompt sizes of the workers part (100,400)")
+    sc.add_argument("--worker-concurrency", type=int, default=None, help="concurrency of the workers part (8)")
+    sc.add_argument(
         "--loadgen",
         choices=("auto", "native", "python"),
         default="auto",
@@ -337,6 +342,26 @@ def print_scale(doc: dict[str, Any]) -> None:
     ]
     headers = ["prompt", "config", "conc", "req/s", "p50 ms", "p99 ms", "cores", "cpu ms/req", "errors", "RSS MiB"]
     print(format_table(headers, rows))
+    if doc.get("workers"):
+        print("\nThe precise picker with --workers N (unique prompts, through Envoy; cores: all its processes):")
+        rows = [
+            [
+                f"{c['prompt_kib']} KiB",
+                c["workers"],
+                c["concurrency"],
+                _fmt(c["rps"], 1),
+                _fmt_or_dash(c["throughput_vs_one_worker"]),
+                _fmt(c["p50_ms"], 1),
+                _fmt(c["p99_ms"], 1),
+                _fmt(c["picker_cores"], 2),
+                _fmt_or_dash(c["picker_cpu_ms_per_request"]),
+                c["errors"],
+                _fmt(c["rss_mib"], 0),
+            ]
+            for c in doc["workers"]
+        ]
+        headers = ["prompt", "workers", "conc", "req/s", "× one", "p50 ms", "p99 ms", "cores", "cpu ms/req", "errors"]
+        print(format_table([*headers, "RSS MiB"], rows))
     print("\ntargets:")
     for name, t in doc["targets"].items():
         verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
@@ -438,6 +463,9 @@ def _run_scale(args: argparse.Namespace) -> int:
             "concurrency": args.concurrency,
             "cpu_rounds": args.cpu_rounds,
             "tokenizer": args.tokenizer,
+            "workers": args.workers,
+            "worker_prompt_kib": args.worker_prompt_kib,
+            "worker_concurrency": args.worker_concurrency,
         }
     )
     overrides.update(loadgen=args.loadgen)

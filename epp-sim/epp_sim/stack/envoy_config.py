@@ -94,6 +94,7 @@ def envoy_bootstrap(
     listen_host: str = "127.0.0.1",
     max_downstream_connections: int = 50_000,
     graceful_ext_proc_close: bool = True,
+    ext_proc_streams_per_connection: int | None = None,
 ) -> dict[str, Any]:
     """A complete Envoy v3 bootstrap: listener → ext_proc filter → ORIGINAL_DST cluster.
 
@@ -130,6 +131,10 @@ def envoy_bootstrap(
     half-closes a finished ext_proc stream and lets the processor end it, instead of resetting it
     (a reset races the processor's final status, and grpc.aio leaks a little memory on each lost
     race). False is a stock Envoy, for the benchmarks' comparison.
+
+    ``ext_proc_streams_per_connection`` caps the streams Envoy puts on one connection to the
+    processor, so it opens a connection per that many concurrent requests (the setting
+    docs/deploy.md recommends for ``epp serve --workers``); None: Envoy's default, no cap.
     """
     _check_port(listen_port, "listen_port")
     _check_port(admin_port, "admin_port")
@@ -162,7 +167,14 @@ def envoy_bootstrap(
         )
         http_filters.append(_served_endpoint_to_metadata_filter())
         response_headers.append(_SERVED_ENDPOINT_HEADER)
-        clusters.append(_ext_proc_cluster(targets, tls=tls_to_processor, health_check_service=health_check_service))
+        clusters.append(
+            _ext_proc_cluster(
+                targets,
+                tls=tls_to_processor,
+                health_check_service=health_check_service,
+                streams_per_connection=ext_proc_streams_per_connection,
+            )
+        )
     http_filters.append(_router_filter())
     return _bootstrap(
         listener=_listener(
@@ -372,8 +384,11 @@ def _targets(ext_proc: ExtProcTarget | Sequence[ExtProcTarget] | None) -> tuple[
 
 
 def _ext_proc_cluster(
-    targets: Sequence[ExtProcTarget], *, tls: bool, health_check_service: str | None
+    targets: Sequence[ExtProcTarget], *, tls: bool, health_check_service: str | None, streams_per_connection: int | None
 ) -> dict[str, Any]:
+    # A stream limit makes Envoy open a connection per that many concurrent streams: the kernel then
+    # spreads them over the processes of an `epp serve --workers N` (it balances connections, not streams).
+    http2: dict[str, Any] = {} if streams_per_connection is None else {"max_concurrent_streams": streams_per_connection}
     # STRICT_DNS resolves every name (an IP literal resolves to itself); STATIC takes IP literals only.
     names = any(_discovery_type(t.host) == "STRICT_DNS" for t in targets)
     cluster: dict[str, Any] = {
@@ -386,7 +401,7 @@ def _ext_proc_cluster(
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                 "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {"http2_protocol_options": {}},
+                "explicit_http_config": {"http2_protocol_options": http2},
             }
         },
         "load_assignment": _load_assignment(EXT_PROC_CLUSTER, [(t.host, t.port) for t in targets]),

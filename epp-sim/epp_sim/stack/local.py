@@ -106,11 +106,14 @@ class StackConfig:
     (read when no :class:`PoolSpec` is given, with ``time_scale`` for the sample pods);
     ``apiserver`` are options of the fake API server the stack starts. ``kubernetes`` False starts
     no API server: the picker reads the pods from an endpoints file (:attr:`LocalStack.endpoints_path`).
+    ``envoy_streams_per_connection`` caps Envoy's streams per connection to the picker (for
+    ``--workers``, see :func:`~epp_sim.stack.envoy_config.envoy_bootstrap`).
     """
 
     pods: int = 4
     envoy: bool = True
     envoy_port: int | None = None
+    envoy_streams_per_connection: int | None = None
     time_scale: float = 1.0
     base_ip: str = "127.0.0."
     first_host: int = 2
@@ -368,7 +371,12 @@ class LocalStack(Service):
         if port is None:
             port = DEFAULT_ENVOY_PORT if await asyncio.to_thread(port_free_on, ["127.0.0.1"], DEFAULT_ENVOY_PORT) else 0
         host, _, grpc_port = self.picker.grpc_target.rpartition(":")
-        bootstrap = envoy_bootstrap(listen_port=port, ext_proc=ExtProcTarget(host, int(grpc_port)), admin_port=0)
+        bootstrap = envoy_bootstrap(
+            listen_port=port,
+            ext_proc=ExtProcTarget(host, int(grpc_port)),
+            admin_port=0,
+            ext_proc_streams_per_connection=cfg.envoy_streams_per_connection,
+        )
         envoy = EnvoyProcess(bootstrap, name="envoy", work_dir=work / "envoy", ready_timeout=cfg.ready_timeout)
         self._envoy = await self._exit.enter_async_context(envoy)
         await envoy.wait_ext_proc_healthy(timeout=cfg.ready_timeout)

@@ -142,8 +142,16 @@ async def test_scale_quick(tmp_path: Path) -> None:
         *(f"idle_{n}_pods_{m}_le_{c}_core_at_15_fetches" for m in modes for n, c in ((100, 0.25), (400, 1.0))),
         *(f"added_p50_c1_12_pods_{m}_le_0.5ms" for m in modes),
         "default_400kib_le_3ms_cpu_per_request",
+        "precise_400kib_le_60ms_cpu_per_request",
+        "precise_4kib_two_workers_ge_1.7x_one",
     }
     assert doc["targets"]["idle_100_pods_process_le_0.25_core_at_15_fetches"]["met"] is None
+    # The precise picker with one and with two serving processes, on the same load.
+    workers = {c["workers"]: c for c in doc["workers"]}
+    assert set(workers) == {1, 2} and workers[1]["throughput_vs_one_worker"] == 1.0
+    for cell in workers.values():
+        assert cell["requests"] > 0 and cell["errors"] == 0 and cell["picker_cpu_ms_per_request"] > 0
+    assert workers[2]["picker"] == "precise-w2" and workers[2]["throughput_vs_one_worker"] > 0
 
 
 @pytest.mark.timeout(120)

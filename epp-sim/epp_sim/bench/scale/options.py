@@ -43,6 +43,10 @@ class ScaleOptions:
     cpu_rounds: int = 2
     tokenizer: Path | None = None
     loadgen: ToolChoice = "auto"
+    workers: tuple[int, ...] = (1, 2)
+    """``epp serve --workers`` counts the precise picker is measured with (empty: not measured)."""
+    worker_prompt_kib: tuple[int, ...] = (100, 400)
+    worker_concurrency: int = 8
 
     def __post_init__(self) -> None:
         if not 1 <= self.base_pods < min(self.pods, default=0) or max(self.pods) > MAX_PODS:
@@ -58,6 +62,14 @@ class ScaleOptions:
             raise ValueError(f"configs must include default and be among {', '.join(CONFIGS)}, got {self.configs}")
         if not self.scrape_modes or set(self.scrape_modes) - set(SCRAPE_MODES):
             raise ValueError(f"scrape modes must be among {', '.join(SCRAPE_MODES)}, got {self.scrape_modes}")
+        if self.workers and (min(self.workers) < 1 or 1 not in self.workers or "precise" not in self.configs):
+            raise ValueError(
+                f"workers must include 1 (the baseline), be >= 1 and come with the precise config: {self.workers}"
+            )
+        if self.workers and (
+            not self.worker_prompt_kib or min(self.worker_prompt_kib) < 1 or self.worker_concurrency < 1
+        ):
+            raise ValueError("worker prompt sizes must be >= 1 KiB and worker concurrency >= 1")
         if self.tokenizer is not None and not (self.tokenizer / "tokenizer.json").is_file():
             raise ValueError(f"--tokenizer {self.tokenizer}: no tokenizer.json there")
 
@@ -72,6 +84,8 @@ class ScaleOptions:
             "round_seconds": 1.0,
             "prompt_kib": (4,),
             "cpu_rounds": 1,
+            "worker_prompt_kib": (4,),
+            "worker_concurrency": 2,
         }
         base.update(overrides)
         return cls(**base)

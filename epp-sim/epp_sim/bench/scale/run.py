@@ -24,7 +24,6 @@ import asyncio
 import os
 import statistics
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -33,11 +32,13 @@ from epp.datalayer.promtext import parse
 from epp_sim.bench.children import bench_work_dir
 from epp_sim.bench.loadtools import LoadGenerator
 from epp_sim.bench.overhead.rounds import Round, measured
-from epp_sim.bench.procstat import child_pids, cpu_seconds, rss_bytes
+from epp_sim.bench.procstat import cpu_seconds, rss_bytes
 from epp_sim.bench.report import machine_info
+from epp_sim.bench.scale.measure import picker_pids, summarise
 from epp_sim.bench.scale.options import ScaleOptions, scale_prompt_body
 from epp_sim.bench.scale.stack import ScaleStack, start_scale_stack
 from epp_sim.bench.scale.targets import scale_targets
+from epp_sim.bench.scale.workers import workers_scaling
 from epp_sim.stack.envoy import envoy_binary
 
 __all__ = ["run_scale"]
@@ -56,15 +57,9 @@ def _totals(page: str) -> dict[str, float]:
     return {name: sum(s.value for s in samples.get(name, ())) for name in _COUNTERS}
 
 
-def _pids(stack: ScaleStack, picker: str) -> dict[str, int]:
-    """The picker's process and, in the process mode, its scrape worker."""
-    pid = stack.pickers[picker].pid
-    return {"picker": pid, **{f"worker-{i}": child for i, child in enumerate(child_pids(pid))}}
-
-
 async def _idle(stack: ScaleStack, session: aiohttp.ClientSession, mode: str, seconds: float) -> dict[str, Any]:
     """``mode``'s picker with its current pool and no requests, for ``seconds``."""
-    pids = _pids(stack, mode)
+    pids = picker_pids(stack, mode)
     before = _totals(await stack.picker_page(session, mode))
     cpu0, wall0 = {k: cpu_seconds(p) for k, p in pids.items()}, time.perf_counter()
     await asyncio.sleep(seconds)
@@ -94,22 +89,6 @@ async def _idle(stack: ScaleStack, session: aiohttp.ClientSession, mode: str, se
     }
 
 
-def _summary(rounds: Sequence[Round]) -> dict[str, Any]:
-    requests = sum(r.load.requests for r in rounds)
-    duration = sum(r.load.duration for r in rounds)
-    cpu = sum(sum(r.cpu.values()) for r in rounds)
-    return {
-        "rounds": len(rounds),
-        "requests": requests,
-        "errors": sum(r.load.errors for r in rounds),
-        "rps": requests / duration if duration else 0.0,
-        "p50_ms": statistics.median(r.load.p50 for r in rounds) * 1e3,
-        "p99_ms": statistics.median(r.load.p99 for r in rounds) * 1e3,
-        "picker_cores": cpu / duration if duration else 0.0,
-        "picker_cpu_ms_per_request": cpu / requests * 1e3 if requests else None,
-    }
-
-
 async def _latency(
     stack: ScaleStack, session: aiohttp.ClientSession, loads: LoadGenerator, mode: str, options: ScaleOptions
 ) -> dict[str, Any]:
@@ -123,8 +102,8 @@ async def _latency(
         for label, size in (("with", pods), ("without", options.base_pods)):
             await stack.resize(session, mode, size)
             load = loads.http(target, body, concurrency=1, duration=options.round_seconds)
-            rounds[label].append(await measured(_pids(stack, mode), load))
-    with_pods, without = _summary(rounds["with"]), _summary(rounds["without"])
+            rounds[label].append(await measured(picker_pids(stack, mode), load))
+    with_pods, without = summarise(rounds["with"]), summarise(rounds["without"])
     return {
         "mode": mode,
         "pods": pods,
@@ -149,11 +128,11 @@ async def _cpu_per_request(stack: ScaleStack, loads: LoadGenerator, options: Sca
                 load = loads.http(
                     target, body, concurrency=options.concurrency, duration=options.round_seconds, unique=run
                 )
-                rounds[config].append(await measured(_pids(stack, picker), load))
+                rounds[config].append(await measured(picker_pids(stack, picker), load))
         for config, rs in rounds.items():
             picker = pickers[config]
             cell = {"config": config, "picker": picker, "prompt_kib": kib, "concurrency": options.concurrency}
-            cell.update(_summary(rs), rss_mib=sum(rss_bytes(p) for p in _pids(stack, picker).values()) / 2**20)
+            cell.update(summarise(rs), rss_mib=sum(rss_bytes(p) for p in picker_pids(stack, picker).values()) / 2**20)
             out.append(cell)
             print(
                 f"  {kib:>4} KiB {config:<8} {cell['rps']:7.0f} req/s  "
@@ -211,6 +190,8 @@ async def run_scale(options: ScaleOptions) -> dict[str, Any]:
                         flush=True,
                     )
             doc["cpu_per_request"] = await _cpu_per_request(stack, loads, options)
+            if options.workers:
+                doc["workers"] = await workers_scaling(stack, loads, options)
     doc["load_average"] = {"start": list(load_start), "end": list(os.getloadavg())}
     doc["targets"] = scale_targets(doc)
     doc["elapsed_s"] = round(time.monotonic() - started, 1)

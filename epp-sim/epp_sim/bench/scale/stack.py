@@ -7,7 +7,9 @@
   hundreds while the others scrape only the base pods;
 - ``epp serve`` with the default configuration per scrape mode (``in-loop``: the serving
   loop scrapes; ``process``: ``--metrics-scrape-process``), and ``precise`` (the base pods,
-  tokenizing with a local tokenizer), each behind its own Envoy in the GIE mode.
+  tokenizing with a local tokenizer) once per ``--workers`` count (``precise`` is one worker,
+  ``precise-w2`` two, ...), each behind its own Envoy in the GIE mode; the precise pickers' Envoys
+  put one stream on each connection to the picker, so the kernel spreads them over the workers.
 
 Sizes are read back from the picker itself (:meth:`ScaleStack.fresh_endpoints`: its per-endpoint
 ``epp_endpoint_metrics_age_seconds`` series), so a measurement starts only when every pod of the
@@ -39,11 +41,16 @@ from epp_sim.stack.processes import ChildProcess
 from epp_sim.tiny_tokenizer import write_tiny_tokenizer
 from epp_sim.waits import wait_until
 
-__all__ = ["ScaleStack", "start_scale_stack"]
+__all__ = ["ScaleStack", "precise_picker", "start_scale_stack"]
 
 _BASE = {"epp-scale-base": "true"}
 _AGE = "epp_endpoint_metrics_age_seconds"
 _MODE_ARGS = {"in-loop": [], "process": ["--metrics-scrape-process"]}
+
+
+def precise_picker(workers: int) -> str:
+    """The name of the precise picker serving with ``workers`` processes."""
+    return "precise" if workers == 1 else f"precise-w{workers}"
 
 
 def _pool_label(mode: str) -> str:
@@ -129,7 +136,9 @@ async def start_scale_stack(options: ScaleOptions, work: Path) -> AsyncIterator[
         if "precise" in options.configs:
             path = work / "precise.yaml"
             await asyncio.to_thread(path.write_text, precise_picker_config(tokenizer, free_port()), "utf-8")
-            pickers.append(("precise", _BASE, [f"--config-file={path}"]))
+            for workers in sorted({1, *options.workers}):
+                args = [f"--config-file={path}", f"--workers={workers}"]
+                pickers.append((precise_picker(workers), _BASE, args))
         for name, labels, args in pickers:
             picker, grpc, metrics_url = await start_picker(
                 stack,
@@ -142,7 +151,12 @@ async def start_scale_stack(options: ScaleOptions, work: Path) -> AsyncIterator[
                 args=args,
             )
             result.pickers[name], result.metrics_urls[name] = picker, metrics_url
-            bootstrap = envoy_bootstrap(listen_port=0, ext_proc=ExtProcTarget("127.0.0.1", grpc), admin_port=0)
+            bootstrap = envoy_bootstrap(
+                listen_port=0,
+                ext_proc=ExtProcTarget("127.0.0.1", grpc),
+                admin_port=0,
+                ext_proc_streams_per_connection=1 if name.startswith("precise") else None,
+            )
             result.envoys[name] = await start_envoy(stack, work, name, bootstrap, session)
         for mode in options.scrape_modes:
             result.pool_sizes[mode] = options.base_pods

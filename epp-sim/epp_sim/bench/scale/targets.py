@@ -35,4 +35,12 @@ def scale_targets(doc: Mapping[str, Any]) -> dict[str, Any]:
     big = cells.get(("default", 400))
     ms = big["picker_cpu_ms_per_request"] if big else None
     out["default_400kib_le_3ms_cpu_per_request"] = _verdict(ms, None if ms is None else ms <= 3.0)
+    workers = {(c["workers"], c["prompt_kib"]): c for c in doc.get("workers", [])}
+    one = workers.get((1, 400))
+    ms = one["picker_cpu_ms_per_request"] if one else None
+    out["precise_400kib_le_60ms_cpu_per_request"] = _verdict(ms, None if ms is None else ms <= 60.0)
+    for (count, kib), cell in sorted(workers.items()):
+        if count == 2:
+            ratio = cell["throughput_vs_one_worker"]
+            out[f"precise_{kib}kib_two_workers_ge_1.7x_one"] = _verdict(ratio, None if ratio is None else ratio >= 1.7)
     return out
