@@ -45,12 +45,20 @@ from redis.exceptions import RedisError
 
 from epp.kvevents.decode import BlockHash, BlockStored
 from epp.kvevents.index import block_keys, chain_seed, indexable_blocks
-from epp.kvevents.redis_layout import LONGEST, SIZES, WRITE, engine_field, key_prefix, last_key, packed
-from epp.statesync.address import redis_url
+from epp.kvevents.redis_layout import (
+    LONGEST,
+    SIZES,
+    WRITE,
+    RedisIndexSettings,
+    engine_field,
+    key_prefix,
+    last_key,
+    packed,
+)
 from epp.statesync.server_status import ServerStatus
 from epp.tasks import TaskSet
 
-__all__ = ["LOOKUP_TIMEOUT", "LOOKUP_TIMEOUT_PER_BLOCK", "MAX_QUEUED", "RedisBlockIndex", "RedisIndexSettings"]
+__all__ = ["LOOKUP_TIMEOUT", "LOOKUP_TIMEOUT_PER_BLOCK", "MAX_QUEUED", "RedisBlockIndex"]
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +77,6 @@ LOG_EVERY = 10.0
 """Seconds between two log lines about failed lookups (each failure is counted)."""
 _RETRY = (0.1, 5.0)
 _CHUNK = 1000  # operations per script call: one call holds the server while it runs
-
-
-@dataclass(frozen=True, slots=True)
-class RedisIndexSettings:
-    """``kvBlockIndexConfig.redisConfig`` / ``valkeyConfig``: the server's address (a URL redis-py reads)."""
-
-    url: str
-    backend_type: str = "redis"
-
-    @classmethod
-    def from_address(cls, address: str, backend_type: str) -> RedisIndexSettings:
-        """Raises ``AddressError`` (a ValueError) naming what is wrong with ``address``."""
-        return cls(redis_url(address), backend_type)
 
 
 @dataclass(slots=True)
@@ -150,8 +145,12 @@ class RedisBlockIndex(ServerStatus):
         self._put(pod, ("C",))
 
     def speculate(self, pod: str, keys: Sequence[int], ttl: float) -> None:
-        """Record ``keys`` as held by ``pod`` for ``ttl`` seconds (server time), for every replica."""
-        if keys:
+        """Record ``keys`` as held by ``pod`` for ``ttl`` seconds (server time), for every replica.
+
+        Not queued while the server is away: they would be stale when it is back, and would only
+        fill the queue the engine's own events need.
+        """
+        if keys and self.connected:
             self._put(pod, ("P", str(max(1, int(ttl * 1000))), packed(keys)))
 
     def _put(self, pod: str, op: _Op) -> None:

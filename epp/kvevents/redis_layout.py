@@ -1,5 +1,8 @@
 """Where the shared precise index lives on a Valkey/Redis server, and the three scripts that read and write it.
 
+:class:`RedisIndexSettings` is the server (what a configuration names); nothing here imports
+redis-py (which imports the OpenTelemetry SDK), so loading a configuration does not either.
+
 Every key of one index starts with one hash tag, ``{epp-kv:<namespace>/<pool>/<producer>}`` (:func:`key_prefix`),
 so two pools or two producers on one server never share a key, and every key of an index sits in
 one slot: the scripts below touch only keys of their own index, so they run on a Redis Cluster too
@@ -28,12 +31,27 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from epp.kvevents.decode import BlockHash
+from epp.statesync.address import redis_url
 
-__all__ = ["LONGEST", "SIZES", "WRITE", "engine_field", "key_prefix", "last_key", "packed"]
+__all__ = ["LONGEST", "SIZES", "WRITE", "RedisIndexSettings", "engine_field", "key_prefix", "last_key", "packed"]
 
 _KEY_DIGITS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RedisIndexSettings:
+    """``kvBlockIndexConfig.redisConfig`` / ``valkeyConfig``: the server's address (a URL redis-py reads)."""
+
+    url: str
+    backend_type: str = "redis"
+
+    @classmethod
+    def from_address(cls, address: str, backend_type: str) -> RedisIndexSettings:
+        """Raises ``AddressError`` (a ValueError) naming what is wrong with ``address``."""
+        return cls(redis_url(address), backend_type)
 
 
 def key_prefix(pool: str, producer: str) -> str:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from epp.framework.params import Params
 from epp.framework.plugin import PluginConfigError
-from epp.kvevents.redis_index import RedisIndexSettings
-from epp.statesync.address import AddressError
+from epp.kvevents.redis_layout import RedisIndexSettings
 
 __all__ = ["shared_index"]
 
@@ -34,7 +33,7 @@ def shared_index(block_index: Params, plugin_type: str) -> RedisIndexSettings | 
         server.done()
         try:
             chosen = RedisIndexSettings.from_address(address, backend)
-        except AddressError as e:
+        except ValueError as e:  # the address's own error, naming what is wrong
             raise PluginConfigError(
                 f"{plugin_type}.parameters.indexerConfig.kvBlockIndexConfig.{key}.address: {e}"
             ) from e

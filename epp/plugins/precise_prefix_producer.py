@@ -44,7 +44,7 @@ import time
 from asyncio import Task
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq.asyncio
 
@@ -64,12 +64,15 @@ from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.kvevents.central import CentralReceiver
 from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
 from epp.kvevents.ingest import SourceCounts
-from epp.kvevents.redis_index import RedisBlockIndex, RedisIndexSettings
+from epp.kvevents.redis_layout import RedisIndexSettings
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
 from epp.plugins._prefix_match import PrefixMatchPublisher
 from epp.plugins._shared_kv_index import shared_index
 from epp.tasks import TaskSet
+
+if TYPE_CHECKING:
+    from epp.kvevents.redis_index import RedisBlockIndex
 
 __all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]
 
@@ -114,11 +117,13 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         super().__init__(name)
         self.block_size_tokens = block_size_tokens
         self.hash_seed = hash_seed
-        self.index: KvBlockIndex | RedisBlockIndex = (
-            KvBlockIndex(block_size_tokens, max_entries=max_entries)
-            if shared_index is None
-            else RedisBlockIndex(shared_index, block_size_tokens, pool=pool, producer=name)
-        )
+        self.index: KvBlockIndex | RedisBlockIndex
+        if shared_index is None:
+            self.index = KvBlockIndex(block_size_tokens, max_entries=max_entries)
+        else:  # imported only when configured: redis-py imports the OpenTelemetry SDK at import time
+            from epp.kvevents.redis_index import RedisBlockIndex
+
+            self.index = RedisBlockIndex(shared_index, block_size_tokens, pool=pool, producer=name)
         self.topic_filter = topic_filter
         self.pod_selector = pod_selector if pod_selector is not None else parse_selector(DEFAULT_POD_SELECTOR)
         self.socket_port = socket_port
@@ -139,13 +144,19 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         self.key = PREFIX_CACHE_MATCH_INFO.named(name)
         self._data: DataScope = NO_DATA
 
+    @property
+    def shared_index(self) -> RedisBlockIndex | None:
+        """The index on a Valkey/Redis server, or None (the in-memory one)."""
+        index = self.index
+        return None if isinstance(index, KvBlockIndex) else index
+
     # -- endpoint lifecycle (runtime hooks) ---------------------------------------------------------
 
     def endpoints_added(self, states: Sequence[EndpointState]) -> None:
         if self._closed:
             return
-        if isinstance(self.index, RedisBlockIndex):
-            self.index.start()
+        if (shared := self.shared_index) is not None:
+            shared.start()
         if self.zmq_endpoint:
             central = self._central_receiver()
             for state in states:
@@ -209,7 +220,8 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
     async def aclose(self) -> None:
         """Stop every source; the in-memory index is freed, a shared one kept (the pods did not leave)."""
         self._closed = True
-        if isinstance(self.index, RedisBlockIndex):
+        shared = self.shared_index
+        if shared is not None:
             for task in self._tasks.values():
                 task.cancel()
             self._tasks.clear()
@@ -217,8 +229,8 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         else:
             self.endpoints_removed(list(self._tasks))
         await self._running.stop()
-        if isinstance(self.index, RedisBlockIndex):
-            await self.index.stop()
+        if shared is not None:
+            await shared.stop()
         context, self._context = self._context, None
         if context is not None:
             context.destroy(linger=0)
@@ -249,7 +261,7 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         if keys is None:
             return
         index = self.index
-        if isinstance(index, RedisBlockIndex):
+        if not isinstance(index, KvBlockIndex):
             index.start()
             pods = [c.endpoint.key for c in candidates]
             counts = await index.longest_prefixes(keys, pods)
@@ -269,7 +281,7 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         if isinstance(found, PrefixCacheMatches):
             return found.aligned(candidates)
         index = self.index
-        if isinstance(index, RedisBlockIndex):  # a shared index answers only ``produce`` (the request's one lookup)
+        if not isinstance(index, KvBlockIndex):  # a shared index answers only ``produce`` (the request's one lookup)
             return None
         keys = self.request_keys(cycle, request)
         if keys is None:
@@ -294,10 +306,10 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         for profile_result in result.profile_results.values():
             if profile_result is not None and profile_result.targets:
                 pod = profile_result.targets[0].endpoint.key
-                if isinstance(index, RedisBlockIndex):
-                    index.speculate(pod, keys, ttl)
-                else:
+                if isinstance(index, KvBlockIndex):
                     index.speculate(pod, keys, now + ttl, now)
+                else:
+                    index.speculate(pod, keys, ttl)
 
     @property
     def index_size(self) -> int:
@@ -312,7 +324,7 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
             into.kv_events_unattributed(self.central.unattributed)
         index = self.index
         into.kv_index({pod: index.blocks(pod) for pod in index.endpoints()}, index.skipped)
-        if isinstance(index, RedisBlockIndex):
+        if not isinstance(index, KvBlockIndex):
             into.kv_index_backend(
                 self.typed_name,
                 connected=index.connected,
@@ -429,7 +441,8 @@ def from_parameters(
         pool=f"{context.pool_namespace}/{context.pool_name}",
     )
     health = context.health
-    if isinstance(producer.index, RedisBlockIndex) and health is not None:
+    on_server = producer.shared_index
+    if on_server is not None and health is not None:
         detail = f"kv-index/{context.pool_namespace}/{context.pool_name}/{name}"
-        producer.index.on_change = lambda connected: health(detail, connected)
+        on_server.on_change = lambda connected: health(detail, connected)
     return producer

@@ -12,7 +12,8 @@ import redis.asyncio as aioredis
 
 from epp.kvevents.decode import AllBlocksCleared, BlockRemoved, BlockStored
 from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
-from epp.kvevents.redis_index import RedisBlockIndex, RedisIndexSettings
+from epp.kvevents.redis_index import RedisBlockIndex
+from epp.kvevents.redis_layout import RedisIndexSettings
 from epp_sim.stack.valkey import ValkeyServer
 from epp_sim.waits import wait_until
 
