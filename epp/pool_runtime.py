@@ -46,11 +46,11 @@ from epp.datastore.health_recorder import HealthRecorder
 from epp.datastore.store import Datastore
 from epp.framework.health import HealthPolicy
 from epp.framework.http import HttpClient
+from epp.framework.latency_predictor import predictor_stats
 from epp.framework.plugin import Plugin, PluginContext, PluginRegistry
 from epp.framework.staleness import Staleness
 from epp.kube.client import Api
 from epp.kube.manager import PoolReconcilers, StandaloneReconciler
-from epp.plugins.predicted_latency_producer import PredictedLatencyProducer
 from epp.requestcontrol.plugin_series import PluginSeries, Readings
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting, RoutingOptions
 from epp.slo.series import SloSeries
@@ -113,6 +113,7 @@ class PoolConfigLoader:
                 http=self.http,
                 extras=self.extras,
                 health=self.health,
+                serving_processes=o.workers,
             )
             if text.strip():
                 configs[key] = load_config(
@@ -251,7 +252,7 @@ class PoolRuntime:
 def refresh_gauges(pools: Sequence[PoolRuntime], metrics: EppMetrics, slo: SloSeries) -> None:
     """Before each ``/metrics`` scrape: every pool's gauges and state sync, and what the plugins in force
     measure (prefix indexes, KV events), every pool's into one reading, summed where labels meet; the
-    latency predictors' state."""
+    latency predictors' counts, from every plugin holding one (``LatencyPredicting``)."""
     readings = Readings()
     for pool in pools:
         pool.gauges.refresh()
@@ -259,9 +260,4 @@ def refresh_gauges(pools: Sequence[PoolRuntime], metrics: EppMetrics, slo: SloSe
             pool.state_sync.refresh()
         pool.routing.measure(readings)
     metrics.series(PluginSeries).publish(readings)
-    slo.mirror(
-        (p.typed_name.name, p.predictor.stats)
-        for pool in pools
-        for p in pool.config.plugins.values()
-        if isinstance(p, PredictedLatencyProducer) and p.predictor is not None
-    )
+    slo.mirror(predictor_stats(p for pool in pools for p in pool.config.plugins.values()))

@@ -180,6 +180,8 @@ class Runtime(Service):
     def ready(self) -> bool:
         """Every pool synced and, with leader election, this replica holds the lease."""
         synced = bool(self.pools) and all(p.synced for p in self.pools)
+        if self._child is not None:  # a child is ready with its parent (the Lease is the parent's)
+            return synced and self._child.parent_ready
         return synced and (self.elector is None or self.elector.is_leader)
 
     def _pool_keys(self, text: str) -> list[PoolKey]:
@@ -330,6 +332,14 @@ class Runtime(Service):
             },
         )
 
+    async def _stop_serving(self, grace: float) -> None:
+        """This process's gRPC servers and the children's, at once (open streams get ``grace`` in each)."""
+        server, self._server = self._server, None
+        await asyncio.gather(
+            *([server.stop(grace)] if server is not None else []),
+            *([self.workers.stop(grace)] if self.workers is not None else []),
+        )
+
     async def _start_following(self, text: str) -> None:
         """The configuration file and readiness are followed from now on (a child's too: it reloads itself)."""
         o = self.options
@@ -402,6 +412,8 @@ class Runtime(Service):
                 self.server.set_ready(ready)
                 log.info("readiness changed", extra={"ready": ready})
                 current = ready
+                if self.workers is not None:
+                    self.workers.set_ready(ready)
             await self.clock.sleep(self._readiness_interval)
 
     async def drain(self) -> None:
@@ -433,12 +445,7 @@ class Runtime(Service):
         self._readiness = None
         for pool in self.pools:  # queued requests end with 503 rejected-shutting-down before the grace starts
             await pool.routing.stop()
-        children = asyncio.ensure_future(self.workers.stop(grace)) if self.workers is not None else None
-        if self._server is not None:
-            await self._server.stop(grace)
-            self._server = None
-        if children is not None:
-            await children
+        await self._stop_serving(grace)
         if self._api_port is not None:
             await self._api_port.stop(grace)
             self._api_port = None

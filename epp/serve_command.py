@@ -136,6 +136,9 @@ def run(args: argparse.Namespace) -> int:
         # GOAWAY...); silenced so every line stays one JSON object. Set before grpc is imported;
         # a GRPC_VERBOSITY the operator set wins.
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    # The picker starts children (the scrape worker, --workers) by fork and exec, never to run gRPC in a
+    # forked copy: gRPC's fork handlers would only print a line of their own to stderr at each start.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     for note in no_effect_flags(options):
         log.warning("flag has no effect", extra={"flag": note})
     with contextlib.suppress(ImportError):

@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
+import yaml
 from aiohttp import web
 
 from epp.framework.endpoint import EndpointState
@@ -23,36 +24,17 @@ from epp_sim.stack.picker import InProcessPicker
 from epp_sim.waits import wait_until
 
 POOL = "models"
-# What the llm-d router chart renders for modelServers.type: <engine> (routerlib _config.yaml).
-LLM_D_CHART = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: prefix-cache-scorer
-- type: metrics-data-source
-  parameters:
-    scheme: "http"
-    path: "/metrics"
-    insecureSkipVerify: true
-- type: core-metrics-extractor
-  parameters:
-    defaultEngine: "{engine}"
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
-  - pluginRef: prefix-cache-scorer
-    weight: 3
-"""
+PINNED = Path(__file__).resolve().parents[1] / "tests" / "upstream_configs"
+CHART = "config/charts/routerlib/templates/_config.yaml"
 
 
-def chart_config(engine: str) -> str:
-    return LLM_D_CHART.replace("{engine}", engine)
+def chart_config(model_servers: str) -> str:
+    """What the llm-d router chart renders for ``modelServers.type: <model_servers>`` (its routerlib
+    ``_config.yaml``), as pinned in ``tests/upstream_configs/`` (``scripts/upstream_configs.py``)."""
+    index = yaml.safe_load((PINNED / "index.yaml").read_text())
+    where = f"{model_servers}.default-plugins.yaml"
+    (file,) = (e["file"] for e in index["configs"] if e["source"] == CHART and e["where"] == where)
+    return (PINNED / file).read_text()
 
 
 def sglang_page(queue: int, kv: float) -> bytes:
@@ -184,7 +166,7 @@ async def test_a_reload_changes_the_data_layer_and_a_bad_one_keeps_the_last_good
     port = free_port()
     await pool_of(epp_cluster, port, {"pod": ("127.0.0.46", {})})
     async with pages(port, {"127.0.0.46": sglang_page(queue=7, kv=0.25)}):
-        path = config_file(tmp_path, chart_config("vllm"))  # the wrong engine
+        path = config_file(tmp_path, chart_config("vllm-http"))  # the wrong engine
         picker = await epp_picker(f"--pool-name={POOL}", f"--config-file={path}")
         registry = picker.runtime.metrics.registry
 
@@ -197,7 +179,7 @@ async def test_a_reload_changes_the_data_layer_and_a_bad_one_keeps_the_last_good
         await wait_until(lambda: endpoints(picker)["pod"].metrics.waiting_queue == 7, message="reloaded as SGLang")
 
         bad = chart_config("sglang").replace(
-            'scheme: "http"', f"scheme: https\n    insecureSkipVerify: false\n    caCertPath: {tmp_path / 'none.pem'}"
+            "scheme: http\n", f"scheme: https\n    insecureSkipVerify: false\n    caCertPath: {tmp_path / 'none.pem'}\n"
         )
         config_file(tmp_path, bad)
         await wait_until(lambda: sample("epp_config_reloads_total", result="rejected") == 1, message="rejected")

@@ -72,6 +72,7 @@ INTERNAL = {
     "epp.labels": "label selectors (the precise producer's pod discovery)",
     "epp.framework.latency": "SLO-aware routing's predictions (the SLO plugins, prefix-cache-affinity-filter)",
     "epp.slo": "the latency predictor behind predicted-latency-producer",
+    "epp.framework.latency_predictor": "a latency predictor's counts (LatencyPredicting): in-tree only so far",
     "epp.framework.replication": "state shared between replicas (--state-sync-address, issue 23): in-tree only so far",
     "epp.tokenize": "token-producer's local tokenizer threads and token cache",
     "epp.framework.request_header": "request-header processors (agent-identity): in-tree only so far",

@@ -138,6 +138,9 @@ class PluginContext:
     http: HttpClient | None = None
     pool_namespace: str = ""
     health: Callable[[str, bool], None] | None = None
+    serving_processes: int = 1
+    """How many processes of this picker pod load the configuration (``epp serve --workers``): a plugin
+    holding what only one process can (a bound socket) refuses to load with more."""
 
 
 PluginFactory = Callable[[str, Mapping[str, Any], PluginContext], Plugin]

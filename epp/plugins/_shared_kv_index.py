@@ -4,16 +4,22 @@ Both keys take upstream's ``RedisIndexConfig`` (``address``, ``backendType``, ``
 its defaults; ``valkeyConfig`` wins over ``redisConfig`` (and both over ``inMemoryConfig``), and
 forces ``backendType`` to ``valkey``. Both are checked when both are given. ``enableRDMA`` is
 read (and reported as without effect at load, ``compat.py``): upstream's client has no RDMA
-transport either. A bad address is refused naming its field.
+transport either. A bad address is refused naming its field. Once in force, whether the server
+answers is the health detail ``kv-index/<namespace>/<pool>/<plugin name>`` (:func:`report_health`).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from epp.framework.params import Params
-from epp.framework.plugin import PluginConfigError
+from epp.framework.plugin import PluginConfigError, PluginContext
 from epp.kvevents.redis_layout import RedisIndexSettings
 
-__all__ = ["shared_index"]
+if TYPE_CHECKING:
+    from epp.kvevents.redis_index import RedisBlockIndex
+
+__all__ = ["report_health", "shared_index"]
 
 
 def shared_index(block_index: Params, plugin_type: str) -> RedisIndexSettings | None:
@@ -38,3 +44,11 @@ def shared_index(block_index: Params, plugin_type: str) -> RedisIndexSettings | 
                 f"{plugin_type}.parameters.indexerConfig.kvBlockIndexConfig.{key}.address: {e}"
             ) from e
     return chosen
+
+
+def report_health(index: RedisBlockIndex | None, context: PluginContext, name: str) -> None:
+    """Each change of whether ``index``'s server answers sets the plugin's health detail (when there are any)."""
+    health = context.health
+    if index is not None and health is not None:
+        detail = f"kv-index/{context.pool_namespace}/{context.pool_name}/{name}"
+        index.on_change = lambda connected: health(detail, connected)

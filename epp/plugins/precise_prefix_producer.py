@@ -22,14 +22,10 @@ by ``aclose``. Before each ``/metrics`` scrape the producer reports (``measure``
 and blocks per endpoint, its subscriber sockets, each source's counts and the central socket's
 dropped messages.
 
-With ``indexerConfig.kvBlockIndexConfig.valkeyConfig`` or ``redisConfig`` (llm-d's keys and
-precedence: valkey over redis over in-memory) the index lives on that server
-(:class:`~epp.kvevents.redis_index.RedisBlockIndex`), shared by every replica of the pool:
-``produce`` asks it in one round trip, bounded in time, and a request it cannot answer in time has
-no match info; ``prefix_match`` (the deprecated all-in-one scorer) reads what ``produce``
-published. ``enableRDMA`` has no effect (upstream's client ignores it too: TCP). Connecting is the
-start-up's, never the load's; whether the server answers is the health detail
-``kv-index/<namespace>/<pool>/<name>``.
+With ``kvBlockIndexConfig.valkeyConfig`` or ``redisConfig`` the index lives on that server, shared
+by the pool's replicas (:mod:`epp.kvevents.redis_index`, :mod:`epp.plugins._shared_kv_index`):
+``produce`` asks it once per request, bounded in time; ``prefix_match`` (the deprecated
+all-in-one scorer) reads only what ``produce`` published.
 
 Settings this picker does not have are refused by name: the cost-aware index, CPU tiers
 (``kvCacheBackendConfigs``), ``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``); so is
@@ -68,7 +64,7 @@ from epp.kvevents.redis_layout import RedisIndexSettings
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
 from epp.plugins._prefix_match import PrefixMatchPublisher
-from epp.plugins._shared_kv_index import shared_index
+from epp.plugins._shared_kv_index import report_health, shared_index
 from epp.tasks import TaskSet
 
 if TYPE_CHECKING:
@@ -336,7 +332,20 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheProducer:
     """Factory; llm-d's parameter names and defaults."""
-    return from_parameters(name, params, TYPE, context)
+    return one_binder(from_parameters(name, params, TYPE, context), TYPE, context)
+
+
+def one_binder(
+    producer: PrecisePrefixCacheProducer, plugin_type: str, context: PluginContext
+) -> PrecisePrefixCacheProducer:
+    """``producer``, unless it binds a central socket in a pod that several processes serve (each would bind it)."""
+    if producer.zmq_endpoint and context.serving_processes > 1:
+        raise PluginConfigError(
+            f"{plugin_type}.parameters.kvEventsConfig.zmqEndpoint: {producer.zmq_endpoint!r} is bound by one "
+            f"process, and epp serve --workers {context.serving_processes} runs that many: let every process dial "
+            "the pods (kvEventsConfig.podDiscoveryConfig, the default) or serve with one worker"
+        )
+    return producer
 
 
 def from_parameters(
@@ -440,9 +449,5 @@ def from_parameters(
         shared_index=shared,
         pool=f"{context.pool_namespace}/{context.pool_name}",
     )
-    health = context.health
-    on_server = producer.shared_index
-    if on_server is not None and health is not None:
-        detail = f"kv-index/{context.pool_namespace}/{context.pool_name}/{name}"
-        on_server.on_change = lambda connected: health(detail, connected)
+    report_health(producer.shared_index, context, name)
     return producer

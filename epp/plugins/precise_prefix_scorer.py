@@ -30,7 +30,7 @@ from epp.framework.plugin import NamedPlugin, PluginContext, PluginKind
 from epp.framework.producers import PrefixMatchInfo
 from epp.framework.request import InferenceRequest
 from epp.framework.scheduling import CycleState, SchedulingResult
-from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer, from_parameters
+from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer, from_parameters, one_binder
 from epp.plugins.prefix_cache_scorer import PrefixCacheScorer
 
 __all__ = ["PrecisePrefixCacheScorer", "create"]
@@ -90,4 +90,4 @@ class PrecisePrefixCacheScorer(NamedPlugin):
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheScorer:
     """Factory; the parameters are the producer's, read under this type's name."""
-    return PrecisePrefixCacheScorer(name, from_parameters(name, params, TYPE, context))
+    return PrecisePrefixCacheScorer(name, one_binder(from_parameters(name, params, TYPE, context), TYPE, context))

@@ -43,6 +43,7 @@ from epp.framework import headers
 from epp.framework.data import DataScope, Dependencies
 from epp.framework.endpoint import EndpointState
 from epp.framework.latency import LatencyPrediction, LatencyPredictions, slo_ms
+from epp.framework.latency_predictor import PredictorStats
 from epp.framework.params import Params
 from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
@@ -157,6 +158,10 @@ class PredictedLatencyProducer(NamedPlugin):
         if predictor is not None:
             self.predictor = predictor  # this instance's own is unused yet: it holds nothing until first used
         self._running = previous._running
+
+    def predictor_stats(self) -> PredictorStats | None:
+        """``LatencyPredicting``: the counts /metrics mirrors at each scrape."""
+        return self.predictor.stats if self.predictor is not None else None
 
     async def aclose(self) -> None:
         predictor, self.predictor = self.predictor, None

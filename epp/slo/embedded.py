@@ -33,11 +33,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from epp.framework.latency_predictor import PredictorStats, Quality
 from epp.slo.features import TPOT_COLUMNS, TTFT_COLUMNS, Sample
 from epp.slo.forest import Forest, combine
-from epp.slo.predictor import BulkPrediction, PredictorStats
+from epp.slo.predictor import BulkPrediction
 from epp.slo.samples import SampleStore, Snapshot, saved_snapshot
-from epp.slo.trainer import Quality, quality, train
+from epp.slo.trainer import quality, train
 from epp.tasks import cancel_and_wait, start_guarded
 
 __all__ = ["EmbeddedPredictor", "EmbeddedSettings"]

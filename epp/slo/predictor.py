@@ -2,24 +2,25 @@
 
 ``predict`` gets the feature rows (a matrix) of every candidate of one request and answers for all of them at once (or
 None: no model yet, or the predictor failed, and the SLO plugins fall back); ``observe`` hands
-over one finished request's sample; ``stats`` are the counts the metrics mirror at each scrape.
+over one finished request's sample; ``stats`` are the counts the metrics mirror at each scrape
+(``PredictorStats``, in the framework: any plugin holding a predictor reports them, ``LatencyPredicting``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from epp.framework.latency_predictor import PredictorStats
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
 from epp.slo.features import Sample
-from epp.slo.trainer import Quality
 
-__all__ = ["NO_RECORDING", "BulkPrediction", "LatencyRecorder", "Observation", "Predictor", "PredictorStats"]
+__all__ = ["NO_RECORDING", "BulkPrediction", "LatencyRecorder", "Observation", "Predictor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,35 +29,6 @@ class BulkPrediction:
 
     ttft_ms: Sequence[float]
     tpot_ms: Sequence[float]
-
-
-@dataclass(slots=True)
-class PredictorStats:
-    """Counts since the predictor was made (a configuration reload keeps the predictor, so they continue)."""
-
-    backend: str
-    predictions: int = 0
-    """Batched predictions answered."""
-    prediction_failures: int = 0
-    """Batched predictions that could not be made (no model yet counts as a failure only for the remote)."""
-    observations: dict[str, int] = field(default_factory=lambda: {"ttft": 0, "tpot": 0})
-    """Samples observed, by target."""
-    samples: dict[str, int] = field(default_factory=lambda: {"ttft": 0, "tpot": 0})
-    """Training samples held now, by target (the embedded predictor's store)."""
-    test_samples: dict[str, int] = field(default_factory=lambda: {"ttft": 0, "tpot": 0})
-    training_runs: int = 0
-    """Models trained (the embedded predictor; the remote trains on its own schedule)."""
-    training_failures: int = 0
-    """Training runs (embedded) or sample flushes (remote) that failed."""
-    samples_sent: int = 0
-    """Samples the remote training server accepted."""
-    training_seconds: float = 0.0
-    """The last training run's duration (wall time on the worker thread)."""
-    training_thread: str = ""
-    """The name of the thread the last training ran on (never the event loop's)."""
-    quality: dict[str, Quality] = field(default_factory=dict)
-    """The last trained models' held-out quality, by target."""
-    model_ready: bool = False
 
 
 class Predictor(Protocol):

@@ -32,8 +32,9 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from epp.framework.latency_predictor import PredictorStats
 from epp.slo.features import Features, Sample
-from epp.slo.predictor import BulkPrediction, PredictorStats
+from epp.slo.predictor import BulkPrediction
 from epp.tasks import cancel_and_wait, start_guarded
 
 __all__ = ["RemotePredictor", "RemoteSettings", "prediction_row"]

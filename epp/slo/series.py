@@ -29,9 +29,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from epp.framework.latency_predictor import PredictorStats
 from epp.framework.plugin import TypedName
 from epp.framework.request import InferenceRequest
-from epp.slo.predictor import Observation, PredictorStats
+from epp.slo.predictor import Observation
 from epp.slo.trainer import quality
 from epp.telemetry.families import Names
 from epp.telemetry.metrics import EppMetrics

@@ -16,15 +16,15 @@ coverage (the fraction of observations at or under their prediction: 0.9 for a c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from epp.framework.latency_predictor import Quality
 from epp.slo.forest import Forest, from_lightgbm_dump
 
-__all__ = ["DEPTH", "LEARNING_RATE", "TREES", "Quality", "quality", "train"]
+__all__ = ["DEPTH", "LEARNING_RATE", "TREES", "quality", "train"]
 
 TREES = 32
 DEPTH = 4
@@ -32,15 +32,6 @@ LEARNING_RATE = 0.25
 _GROUPS = 10
 
 Floats = npt.NDArray[np.float64]
-
-
-@dataclass(frozen=True, slots=True)
-class Quality:
-    """How a model did on held-out samples (``samples`` of them; 0 when there were too few to judge)."""
-
-    samples: int
-    error: float
-    coverage: float
 
 
 def train(rows: Floats, targets: Floats, columns: Sequence[int], *, objective: str, quantile: float) -> Forest:

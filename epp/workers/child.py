@@ -47,6 +47,8 @@ class ChildRole:
         self._out = out
         self._clock = clock
         self._valkey = setup.options.state_sync is not None
+        self.parent_ready = False
+        """The parent's readiness, as last told (this process is ready only with it)."""
         self.feeds: dict[PoolKey, ScrapeFeed] = {}
         self.syncs: dict[PoolKey, PipeSync] = {}
 
@@ -85,6 +87,8 @@ class ChildRole:
             _, key, source, records = message
             if (sync := self.syncs.get(key)) is not None:
                 sync.receive(source, records)
+        elif kind == "ready":
+            self.parent_ready = bool(message[1])
         elif kind == "stop":
             return float(message[1])
         else:

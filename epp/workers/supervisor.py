@@ -3,8 +3,10 @@
 Each child (:mod:`epp.workers.child`) talks to the parent over its stdin (the parent's messages) and
 stdout (its own), framed as the scrape worker's pipes are (:mod:`epp.datalayer.scrape_wire`). To a
 child: ``("setup", ChildSetup)``; per pool, ``("endpoints", key, added, gone)`` and ``("scraped",
-key, snapshots, health)`` (the parent's scrape worker's news, :class:`_Tee`) and ``("sync", key,
-source, records)`` (the other processes' routing records); ``("stop", grace)``. From a child:
+key, snapshots, health)`` (the parent's scrape worker's news, :class:`_Tee`), ``("sync", key,
+source, records)`` (the other processes' routing records), ``("ready", bool)`` (the parent's
+readiness: a child's ext_proc health follows it, so a replica that is not the Lease holder is not
+ready in any of its processes); ``("stop", grace)``. From a child:
 ``("started",)`` once it serves, ``("sync", key, source, records)`` and ``("metrics", families)``.
 
 A child that exits is said (log, ``epp_worker_restarts_total``) and started again after
@@ -122,6 +124,7 @@ class Workers:
         self._scrapes: dict[PoolKey, ScrapeProcess] = {}
         self._setup: ChildSetup | None = None
         self._supervisors: list[asyncio.Task[None]] = []
+        self._ready = False
 
     @property
     def pids(self) -> list[int | None]:
@@ -170,6 +173,11 @@ class Workers:
         await asyncio.gather(*(self._end(child, grace + 5.0) for child in self._children))
         self._series.running.set(0)
 
+    def set_ready(self, ready: bool) -> None:
+        """The parent's readiness changed: the children's follows."""
+        self._ready = ready
+        self.broadcast(("ready", ready))
+
     def broadcast(self, message: tuple[object, ...], *, skip: int = -1) -> None:
         for child in self._children:
             if child.index != skip:
@@ -182,7 +190,9 @@ class Workers:
 
     def _tell(self, child: _Child, message: tuple[object, ...]) -> None:
         proc = child.proc
-        if proc is None or proc.stdin is None or proc.returncode is not None or not child.started.is_set():
+        if proc is None or proc.stdin is None or proc.returncode is not None or proc.stdin.is_closing():
+            return  # gone, or being stopped
+        if not child.started.is_set():
             return  # not serving yet: it is given the endpoints when it says it started
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             write_frame(proc.stdin, message)
@@ -200,7 +210,7 @@ class Workers:
     async def _started(self, child: _Child) -> bool:
         """Whether ``child`` said it serves before it ended or :data:`_START_TIMEOUT` passed."""
         assert child.reader is not None
-        waiting = asyncio.ensure_future(child.started.wait())
+        waiting = start_guarded(child.started.wait(), f"epp-worker-{child.index}-starting", quiet=True)
         try:
             await asyncio.wait((waiting, child.reader), timeout=_START_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -209,6 +219,7 @@ class Workers:
 
     def _on_started(self, child: _Child) -> None:
         child.started.set()
+        self._tell(child, ("ready", self._ready))
         for key, scrapes in self._scrapes.items():
             self._tell(child, ("endpoints", key, scrapes.table(), []))
         log.info("serving worker started", extra={"worker": child.index, "pid": child.proc.pid if child.proc else None})

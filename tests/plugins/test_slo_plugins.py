@@ -11,14 +11,17 @@ import pytest
 from scheduling_builders import state
 
 from epp.framework.latency import LatencyPrediction, LatencyPredictions
-from epp.framework.plugin import Plugin, PluginConfigError, PluginContext
+from epp.framework.latency_predictor import LatencyPredicting, PredictorStats, predictor_stats
+from epp.framework.plugin import NamedPlugin, Plugin, PluginConfigError, PluginContext, PluginKind
 from epp.framework.request import InferenceRequest
 from epp.framework.response import CompletedResponse, ResponseTiming, Usage
 from epp.framework.scheduling import CycleState, ProfileResult, SchedulingResult
 from epp.plugins import latency_scorer, latency_slo_admitter, predicted_latency_producer, slo_headroom_tier_filter
 from epp.plugins.latency_slo_admitter import REFUSAL
 from epp.slo.features import Sample
-from epp.slo.predictor import BulkPrediction, PredictorStats
+from epp.slo.predictor import BulkPrediction
+from epp.slo.series import SloSeries
+from epp.telemetry.metrics import EppMetrics
 
 PRODUCER = "predicted-latency-producer"
 
@@ -162,6 +165,38 @@ async def test_a_reload_hands_the_predictor_over() -> None:
     assert other.predictor is not kept
     for plugin in (old, new, other):
         await plugin.aclose()
+
+
+class OwnPredictorPlugin(NamedPlugin):
+    """A plugin of another distribution that runs its own latency predictor: no kin of the in-tree producer."""
+
+    plugin_type = "my-latency-predictor"
+    kinds = frozenset({PluginKind.DATA_PRODUCER})
+
+    def __init__(self, name: str, stats: PredictorStats) -> None:
+        super().__init__(name)
+        self.stats = stats
+
+    def predictor_stats(self) -> PredictorStats | None:
+        return self.stats
+
+
+async def test_metrics_mirror_every_plugin_holding_a_predictor_by_its_capability() -> None:
+    in_tree = predicted_latency_producer.PredictedLatencyProducer(PRODUCER, FixedPredictor(None))
+    own = OwnPredictorPlugin("mine", PredictorStats(backend="mine", predictions=3, training_runs=2))
+    scorer = _scorer()  # holds no predictor
+    assert isinstance(own, LatencyPredicting) and not isinstance(scorer, LatencyPredicting)
+    assert in_tree.predictor is not None
+    plugins = [in_tree, scorer, own]
+    assert list(predictor_stats(plugins)) == [(PRODUCER, in_tree.predictor.stats), ("mine", own.stats)]
+    metrics = EppMetrics()
+    metrics.series(SloSeries).mirror(predictor_stats(plugins))  # what refresh_gauges does before a scrape
+    value = metrics.registry.get_sample_value
+    assert value("epp_latency_predictor_predictions_total", {"plugin_name": "mine"}) == 3
+    assert value("epp_latency_predictor_training_runs_total", {"plugin_name": "mine", "result": "success"}) == 2
+    assert value("epp_latency_predictor_predictions_total", {"plugin_name": PRODUCER}) == 0
+    await in_tree.aclose()  # it holds none now: not asked
+    assert list(predictor_stats(plugins)) == [("mine", own.stats)]
 
 
 # -- slo-headroom-tier-filter -------------------------------------------------------------------------

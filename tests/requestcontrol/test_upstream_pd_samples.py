@@ -1,10 +1,11 @@
 """Every P/D, E/P/D and data-parallel sample configuration of the llm-d router loads and routes here.
 
-The samples are data: each one's path in llm-d/llm-d-router at ebab687927f5 (August 2026) and its
-text, as published. Each is loaded by the real loader and a request is routed through a pool's real
-pipeline over labelled pods (one prefill, two decode, one encode pod): a long uncached prompt, and
-for the E/P/D samples a prompt with an image, whose routing is checked against what the sample is
-for (the decode pod serves; the prefill and encode pods are named in their headers).
+The samples are data: each is named by its place in llm-d/llm-d-router, and its text is the copy
+pinned in ``tests/upstream_configs/`` (at the commit its index names). Each is loaded by the real
+loader and a request is routed through a pool's real pipeline over labelled pods (one prefill, two
+decode, one encode pod): a long uncached prompt, and for the E/P/D samples a prompt with an image,
+whose routing is checked against what the sample is for (the decode pod serves; the prefill and
+encode pods are named in their headers).
 
 Every sample loads whole. Samples naming upstream's Alpha types (the ``topology-*`` plugins) load
 as upstream deploys them, with ``--allow-experimental-plugins``, and are refused without it.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,11 +33,16 @@ from epp.framework.roles import ROLE_LABEL
 from epp.labels import Selector
 from epp.plugins import register_in_tree
 
+PINNED = Path(__file__).resolve().parents[1] / "upstream_configs"
+"""The pinned copies of llm-d's sample configurations (``scripts/upstream_configs.py`` writes them)."""
+
 
 @dataclass(frozen=True)
 class Sample:
     source: str
-    text: str
+    """Where the sample is upstream: its file, and for a Go test or a Markdown page the case or the section."""
+    pinned_as: str | None = None
+    """The pinned index's ``where`` for it (the n-th string or block) when it is one of several in its file."""
     prefill: bool = False
     """A long uncached prompt names the prefill pod."""
     encode: bool = False
@@ -43,459 +50,37 @@ class Sample:
     primary_port: int = 0
     """The data-parallel rewrite: the destination's port, the rank in x-data-parallel-host-port."""
 
+    @property
+    def text(self) -> str:
+        """The sample as pinned (a configuration found in several places is pinned once, the others under ``also``)."""
+        path = self.source.split("#")[0]
+        where = f"{path}#{self.pinned_as}" if self.pinned_as else path
+        index = yaml.safe_load((PINNED / "index.yaml").read_text())
+        found = [
+            e["file"]
+            for e in index["configs"]
+            if (e["source"] == path and e["where"] == self.pinned_as) or where in e.get("also", ())
+        ]
+        assert len(found) == 1, f"{self.source}: pinned as {where!r} {len(found)} times in {PINNED / 'index.yaml'}"
+        return (PINNED / found[0]).read_text()
 
-_ROLE_PROFILES = """\
-schedulingProfiles:
-- name: prefill
-  plugins:
-  - pluginRef: prefill-filter
-  - pluginRef: max-score-picker
-  - pluginRef: prefix-cache-scorer
-    weight: 2
-  - pluginRef: queue-scorer
-    weight: 1
-- name: decode
-  plugins:
-  - pluginRef: decode-filter
-  - pluginRef: max-score-picker
-  - pluginRef: prefix-cache-scorer
-    weight: 2
-  - pluginRef: queue-scorer
-    weight: 1
-"""
 
+_WELL_KNOWN = "test/integration/epp/wellknown_configs_test.go"
 SAMPLES = (
-    Sample(
-        "deploy/config/pd-epp-config.yaml",
-        """\
-# Sample EPP configuration for running with P/D
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: approx-prefix-cache-producer
-  parameters:
-    maxPrefixTokensToMatch: 16384
-    lruCapacityPerServer: 31250
-- type: prefix-cache-scorer
-- type: queue-scorer
-- type: prefill-filter
-- type: decode-filter
-- type: max-score-picker
-- type: disagg-profile-handler
-  parameters:
-    deciders:
-      prefill: prefix-based-pd-decider
-- type: prefix-based-pd-decider
-  parameters:
-    nonCachedTokens: 16
-"""
-        + _ROLE_PROFILES,
-        prefill=True,
-    ),
-    Sample(
-        "deploy/config/pd-topology-epp-config.yaml",
-        """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: approx-prefix-cache-producer
-  parameters:
-    maxPrefixTokensToMatch: 16384
-    lruCapacityPerServer: 31250
-- type: prefix-cache-scorer
-- type: queue-scorer
-- type: prefill-filter
-- type: decode-filter
-- type: max-score-picker
-- type: topology-extractor
-- type: topology-affinity-filter
-- type: topology-affinity-scorer
-- type: disagg-profile-handler
-  parameters:
-    deciders:
-      prefill: prefix-based-pd-decider
-- type: prefix-based-pd-decider
-  parameters:
-    nonCachedTokens: 16
-schedulingProfiles:
-- name: prefill
-  plugins:
-  - pluginRef: prefill-filter
-  - pluginRef: topology-affinity-filter
-  - pluginRef: max-score-picker
-  - pluginRef: prefix-cache-scorer
-    weight: 2
-  - pluginRef: queue-scorer
-    weight: 1
-  - pluginRef: topology-affinity-scorer
-    weight: 1
-- name: decode
-  plugins:
-  - pluginRef: decode-filter
-  - pluginRef: max-score-picker
-  - pluginRef: prefix-cache-scorer
-    weight: 2
-  - pluginRef: queue-scorer
-    weight: 1
-""",
-        prefill=True,
-    ),
-    Sample(
-        "deploy/config/sim-pd-epp-config.yaml",
-        """\
-# Sample EPP configuration for tunning with P/D
-# Use with small hash block size for simulation purposes
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: approx-prefix-cache-producer
-  parameters:
-    blockSizeTokens: 16
-    autoTune: false
-    maxPrefixTokensToMatch: 16384
-    lruCapacityPerServer: 31250
-- type: prefix-cache-scorer
-- type: queue-scorer
-- type: prefill-filter
-- type: decode-filter
-- type: max-score-picker
-- type: prefix-based-pd-decider
-  parameters:
-    nonCachedTokens: 16
-- type: disagg-profile-handler
-  parameters:
-    deciders:
-      prefill: prefix-based-pd-decider
-"""
-        + _ROLE_PROFILES,
-        prefill=True,
-    ),
-    Sample(
-        "deploy/config/sim-e-p-d-epp-config.yaml",
-        """\
-# Sample EPP configuration for running with E/P/D
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: encode-filter
-- type: prefill-filter
-- type: decode-filter
-- type: disagg-profile-handler
-  parameters:
-    deciders:
-      encode: always-disagg-multimodal-decider
-      prefill: prefix-based-pd-decider
-- type: always-disagg-multimodal-decider
-- type: prefix-based-pd-decider
-  parameters:
-    nonCachedTokens: 16
-schedulingProfiles:
-- name: encode
-  plugins:
-  - pluginRef: encode-filter
-- name: prefill
-  plugins:
-  - pluginRef: prefill-filter
-  - pluginRef: queue-scorer
-    weight: 1
-- name: decode
-  plugins:
-  - pluginRef: decode-filter
-  - pluginRef: queue-scorer
-    weight: 1
-""",
-        prefill=True,
-        encode=True,
-    ),
-    Sample(
-        "deploy/config/sim-e-pd-epp-config.yaml",
-        """\
-# EPP configuration for E/PD (encode + prefill-decode) using disagg-profile-handler.
-# The encode stage is triggered only for multimodal requests (image_url / video_url / input_audio).
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: encode-filter
-- type: decode-filter
-- type: max-score-picker
-- type: always-disagg-multimodal-decider
-- type: disagg-profile-handler
-  parameters:
-    deciders:
-      encode: always-disagg-multimodal-decider
-schedulingProfiles:
-- name: encode
-  plugins:
-  - pluginRef: encode-filter
-- name: decode
-  plugins:
-  - pluginRef: decode-filter
-""",
-        encode=True,
-    ),
-    Sample(
-        "deploy/config/dp-epp-config.yaml",
-        """\
-# Sample EPP configuration for running with Data Parallel
-#
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-- type: decode-filter
-- type: max-score-picker
-- type: data-parallel-profile-handler
-  parameters:
-    primaryPort: 8000
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: decode-filter
-  - pluginRef: max-score-picker
-  - pluginRef: prefix-cache-scorer
-    weight: 2
-""",
-        primary_port=8000,
-    ),
-    Sample(
-        "test/integration/epp/wellknown_configs_test.go#pd-disaggregation",
-        """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: disagg-headers-handler
-- type: disagg-profile-handler
-  parameters:
-    deciders:
-      prefill: always-disagg-pd-decider
-- type: always-disagg-pd-decider
-- type: prefill-filter
-- type: decode-filter
-- type: prefix-cache-scorer
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: active-request-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: prefill
-  plugins:
-  - pluginRef: prefill-filter
-  - pluginRef: prefix-cache-scorer
-    weight: 3
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
-  - pluginRef: max-score-picker
-- name: decode
-  plugins:
-  - pluginRef: decode-filter
-  - pluginRef: active-request-scorer
-    weight: 2
-  - pluginRef: prefix-cache-scorer
-    weight: 3
-  - pluginRef: max-score-picker
-""",
-        prefill=True,
-    ),
-    Sample(
-        "test/integration/epp/wellknown_configs_test.go#wide-ep-lws",
-        """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: disagg-headers-handler
-- type: disagg-profile-handler
-  parameters:
-    deciders:
-      prefill: always-disagg-pd-decider
-- type: always-disagg-pd-decider
-- type: prefill-filter
-- type: decode-filter
-- type: prefix-cache-scorer
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: active-request-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: prefill
-  plugins:
-  - pluginRef: prefill-filter
-  - pluginRef: prefix-cache-scorer
-    weight: 3
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
-  - pluginRef: max-score-picker
-- name: decode
-  plugins:
-  - pluginRef: decode-filter
-  - pluginRef: active-request-scorer
-    weight: 2
-  - pluginRef: prefix-cache-scorer
-  - pluginRef: max-score-picker
-""",
-        prefill=True,
-    ),
-    Sample(
-        "test/integration/epp/wellknown_configs_test.go#wide-ep-lws-experimental-dp-aware",
-        """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-- type: prefix-based-pd-decider
-- type: prefill-header-handler
-- type: prefill-filter
-- type: decode-filter
-- type: prefix-cache-scorer
-- type: active-request-scorer
-- type: queue-scorer
-- type: pd-profile-handler
-schedulingProfiles:
-- name: prefill
-  plugins:
-  - pluginRef: prefill-filter
-  - pluginRef: prefix-cache-scorer
-    weight: 3
-  - pluginRef: active-request-scorer
-    weight: 2
-  - pluginRef: queue-scorer
-    weight: 2
-- name: decode
-  plugins:
-  - pluginRef: decode-filter
-  - pluginRef: active-request-scorer
-    weight: 1
-  - pluginRef: queue-scorer
-    weight: 1
-""",
-        # its decider keeps the default nonCachedTokens: 0, which disables P/D: decode-only
-    ),
-    Sample(
-        "docs/disaggregation.md#p-d-configuration",
-        """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-  # Prefill selection: match Pods with label role=prefill
-  - type: label-selector-filter
-    name: "prefill-pods"
-    parameters:
-      matchExpressions:
-        - key: "role"
-          operator: In
-          values: ["prefill"]
-  # Decode selection: match Pods with label role=decode
-  - type: label-selector-filter
-    name: "decode-pods"
-    parameters:
-      matchExpressions:
-        - key: "role"
-          operator: In
-          values: ["decode"]
-  - type: approx-prefix-cache-producer
-    parameters:
-      autoTune: false
-      blockSizeTokens: 5
-      maxPrefixTokensToMatch: 1280
-      lruCapacityPerServer: 31250
-  - type: prefix-cache-scorer
-  - type: max-score-picker
-  - type: prefix-based-pd-decider
-    parameters:
-      nonCachedTokens: 8
-      promptTokens: 0
-  - type: disagg-profile-handler
-    parameters:
-      profiles:
-        prefill: prefill
-        decode: decode
-      deciders:
-        prefill: prefix-based-pd-decider
-schedulingProfiles:
-  - name: prefill
-    plugins:
-      - pluginRef: "prefill-pods"
-      - pluginRef: "max-score-picker"
-      - pluginRef: "prefix-cache-scorer"
-  - name: decode
-    plugins:
-      - pluginRef: "decode-pods"
-      - pluginRef: "max-score-picker"
-      - pluginRef: "prefix-cache-scorer"
-""",
-        prefill=True,  # its own label scheme (role=...): without the label filters any pod may take each stage
-    ),
-    Sample(
-        "docs/disaggregation.md#e-p-d-configuration",
-        """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-  - type: label-selector-filter
-    name: "encode-pods"
-    parameters:
-      matchExpressions:
-        - key: "role"
-          operator: In
-          values: ["encode"]
-  - type: label-selector-filter
-    name: "prefill-pods"
-    parameters:
-      matchExpressions:
-        - key: "role"
-          operator: In
-          values: ["prefill"]
-  - type: label-selector-filter
-    name: "decode-pods"
-    parameters:
-      matchExpressions:
-        - key: "role"
-          operator: In
-          values: ["decode"]
-  - type: approx-prefix-cache-producer
-    parameters:
-      autoTune: false
-      blockSizeTokens: 5
-      maxPrefixTokensToMatch: 1280
-      lruCapacityPerServer: 31250
-  - type: prefix-cache-scorer
-  - type: max-score-picker
-  - type: always-disagg-multimodal-decider
-  - type: prefix-based-pd-decider
-    parameters:
-      nonCachedTokens: 8
-      promptTokens: 0
-  - type: disagg-profile-handler
-    parameters:
-      profiles:
-        encode: encode
-        prefill: prefill
-        decode: decode
-      deciders:
-        encode: always-disagg-multimodal-decider
-        prefill: prefix-based-pd-decider
-schedulingProfiles:
-  - name: encode
-    plugins:
-      - pluginRef: "encode-pods"
-  - name: prefill
-    plugins:
-      - pluginRef: "prefill-pods"
-      - pluginRef: "max-score-picker"
-      - pluginRef: "prefix-cache-scorer"
-  - name: decode
-    plugins:
-      - pluginRef: "decode-pods"
-      - pluginRef: "max-score-picker"
-      - pluginRef: "prefix-cache-scorer"
-""",
-        prefill=True,
-        encode=True,
-    ),
+    Sample("deploy/config/pd-epp-config.yaml", prefill=True),
+    Sample("deploy/config/pd-topology-epp-config.yaml", prefill=True),
+    Sample("deploy/config/sim-pd-epp-config.yaml", prefill=True),
+    Sample("deploy/config/sim-e-p-d-epp-config.yaml", prefill=True, encode=True),
+    Sample("deploy/config/sim-e-pd-epp-config.yaml", encode=True),
+    Sample("deploy/config/dp-epp-config.yaml", primary_port=8000),
+    # The well-lit-path guides' configurations, by the guide's name; pinned by their order in the file.
+    Sample(f"{_WELL_KNOWN}#pd-disaggregation", "string2", prefill=True),
+    Sample(f"{_WELL_KNOWN}#wide-ep-lws", "string3", prefill=True),
+    # its decider keeps the default nonCachedTokens: 0, which disables P/D: decode-only
+    Sample(f"{_WELL_KNOWN}#wide-ep-lws-experimental-dp-aware", "string4"),
+    # Their own label scheme (role=...): without the label filters any pod may take each stage.
+    Sample("docs/disaggregation.md#p-d-configuration", "block4", prefill=True),
+    Sample("docs/disaggregation.md#e-p-d-configuration", "block5", prefill=True, encode=True),
 )
 
 LONG = "Summarise the following report in three bullet points. " * 30

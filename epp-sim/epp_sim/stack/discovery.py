@@ -2,8 +2,8 @@
 
 ``epp dev --no-kubernetes`` (and the hermetic tests of that mode) run the picker with no API server:
 its configuration's ``dataLayer.discovery`` names a ``file-discovery`` plugin watching a file that
-lists the simulated servers in upstream's format, and the default profile's scorers (the picker's
-defaults: queue, KV cache, prefix cache, LoRA affinity).
+lists the simulated servers in upstream's format, and the default profile's scorers and weights,
+as ``epp.config.defaults`` sets them (queue, KV cache, prefix cache, LoRA affinity).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import yaml
+
+from epp.config.defaults import DEFAULT_PROFILE_NAME, DEFAULT_SCORERS
 
 __all__ = ["discovery_config", "endpoints_file"]
 
@@ -26,30 +28,15 @@ def endpoints_file(servers: Iterable[tuple[str, str, int]], labels: Mapping[str,
 
 
 def discovery_config(path: Path, *, watch: bool = True) -> str:
-    """A picker configuration whose endpoints come from the file at ``path``."""
-    return f"""\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: file-discovery
-  parameters:
-    path: {path}
-    watchFile: {str(watch).lower()}
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: prefix-cache-scorer
-- type: lora-affinity-scorer
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
-  - pluginRef: prefix-cache-scorer
-    weight: 3
-  - pluginRef: lora-affinity-scorer
-dataLayer:
-  discovery:
-    pluginRef: file-discovery
-"""
+    """A picker configuration whose endpoints come from the file at ``path``, scored as the default profile."""
+    discovery = {"type": "file-discovery", "parameters": {"path": str(path), "watchFile": watch}}
+    config = {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [discovery, *({"type": t} for t, _ in DEFAULT_SCORERS)],
+        "schedulingProfiles": [
+            {"name": DEFAULT_PROFILE_NAME, "plugins": [{"pluginRef": t, "weight": w} for t, w in DEFAULT_SCORERS]}
+        ],
+        "dataLayer": {"discovery": {"pluginRef": "file-discovery"}},
+    }
+    return yaml.safe_dump(config, sort_keys=False)
