@@ -44,7 +44,6 @@ import functools
 import logging
 import os
 import random
-import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -64,7 +63,7 @@ from epp.config.tls_policy import apply_cipher_suites
 from epp.datalayer.http_client import SessionClient
 from epp.datalayer.scrape_process import ScrapeProcess
 from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME
-from epp.extproc.cert_reload import CertReloader
+from epp.extproc.cert_reload import CertReloader, port_tls
 from epp.extproc.health import DetailRelay
 from epp.extproc.processor import StreamOptions
 from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
@@ -72,7 +71,7 @@ from epp.extproc.tls import ServerTls, TlsConfig
 from epp.framework.plugin import PluginRegistry
 from epp.framework.staleness import Staleness
 from epp.kube.client import Api, close_api, make_api
-from epp.kube.leader import LeaderElector, lease_name
+from epp.kube.leader import LeaderElector, pool_elector
 from epp.kube.reviews import KubeReviewer
 from epp.kube.standalone import standalone_pool_name
 from epp.picker_series import declare_picker_series
@@ -85,9 +84,8 @@ from epp.statesync.metrics import SyncMetrics
 from epp.tasks import Service, cancel_and_wait, start_guarded
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.metrics_auth import MetricsAuth
-from epp.telemetry.metrics_server import MetricsServer
+from epp.telemetry.metrics_server import HasRegistry, MetricsServer
 from epp.telemetry.tracing import Tracing
-from epp.workers.merged_metrics import MergedRegistry
 from epp.workers.supervisor import Workers, WorkerSeries
 
 if TYPE_CHECKING:
@@ -241,15 +239,7 @@ class Runtime(Service):
         for pool in self.pools:
             await pool.start()
         if o.leader_election and self._api is not None and self._child is None:
-            identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-            namespace, name = keys[0]
-            self.elector = LeaderElector(
-                self._api,
-                namespace=namespace,
-                name=lease_name(namespace, name, o.lease_name_style),
-                identity=identity,
-                clock=self.clock,
-            )
+            self.elector = pool_elector(self._api, keys[0], o.lease_name_style, self.clock)
             await self.elector.start()
         pipelines = PoolPipelines({p.key: p.routing for p in self.pools})
         stream_options = StreamOptions(
@@ -278,7 +268,7 @@ class Runtime(Service):
             ext_proc=ext_proc,
             health_port_services=None if api_on_tls else api,
             streams=(
-                self.metrics.series(WorkerSeries).streams.labels(worker=str(self._child.worker if self._child else 0))
+                self.metrics.series(WorkerSeries).streams_of(self._child.worker if self._child else 0)
                 if o.workers > 1
                 else None
             ),
@@ -287,7 +277,13 @@ class Runtime(Service):
         for pool in self.pools:
             if pool.state_sync is not None:
                 pool.state_sync.report_health(self._server.health.set_detail)
-        tls = await self._server_tls() if o.tls.secure_serving else None
+        tls: ServerTls | None = None
+        if o.tls.secure_serving:
+            # `epp serve` exports the cipher list before grpc loads; here only a late attempt fails, loudly.
+            apply_cipher_suites(o.tls.grpc_cipher_list)
+            given = self._child.tls_pair if self._child else None  # the parent's: every worker serves one pair
+            tls = await port_tls(o.tls.cert_path, reload=o.tls.cert_reload, given=given)
+            self._cert_reloader = tls if isinstance(tls, CertReloader) else None
         self.ports.grpc, self.ports.health = await self._server.start(
             o.bind_address, o.grpc_port, None if self._child else o.grpc_health_port, tls
         )
@@ -303,16 +299,15 @@ class Runtime(Service):
             self.ports.api = await self._api_port.start(
                 o.bind_address, o.epp_api_port, cert_dir=endpoint.cert_dir, client_ca_file=endpoint.client_ca_file
             )
+        served: HasRegistry = self.metrics
         before_scrape: list[Callable[[], None]] = [
             functools.partial(refresh_gauges, self.pools, self.metrics, self.slo_series)
         ]
         if self.workers is not None:
-            series = self.metrics.series(WorkerSeries)
-            before_scrape += [lambda: series.publish(0, self.plugins()), self.workers.families.freeze]
+            served, more = self.workers.served_metrics(self.metrics, self.plugins)
+            before_scrape += more
         self._metrics_server = MetricsServer(
-            self.metrics
-            if self.workers is None
-            else _Merged(MergedRegistry(self.metrics.registry, self.workers.families)),
+            served,
             before_scrape=before_scrape,
             auth=auth,
             pprof=endpoint.pprof,
@@ -381,21 +376,6 @@ class Runtime(Service):
         )
         interceptors = (ApiAuthInterceptor(auth, "/epp.v1."),) if auth is not None else ()
         return ExtraServices(lambda server: add_api(server, sources), interceptors)
-
-    async def _server_tls(self) -> ServerTls:
-        """The ext_proc port's certificate: mounted (and watched with --enable-cert-reload) or self-signed."""
-        o = self.options.tls
-        # `epp serve` exports the cipher list before grpc loads; here only a late attempt fails, loudly.
-        apply_cipher_suites(o.grpc_cipher_list)
-        if self._child is not None and self._child.tls_pair is not None:  # the parent's, so every worker is alike
-            return TlsConfig(*self._child.tls_pair)
-        # Reading the files or generating an RSA-4096 key (~0.35 s) happens off the loop.
-        pair = await asyncio.to_thread(TlsConfig.from_cert_path, o.cert_path or None)
-        if not o.cert_reload:
-            return pair
-        self._cert_reloader = CertReloader(o.cert_path, pair)
-        await self._cert_reloader.start()
-        return self._cert_reloader
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""
@@ -474,13 +454,6 @@ class Runtime(Service):
         if self._api is not None:
             await close_api(self._api)
             self._api = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Merged:
-    """What ``/metrics`` serves with ``--workers`` > 1: the picker's registry with the children's series added."""
-
-    registry: MergedRegistry
 
 
 def _config_source(options: ServeOptions) -> str:

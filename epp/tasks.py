@@ -28,6 +28,9 @@ __all__ = ["Service", "TaskSet", "cancel_and_wait", "start_guarded"]
 
 log = logging.getLogger(__name__)
 
+_RECHECK = 0.25
+"""Seconds between checks that a task being stopped still has its cancellation (see :func:`cancel_and_wait`)."""
+
 
 def _guard(*, forever: bool, quiet: bool) -> Callable[[asyncio.Task[Any]], None]:
     def report(task: asyncio.Task[Any]) -> None:
@@ -62,7 +65,8 @@ async def cancel_and_wait(tasks: asyncio.Task[Any] | Iterable[asyncio.Task[Any]]
     """Cancel the task(s) and wait until they have finished; safe to call twice.
 
     A task already being cancelled (its owner cancelled it and it is still cleaning up) is not
-    cancelled again, so its clean-up is not cut short. A cancellation of the caller itself while
+    cancelled again, so its clean-up is not cut short; one whose cancellation was taken back
+    (``uncancel``) while it carries on is cancelled again. A cancellation of the caller itself while
     it waits still reaches the caller.
     """
     if tasks is None:
@@ -71,8 +75,14 @@ async def cancel_and_wait(tasks: asyncio.Task[Any] | Iterable[asyncio.Task[Any]]
     for task in group:
         if not task.cancelling():
             task.cancel()
-    if group:
-        await asyncio.wait(group)
+    pending = set(group)
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=_RECHECK)
+        for task in pending:
+            # No cancellation pending, yet not finished: a library took it back (``uncancel``) and carried
+            # on (seen with a Kubernetes watch cancelled while its stream opened): deliver it again.
+            if not task.cancelling():
+                task.cancel()
 
 
 class TaskSet:

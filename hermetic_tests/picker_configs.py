@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["LEGACY_V03", "PD"]
+__all__ = ["LEGACY_V03", "PD", "PREFIX_ONLY"]
 
 LEGACY_V03 = """apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
@@ -45,3 +45,15 @@ schedulingProfiles:
   - {pluginRef: queue-scorer, weight: 1}
 """
 """Upstream's P/D sample, tuned for tests: a prefill when the decode pod lacks 64 tokens or more of the prompt."""
+
+PREFIX_ONLY = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: prefix-cache-scorer}, {pluginRef: max-score-picker}]
+"""
+"""The approximate prefix index alone decides: where a prompt's prefix was routed before, or anywhere."""

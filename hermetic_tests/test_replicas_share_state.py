@@ -17,6 +17,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from picker_configs import PREFIX_ONLY
 from pool_modes import ALL_MODES, served
 from replica_views import health, routed
 
@@ -35,16 +36,6 @@ NOT_SERVING = pb.HealthCheckResponse.NOT_SERVING
 PODS = 3
 REPLICAS = 3
 MODEL = "m"
-CONFIG = """
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: prefix-cache-scorer}, {pluginRef: max-score-picker}]
-"""
 
 
 def _scorer(picker: InProcessPicker) -> ApproxPrefixCacheProducer:
@@ -64,7 +55,7 @@ async def _replicas(
     sim: SimConfig,
 ) -> tuple[list[InProcessPicker], EnvoyProcess, list[object]]:
     config = f"{tmp_path}/approximate.yaml"
-    await asyncio.to_thread(lambda: open(config, "w").write(CONFIG))  # noqa: SIM115,PTH123 (a test's file)
+    await asyncio.to_thread(lambda: open(config, "w").write(PREFIX_ONLY))  # noqa: SIM115,PTH123 (a test's file)
     pool = await epp_pool(
         mode,
         pods=PODS,

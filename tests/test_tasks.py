@@ -142,3 +142,23 @@ def test_no_module_of_epp_starts_a_task_but_through_epp_tasks() -> None:
             if name in _STARTERS:
                 starters.append(f"{path.relative_to(EPP.parent)}:{node.lineno} {name}")
     assert starters == []
+
+
+async def test_a_cancellation_taken_back_is_delivered_again() -> None:
+    """A library that catches the cancellation and ``uncancel``s it must not leave the stop waiting forever."""
+    swallowed = asyncio.Event()
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            assert task is not None
+            task.uncancel()
+            swallowed.set()
+        await asyncio.sleep(3600)  # carries on as if never cancelled
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_and_wait(task), 10)
+    assert swallowed.is_set() and task.cancelled()

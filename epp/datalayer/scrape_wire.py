@@ -10,16 +10,24 @@ together, so pickle's trust model holds; the pickler here also carries the read-
 To the worker: :class:`Setup` once, then ``("spec", ScrapeSpec)`` (without its TLS context: the
 worker builds its own from the transport), ``("add", [(id, Endpoint), ...])`` and
 ``("remove", [id, ...])``. From the worker: :class:`Batch` messages, at most one per flush tick.
+
+The same framing carries ``epp serve --workers``' messages (:mod:`epp.workers.supervisor`), and
+:func:`run_child` is both children's entry point: a loop on uvloop, their stdin and stdout as
+frame streams, and the signals the parent decides on ignored (a terminal's Ctrl-C reaches the whole
+process group; a child stops when the parent says so or its stdin ends).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copyreg
 import io
 import pickle
+import signal
 import struct
-from collections.abc import Mapping
+import sys
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -27,7 +35,17 @@ from typing import Any
 from epp.config.options import LoggingOptions
 from epp.framework.endpoint import MetricsSnapshot
 
-__all__ = ["MAX_FRAME", "Batch", "HealthEvent", "Setup", "dumps", "read_frame", "read_only", "write_frame"]
+__all__ = [
+    "MAX_FRAME",
+    "Batch",
+    "HealthEvent",
+    "Setup",
+    "dumps",
+    "read_frame",
+    "read_only",
+    "run_child",
+    "write_frame",
+]
 
 MAX_FRAME = 64 * 1024 * 1024
 _LENGTH = struct.Struct(">I")
@@ -112,3 +130,30 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[Any, ...] | None:
     if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
         raise ValueError(f"scrape pipe message is not a named tuple: {type(message).__name__}")
     return message
+
+
+Serve = Callable[[asyncio.StreamReader, asyncio.WriteTransport], Awaitable[None]]
+"""A child's work: its parent's frames in, its own frames out."""
+
+
+def run_child(serve: Serve, *, ignore: tuple[signal.Signals, ...]) -> int:
+    """Run ``serve`` on stdin and stdout until it returns; ``ignore`` the signals the parent decides on."""
+    for sig in ignore:
+        signal.signal(sig, signal.SIG_IGN)
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+    asyncio.run(_on_stdio(serve))
+    return 0
+
+
+async def _on_stdio(serve: Serve) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**16)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    out, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout.buffer)
+    try:
+        await serve(reader, out)
+    finally:
+        out.close()

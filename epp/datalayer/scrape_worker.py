@@ -27,7 +27,7 @@ from typing import Any
 
 from epp.clock import SystemClock
 from epp.datalayer.metrics_fetch import TlsFileError, tls_context
-from epp.datalayer.scrape_wire import Batch, Setup, read_frame, write_frame
+from epp.datalayer.scrape_wire import Batch, Setup, read_frame, run_child, write_frame
 from epp.datalayer.scraper import ScraperManager, ScrapeSeries
 from epp.datastore.types import EndpointListener
 from epp.framework.datalayer import ScrapeSpec
@@ -224,27 +224,10 @@ async def _serve(reader: asyncio.StreamReader, out: asyncio.WriteTransport) -> N
         await scrapers.stop()
 
 
-async def _run() -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=2**16)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    out, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout.buffer)
-    try:
-        await _serve(reader, out)
-    finally:
-        out.close()
-
-
 def main() -> int:
     """Entry point of the scrape worker process."""
     # Ctrl-C in a terminal reaches the whole process group; the picker stops the worker (stdin ends).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        uvloop.install()
-    asyncio.run(_run())
-    return 0
+    return run_child(_serve, ignore=(signal.SIGINT,))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import os
+import socket
 from typing import Any
 
 from epp.clock import Clock, SystemClock
@@ -28,7 +30,7 @@ from epp.config.options import LeaseNameStyle
 from epp.kube.client import Api, KubeApiError, KubeError, call_json
 from epp.tasks import cancel_and_wait, start_guarded
 
-__all__ = ["LeaderElector", "lease_name"]
+__all__ = ["LeaderElector", "lease_name", "pool_elector"]
 
 log = logging.getLogger(__name__)
 
@@ -188,3 +190,13 @@ class LeaderElector:
         spec["holderIdentity"] = ""  # an empty holder may be taken over at once
         lease["spec"] = spec
         return await self._write("PUT", f"leases/{self.name}", lease)
+
+
+def pool_elector(api: Api, pool: tuple[str, str], style: LeaseNameStyle, clock: Clock) -> LeaderElector:
+    """The elector of ``pool`` (namespace, name) under ``style``'s Lease name, as this pod (``POD_NAME``,
+    else the host name and process id)."""
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    namespace, name = pool
+    return LeaderElector(
+        api, namespace=namespace, name=lease_name(namespace, name, style), identity=identity, clock=clock
+    )

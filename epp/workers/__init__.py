@@ -10,7 +10,7 @@ What routing needs is kept consistent across them by the parent:
 - what each process learns alone (approximate-prefix insertions, in-flight counts): the records
   replicas share (:mod:`epp.statesync`), carried through the parent (:mod:`epp.workers.pipe_sync`);
   with ``--state-sync-address`` every process is a replica on the Valkey stream instead;
-- ``/metrics``: the parent's, with the children's request-path series added (:mod:`epp.workers.merged_metrics`).
+- ``/metrics``: the parent's, with the children's request-path series added (:mod:`epp.telemetry.merged`).
 
 The kernel spreads connections over the processes, not streams, and Envoy opens one HTTP/2
 connection per worker thread unless its ext_proc cluster limits the streams per connection

@@ -6,7 +6,7 @@ messages). It builds the same :class:`~epp.runtime.Runtime` from the parent's op
 :class:`~epp.workers.scrape_feed.ScrapeFeed` and their records go through the parent
 (:class:`~epp.workers.pipe_sync.PipeSync`, unless ``--state-sync-address`` makes every process a
 replica on Valkey); no health, metrics or API port, no Lease (the pod's are the parent's). Its
-request-path series go to the parent every :data:`~epp.workers.merged_metrics.PUSH_INTERVAL`.
+request-path series go to the parent every :data:`~epp.telemetry.merged.PUSH_INTERVAL`.
 It stops when told (``stop``, with the grace for open streams) or when its stdin ends (the parent died).
 """
 
@@ -21,13 +21,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from epp.clock import Clock, SystemClock
-from epp.datalayer.scrape_wire import read_frame, write_frame
+from epp.datalayer.scrape_wire import read_frame, run_child, write_frame
 from epp.datalayer.scraper import Scrapers
 from epp.datastore.store import Datastore
 from epp.framework.plugin import Plugin
 from epp.requestcontrol.pool_routing import PoolKey
 from epp.statesync.records import Record
-from epp.workers.merged_metrics import PUSH_INTERVAL, families_of
+from epp.telemetry.merged import PUSH_INTERVAL, families_of
 from epp.workers.pipe_sync import PipeSync
 from epp.workers.scrape_feed import ScrapeFeed
 from epp.workers.supervisor import ChildSetup, WorkerSeries
@@ -142,28 +142,9 @@ async def _serve(reader: asyncio.StreamReader, out: asyncio.WriteTransport) -> N
         _push_metrics(role, runtime, names)
 
 
-async def _run() -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=2**16)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    out, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout.buffer)
-    try:
-        await _serve(reader, out)
-    finally:
-        out.close()
-
-
 def main() -> int:
-    """Entry point of a serving child."""
-    # Signals reach the whole process group; the parent decides when a child stops (its stdin ends).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        uvloop.install()
-    asyncio.run(_run())
-    return 0
+    """Entry point of a serving child: the parent decides when it stops (stdin's end), not a signal."""
+    return run_child(_serve, ignore=(signal.SIGINT, signal.SIGTERM))
 
 
 if __name__ == "__main__":

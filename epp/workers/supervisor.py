@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from epp.clock import Clock
@@ -34,9 +34,9 @@ from epp.requestcontrol.plugin_series import Readings
 from epp.requestcontrol.pool_routing import PoolKey
 from epp.statesync.records import Record
 from epp.tasks import cancel_and_wait, start_guarded
+from epp.telemetry.merged import MergedRegistry, WorkerFamilies
 from epp.telemetry.metrics import EppMetrics
-from epp.telemetry.series import Counter, Gauge
-from epp.workers.merged_metrics import WorkerFamilies
+from epp.telemetry.series import Counter, CounterValue, Gauge
 from epp.workers.pipe_sync import PipeSync
 
 __all__ = ["ChildSetup", "WorkerSeries", "Workers"]
@@ -79,6 +79,9 @@ class WorkerSeries:
             ("worker", "plugin_name"),
             registry=r,
         )
+
+    def streams_of(self, worker: int) -> CounterValue:
+        return self.streams.labels(worker=str(worker))
 
     def publish(self, worker: int, plugins: Iterable[object]) -> None:
         """This process's index sizes (before a scrape in the parent, before each push in a child)."""
@@ -172,6 +175,17 @@ class Workers:
         self.broadcast(("stop", grace))
         await asyncio.gather(*(self._end(child, grace + 5.0) for child in self._children))
         self._series.running.set(0)
+
+    def served_metrics(
+        self, metrics: EppMetrics, plugins: Callable[[], Iterable[object]]
+    ) -> tuple[MergedRegistry, list[Callable[[], None]]]:
+        """What ``/metrics`` serves (``metrics`` with the children's series added) and what to do before
+        each scrape: publish this process's index sizes, freeze the children's latest families."""
+        series = metrics.series(WorkerSeries)
+        return MergedRegistry(metrics.registry, self.families), [
+            lambda: series.publish(0, plugins()),
+            self.families.freeze,
+        ]
 
     def set_ready(self, ready: bool) -> None:
         """The parent's readiness changed: the children's follows."""

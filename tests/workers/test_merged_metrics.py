@@ -6,9 +6,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from epp.picker_series import declare_picker_series, worker_family_names
+from epp.telemetry.merged import MergedRegistry, WorkerFamilies, families_of
 from epp.telemetry.metrics import EppMetrics
 from epp.telemetry.series import Counter, Gauge, Histogram
-from epp.workers.merged_metrics import MergedRegistry, WorkerFamilies, families_of
 
 
 def _registry() -> tuple[CollectorRegistry, Counter, Histogram, Gauge]:

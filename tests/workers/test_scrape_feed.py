@@ -1,4 +1,4 @@
-"""A ``--workers`` child's scrapers: the parent's scrape results land on this process's own endpoints of the same key."""
+"""A ``--workers`` child's scrapers: the parent's scrape results land on this process's own endpoints of one key."""
 
 from __future__ import annotations
 

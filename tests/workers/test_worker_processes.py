@@ -7,7 +7,6 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from serve_process import run_serve, serve_process
 
 from epp_sim.bench.procstat import child_pids

@@ -34,7 +34,7 @@ from epp_sim.bench.loadtools import LoadGenerator
 from epp_sim.bench.overhead.rounds import Round, measured
 from epp_sim.bench.procstat import cpu_seconds, rss_bytes
 from epp_sim.bench.report import machine_info
-from epp_sim.bench.scale.measure import picker_pids, summarise
+from epp_sim.bench.scale.measure import interleaved_rounds, picker_pids, picker_rss_mib, summarise
 from epp_sim.bench.scale.options import ScaleOptions, scale_prompt_body
 from epp_sim.bench.scale.stack import ScaleStack, start_scale_stack
 from epp_sim.bench.scale.targets import scale_targets
@@ -118,21 +118,19 @@ async def _cpu_per_request(stack: ScaleStack, loads: LoadGenerator, options: Sca
     pickers = {config: options.scrape_modes[0] if config == "default" else config for config in options.configs}
     out = []
     for kib in options.prompt_kib:
-        body = stack.work / f"body-{kib}k.json"
-        await asyncio.to_thread(body.write_bytes, scale_prompt_body(kib))
-        rounds: dict[str, list[Round]] = {c: [] for c in options.configs}
-        for r in range(options.cpu_rounds):
-            for config, picker in pickers.items():
-                target = f"127.0.0.1:{stack.envoys[picker].port}"
-                run = f"{os.getpid()}-{kib}-{r}"
-                load = loads.http(
-                    target, body, concurrency=options.concurrency, duration=options.round_seconds, unique=run
-                )
-                rounds[config].append(await measured(picker_pids(stack, picker), load))
+        rounds = await interleaved_rounds(
+            stack,
+            loads,
+            pickers,
+            kib=kib,
+            rounds=options.cpu_rounds,
+            concurrency=options.concurrency,
+            seconds=options.round_seconds,
+        )
         for config, rs in rounds.items():
             picker = pickers[config]
             cell = {"config": config, "picker": picker, "prompt_kib": kib, "concurrency": options.concurrency}
-            cell.update(summarise(rs), rss_mib=sum(rss_bytes(p) for p in picker_pids(stack, picker).values()) / 2**20)
+            cell.update(summarise(rs), rss_mib=picker_rss_mib(stack, picker))
             out.append(cell)
             print(
                 f"  {kib:>4} KiB {config:<8} {cell['rps']:7.0f} req/s  "

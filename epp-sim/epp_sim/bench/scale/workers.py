@@ -10,15 +10,11 @@ the CPU per request says what each worker count costs whatever the ratio.
 
 from __future__ import annotations
 
-import asyncio
-import os
 from typing import Any
 
 from epp_sim.bench.loadtools import LoadGenerator
-from epp_sim.bench.overhead.rounds import Round, measured
-from epp_sim.bench.procstat import rss_bytes
-from epp_sim.bench.scale.measure import picker_pids, summarise
-from epp_sim.bench.scale.options import ScaleOptions, scale_prompt_body
+from epp_sim.bench.scale.measure import interleaved_rounds, picker_rss_mib, summarise
+from epp_sim.bench.scale.options import ScaleOptions
 from epp_sim.bench.scale.stack import ScaleStack, precise_picker
 
 __all__ = ["workers_scaling"]
@@ -28,18 +24,15 @@ async def workers_scaling(stack: ScaleStack, loads: LoadGenerator, options: Scal
     """Per prompt size and worker count: throughput, latency, CPU per request, and the ratio to one worker."""
     out = []
     for kib in options.worker_prompt_kib:
-        body = stack.work / f"body-{kib}k.json"
-        await asyncio.to_thread(body.write_bytes, scale_prompt_body(kib))
-        rounds: dict[int, list[Round]] = {w: [] for w in options.workers}
-        for r in range(options.cpu_rounds):
-            for workers in options.workers:
-                picker = precise_picker(workers)
-                target = f"127.0.0.1:{stack.envoys[picker].port}"
-                run = f"{os.getpid()}-w{workers}-{kib}-{r}"
-                load = loads.http(
-                    target, body, concurrency=options.worker_concurrency, duration=options.round_seconds, unique=run
-                )
-                rounds[workers].append(await measured(picker_pids(stack, picker), load))
+        rounds = await interleaved_rounds(
+            stack,
+            loads,
+            {workers: precise_picker(workers) for workers in options.workers},
+            kib=kib,
+            rounds=options.cpu_rounds,
+            concurrency=options.worker_concurrency,
+            seconds=options.round_seconds,
+        )
         cells: dict[int, dict[str, Any]] = {}
         for workers, rs in rounds.items():
             picker = precise_picker(workers)
@@ -49,7 +42,7 @@ async def workers_scaling(stack: ScaleStack, loads: LoadGenerator, options: Scal
                 "prompt_kib": kib,
                 "concurrency": options.worker_concurrency,
             }
-            cell.update(summarise(rs), rss_mib=sum(rss_bytes(p) for p in picker_pids(stack, picker).values()) / 2**20)
+            cell.update(summarise(rs), rss_mib=picker_rss_mib(stack, picker))
             cells[workers] = cell
         base = cells[1]["rps"]
         for workers, cell in cells.items():

@@ -1,13 +1,11 @@
-"""``/metrics`` of a ``--workers`` pod: the parent's series, with what its children counted added in.
+"""One ``/metrics`` for several processes: a registry's series with other processes' families added in.
 
-Only the request path's series sets (:data:`epp.picker_series.WORKER_SERIES`: requests, scheduling,
-plugins' per-request series, flow control, SLO) come from the children, and they add up across
-processes: a request is counted by the one worker that served it. The rest is the parent's alone
-(pool gauges, scrapes, readiness, configuration, Kubernetes, endpoint health: the children see the
-same pool and would count it again). A child sends its families every :data:`PUSH_INTERVAL`, so its
-share of a scrape is at most that old. When a child ends, its counters and histograms stay in the
-sums (a replacement starts from zero: without that the pod's totals would go down) and its gauges
-go.
+``epp serve --workers`` (:mod:`epp.workers`) serves the parent's registry through
+:class:`MergedRegistry`: each child sends the families of its request-path series sets
+(``epp.picker_series.WORKER_SERIES``) every :data:`PUSH_INTERVAL` (:func:`families_of`), and
+they add up across processes, as a request is counted by the one process that served it. When a
+child ends, its counters and histograms stay in the sums (a replacement starts from zero: without
+that the pod's totals would go down) and its gauges go.
 """
 
 from __future__ import annotations
@@ -91,6 +89,11 @@ class MergedRegistry(CollectorRegistry):
         super().__init__(auto_describe=False)
         self._registry = registry
         self._workers = workers
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """Itself: what the ``/metrics`` server serves (its ``HasRegistry``)."""
+        return self
 
     def collect(self) -> Iterator[Metric]:
         extra = dict(self._workers.totals)
