@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import signal
 import sys
 from collections.abc import Mapping
@@ -36,6 +37,18 @@ if TYPE_CHECKING:
     from epp.runtime import Runtime
 
 __all__ = ["ChildRole", "main"]
+
+
+class _WorkerField(logging.Filter):
+    """Every line of a child names it (``worker=N``): the pod's log interleaves all its processes."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__()
+        self._worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self._worker
+        return True
 
 
 class ChildRole:
@@ -119,7 +132,7 @@ async def _serve(reader: asyncio.StreamReader, out: asyncio.WriteTransport) -> N
     if first[0] != "setup" or not isinstance(first[1], ChildSetup):
         raise ValueError(f"serving worker: expected setup first, got {first[0]!r}")
     setup: ChildSetup = first[1]
-    setup_logging(setup.options.logging)
+    setup_logging(setup.options.logging).addFilter(_WorkerField(setup.worker))
     clock = SystemClock()
     role = ChildRole(setup, out, clock)
     runtime = Runtime(setup.options, clock=clock, child=role)

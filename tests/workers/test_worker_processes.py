@@ -51,6 +51,8 @@ async def test_the_child_stops_with_a_sigterm_to_the_parent(epp_cluster: FakeClu
     assert serve.proc.returncode == 0  # serve_process sent SIGTERM
     await wait_until(lambda: _gone(children[0]), timeout=10, message="the child ended with its parent")
     assert any("serving workers started" in line for line in serve.stderr)
+    # The pod's one log: a child's lines name it.
+    assert any("ext_proc serving" in line and "worker=1" in line for line in serve.stderr)
 
 
 async def test_a_child_whose_parent_dies_stops(epp_cluster: FakeCluster) -> None:
