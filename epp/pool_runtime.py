@@ -97,6 +97,8 @@ class PoolConfigLoader:
     """The runtime's shared client, handed to every plugin (``PluginContext.http``)."""
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Shared services the plugins are handed (``PluginContext.extras``: the SLO latency recorder)."""
+    health: Callable[[str, bool], None] | None = None
+    """Where plugins set health details (``PluginContext.health``)."""
 
     def load(self, text: str, keys: Sequence[PoolKey]) -> Configs:
         """One set of plugin instances per pool, all from ``text`` (blank: the default profile); raises ConfigError."""
@@ -107,8 +109,10 @@ class PoolConfigLoader:
             context = PluginContext(
                 clock=self.clock,
                 pool_name=key[1],
+                pool_namespace=key[0],
                 http=self.http,
                 extras=self.extras,
+                health=self.health,
                 serving_processes=o.workers,
             )
             if text.strip():

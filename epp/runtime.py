@@ -48,8 +48,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from epp.api.auth import ApiAuthInterceptor
-from epp.api.service import ApiSources, add_api
+from epp.api.service import ApiSources, api_services
 from epp.api.tls_port import ApiTlsPort
 from epp.clock import Clock, SystemClock
 from epp.config.compat import ConfigNotice
@@ -64,8 +63,9 @@ from epp.datalayer.http_client import SessionClient
 from epp.datalayer.scrape_process import ScrapeProcess
 from epp.datastore.discovery_reconciler import DEFAULT_POOL_NAME
 from epp.extproc.cert_reload import CertReloader, port_tls
+from epp.extproc.health import DetailRelay
 from epp.extproc.processor import StreamOptions
-from epp.extproc.server import ExtProcOptions, ExtProcServer, ExtraServices
+from epp.extproc.server import ExtProcOptions, ExtProcServer
 from epp.extproc.tls import ServerTls, TlsConfig
 from epp.framework.plugin import PluginRegistry
 from epp.framework.staleness import Staleness
@@ -135,8 +135,15 @@ class Runtime(Service):
         self.config_status = ConfigStatus(_config_source(options))
         self._http = SessionClient()
         """The HTTP client plugins are given (``PluginContext.http``); closed once, at stop."""
+        self._health_details = DetailRelay()
+        """Where plugins set health details, held until the server's health state exists."""
         self._loader = PoolConfigLoader(
-            self.registry, self.clock, options, self._http, extras={"latency_recorder": self.slo_series}
+            self.registry,
+            self.clock,
+            options,
+            self._http,
+            extras={"latency_recorder": self.slo_series},
+            health=self._health_details.set_detail,
         )
         self._keys: list[PoolKey] = []
         """The pools served, known once the configuration text is read (its ``dataLayer.discovery`` decides)."""
@@ -250,7 +257,10 @@ class Runtime(Service):
         auth = None
         if endpoint.auth and self._api is not None:
             auth = MetricsAuth(KubeReviewer(self._api), clock=self.clock)
-        api = self._api_services(pipelines, auth) if self._child is None else None
+        api = None
+        if o.epp_api and self._child is None:  # the epp.v1 API
+            sources = ApiSources(self.pools, pipelines, self.config_status, self.clock, self.staleness)
+            api = api_services(sources, auth)
         api_on_tls = api is not None and bool(endpoint.cert_dir)  # the health port stays plaintext for kubelet
         self._server = ExtProcServer(
             pipelines,
@@ -265,6 +275,7 @@ class Runtime(Service):
                 else None
             ),
         )
+        self._health_details.bind(self._server.health)
         for pool in self.pools:
             if pool.state_sync is not None:
                 pool.state_sync.report_health(self._server.health.set_detail)
@@ -353,20 +364,6 @@ class Runtime(Service):
         publish_notices(_notices(configs), self.metrics)
         for config in configs.values():
             self.scope_violations.watch(config.data_scopes)
-
-    def _api_services(self, pipelines: PoolPipelines, auth: MetricsAuth | None) -> ExtraServices | None:
-        """The epp.v1 API, guarded by the /metrics authorizer; None when it is off."""
-        if not self.options.epp_api:
-            return None
-        sources = ApiSources(
-            pools=self.pools,
-            pipelines=pipelines,
-            config=self.config_status,
-            clock=self.clock,
-            staleness=self.staleness,
-        )
-        interceptors = (ApiAuthInterceptor(auth, "/epp.v1."),) if auth is not None else ()
-        return ExtraServices(lambda server: add_api(server, sources), interceptors)
 
     async def _flush_tracing(self) -> None:
         """Stop step: every stream has ended (so have their spans); export what is queued, bounded."""

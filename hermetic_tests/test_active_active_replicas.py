@@ -16,9 +16,8 @@ import aiohttp
 import pytest
 from pool_modes import ALL_MODES
 from precise_pools import precise_pool
-from replica_views import routed
+from replica_views import precise_producer, routed
 
-from epp.plugins.precise_prefix_producer import PrecisePrefixCacheProducer
 from epp_sim.kube_objects import PoolMode
 from epp_sim.modelserver import ModelServer
 from epp_sim.precise_prefix import (
@@ -28,19 +27,11 @@ from epp_sim.precise_prefix import (
     wait_subscribed,
 )
 from epp_sim.pytest_plugin import EnvoyFactory, PickerFactory, PoolFactory
-from epp_sim.stack.picker import InProcessPicker
 from epp_sim.tiny_tokenizer import sentence
 from epp_sim.waits import wait_until
 
 PODS = 3
 PROMPTS = 100
-
-
-def _producer(picker: InProcessPicker) -> PrecisePrefixCacheProducer:
-    (pool,) = picker.runtime.pools
-    producer = pool.config.plugins["precise-prefix-cache-producer"]
-    assert isinstance(producer, PrecisePrefixCacheProducer)
-    return producer
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
@@ -65,7 +56,7 @@ async def test_two_replicas_send_every_prompt_to_the_pod_holding_it(
         async def send(server: ModelServer, prompt: str) -> None:
             await announce(http, server.url, prompt)
 
-        await wait_subscribed(pool.servers, send, lambda: [_producer(r).subscribers.values() for r in replicas])
+        await wait_subscribed(pool.servers, send, lambda: [precise_producer(r).subscribers.values() for r in replicas])
         rng = random.Random(42)
         prompts: list[tuple[str, int]] = []
         for i in range(PROMPTS):
@@ -74,7 +65,7 @@ async def test_two_replicas_send_every_prompt_to_the_pod_holding_it(
             await send(pool.servers[holder], prompt)
             prompts.append((prompt, holder))
         await wait_until(
-            lambda: all(events_applied(_producer(r).subscribers.values(), pool.servers) for r in replicas),
+            lambda: all(events_applied(precise_producer(r).subscribers.values(), pool.servers) for r in replicas),
             timeout=10,
             message="both replicas applied every announcement",
         )

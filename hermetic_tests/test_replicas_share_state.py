@@ -16,11 +16,10 @@ import random
 from pathlib import Path
 
 import aiohttp
-import grpc
 import pytest
 from picker_configs import PREFIX_ONLY
 from pool_modes import ALL_MODES, served
-from replica_views import routed
+from replica_views import health, routed
 
 from epp.extproc import pb
 from epp.plugins.approx_prefix_producer import ApproxPrefixCacheProducer
@@ -130,12 +129,7 @@ async def test_every_turn_of_a_conversation_goes_where_the_first_went_whichever_
 async def _health(picker: InProcessPicker) -> list[int]:
     """The picker's health port: (readiness, its pool's state-sync detail)."""
     detail = picker.runtime.pools[0].state_sync.health_name  # type: ignore[union-attr]
-    async with grpc.aio.insecure_channel(picker.health_target) as channel:
-        stub = pb.HealthStub(channel)
-        return [
-            (await stub.Check(pb.HealthCheckRequest(service=service), timeout=5.0)).status
-            for service in ("readiness", detail)
-        ]
+    return await health(picker, "readiness", detail)
 
 
 async def _connected(http: aiohttp.ClientSession, picker: InProcessPicker) -> float:

@@ -77,12 +77,12 @@ all-in-one ``precise-prefix-cache-scorer`` (same parameters, same weights)."""
 
 _PRECISE = {
     CHAIN: """- type: precise-prefix-cache-producer
-  parameters:
+  parameters:{indexer}
     kvEventsConfig: {events}
 - type: prefix-cache-scorer
   parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}""",
     ALL_IN_ONE: """- type: precise-prefix-cache-scorer
-  parameters:
+  parameters:{indexer}
     kvEventsConfig: {events}""",
 }
 SCORER = {CHAIN: "prefix-cache-scorer", ALL_IN_ONE: "precise-prefix-cache-scorer"}
@@ -99,8 +99,12 @@ def precise_picker_config(
     central: str = "",
     render_url: str = "",
     model: str = MODEL,
+    index: str = "",
 ) -> str:
     """The EndpointPickerConfig routing on the pods' KV events, as upstream's precise sample.
+
+    With ``index`` (a Valkey/Redis address) the KV-block index lives on that server (llm-d's
+    ``kvBlockIndexConfig.valkeyConfig``), shared by every picker configured with it.
 
     With ``central`` the picker binds that endpoint for every pod to connect to (llm-d's
     ``zmqEndpoint``) and dials none; otherwise it dials each pod's ``events_port``. Tokens come
@@ -113,6 +117,7 @@ def precise_picker_config(
         if central
         else f"{{podDiscoveryConfig: {{socketPort: {events_port}{replay}}}}}"
     )
+    indexer = f"\n    indexerConfig: {{kvBlockIndexConfig: {{valkeyConfig: {{address: '{index}'}}}}}}" if index else ""
     tokens = (
         f'{{modelName: {model}, vllm: {{url: "{render_url}"}}}}'
         if render_url
@@ -125,7 +130,7 @@ plugins:
 - type: token-producer
   parameters: {tokens}
 - type: endpoint-notification-source
-{_PRECISE[form].format(events=events)}
+{_PRECISE[form].format(events=events, indexer=indexer)}
 - type: queue-scorer
 - type: kv-cache-utilization-scorer
 - type: max-score-picker

@@ -19,17 +19,20 @@ from typing import Any, Protocol
 import grpc
 
 from epp.api import pb
+from epp.api.auth import ApiAuthInterceptor
 from epp.api.views import by_plugin_name, config_message, endpoint_message, explanation_message
 from epp.clock import Clock
 from epp.config.reload import ConfigStatus
 from epp.datastore.types import DatastoreReader
 from epp.errors import EppError, ErrorCode
+from epp.extproc.server import ExtraServices
 from epp.framework import headers as wire
 from epp.framework.request import InferenceRequest
 from epp.framework.staleness import Staleness
 from epp.requestcontrol.pool_routing import PoolKey, PoolRouting
 from epp.requestcontrol.pools import PoolPipelines
 from epp.requestcontrol.recorder import ExplainRecorder
+from epp.telemetry.metrics_auth import MetricsAuth
 
 __all__ = ["ApiPool", "ApiSources", "add_api"]
 
@@ -155,3 +158,10 @@ def add_api(server: Any, sources: ApiSources) -> tuple[str, ...]:
     pb.add_ExplainServicer_to_server(_Explain(sources), server)
     pb.add_ConfigServicer_to_server(_Config(sources), server)
     return pb.API_SERVICES
+
+
+def api_services(sources: ApiSources, auth: MetricsAuth | None) -> ExtraServices:
+    """The epp.v1 API as the health port's (or its own TLS port's) extra services, guarded by the
+    ``/metrics`` authorizer when there is one."""
+    interceptors = (ApiAuthInterceptor(auth, "/epp.v1."),) if auth is not None else ()
+    return ExtraServices(lambda server: add_api(server, sources), interceptors)

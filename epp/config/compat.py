@@ -82,6 +82,8 @@ IGNORABLE_SETTINGS = (
     "dataLayer",
     "indexerConfig.kvBlockIndexConfig.enableMetrics",
     "kvEventsConfig.concurrency",
+    "indexerConfig.kvBlockIndexConfig.redisConfig.enableRDMA",
+    "indexerConfig.kvBlockIndexConfig.valkeyConfig.enableRDMA",
 )
 """Settings :func:`ignored_settings` may report (the gauge has a series for each)."""
 
@@ -222,7 +224,27 @@ def ignored_settings(
                     "endpoint's events are applied in order by its own subscriber task on the event loop",
                 )
             )
+        for server in _rdma_servers(plugin.parameters) if precise else ():
+            notices.append(
+                ConfigNotice(
+                    f"indexerConfig.kvBlockIndexConfig.{server}.enableRDMA",
+                    f"plugin {plugin.name or plugin.type!r}: the index's server is reached over TCP (as "
+                    "upstream's Go client does: it has no RDMA transport either)",
+                )
+            )
     return notices
+
+
+def _rdma_servers(parameters: Any) -> list[str]:
+    indexer = parameters.get("indexerConfig") if isinstance(parameters, Mapping) else None
+    block_index = indexer.get("kvBlockIndexConfig") if isinstance(indexer, Mapping) else None
+    if not isinstance(block_index, Mapping):
+        return []
+    return [
+        key
+        for key in ("redisConfig", "valkeyConfig")
+        if isinstance(server := block_index.get(key), Mapping) and server.get("enableRDMA") is True
+    ]
 
 
 def _enables_index_metrics(parameters: Any) -> bool:

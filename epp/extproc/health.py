@@ -9,10 +9,12 @@ work. Readiness is pushed with :meth:`HealthState.set_ready` (from the event loo
 streams see each change and end at shutdown so they never hold up a graceful stop.
 
 Details: a part that can fail without the picker failing (the state sync with the other
-replicas, ``--state-sync-address``) gets a name of its own (:meth:`HealthState.set_detail`,
-``state-sync/<namespace>/<pool>``): SERVING while ready and the part is well, NOT_SERVING
+replicas, ``--state-sync-address``; a precise index on Valkey/Redis) gets a name of its own
+(:meth:`HealthState.set_detail`, ``state-sync/<namespace>/<pool>``,
+``kv-index/<namespace>/<pool>/<plugin>``): SERVING while ready and the part is well, NOT_SERVING
 otherwise, listed by ``List``; readiness and every other name ignore it, so a replica that lost its
-Valkey server stays in the Service and keeps routing on its own view.
+Valkey server stays in the Service and keeps routing on its own view. Plugins are made before the
+server: :class:`DetailRelay` holds what they tell until it is bound to the server's state.
 
 Graceful drain (SIGTERM): :meth:`HealthState.drain` turns every name but ``liveness`` NOT_SERVING
 at once, so kubelet takes the pod out of the Service while it still serves streams, and the
@@ -30,7 +32,7 @@ from typing import Any
 
 from epp.extproc import pb
 
-__all__ = ["LIVENESS", "READINESS", "HealthState"]
+__all__ = ["LIVENESS", "READINESS", "DetailRelay", "HealthState"]
 
 LIVENESS = "liveness"
 READINESS = "readiness"
@@ -107,3 +109,24 @@ class HealthState(pb.HealthServicer):  # type: ignore[misc]  # generated base cl
             if self._stopping:
                 return
             await changed.wait()
+
+
+class DetailRelay:
+    """Health details told before the server exists, handed to its :class:`HealthState` once bound."""
+
+    def __init__(self) -> None:
+        self._target: HealthState | None = None
+        self._held: dict[str, bool] = {}
+
+    def set_detail(self, service: str, ok: bool) -> None:
+        if self._target is None:
+            self._held[service] = ok
+        else:
+            self._target.set_detail(service, ok)
+
+    def bind(self, health: HealthState) -> None:
+        """From now on details go to ``health``, those told so far first."""
+        self._target = health
+        held, self._held = self._held, {}
+        for service, ok in held.items():
+            health.set_detail(service, ok)

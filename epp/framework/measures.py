@@ -91,6 +91,13 @@ class Measurements(Protocol):
         """A token producer's cache of token ids."""
         ...
 
+    def kv_index_backend(
+        self, plugin: TypedName, *, connected: bool, lookup_failures: int, dropped_writes: int, disconnects: int
+    ) -> None:
+        """A precise index on a Valkey/Redis server: whether it is reached, lookups without an answer in
+        time, write operations lost to a full queue, and times the server was lost."""
+        ...
+
 
 @runtime_checkable
 class Measured(Protocol):

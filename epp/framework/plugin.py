@@ -126,7 +126,9 @@ class PluginContext:
     """Shared services a factory may hand to its plugin (time, randomness seed, pool name, HTTP client).
 
     ``http`` is the process's one shared client (None where nothing made one: a plugin that needs
-    it refuses to load without it).
+    it refuses to load without it). ``health(name, ok)`` sets a health detail (a gRPC health
+    service name of its own that goes NOT_SERVING while a part the picker can run without is not
+    well; readiness ignores it); a plugin calls it only once its configuration is in force.
     """
 
     clock: Clock = field(default_factory=SystemClock)
@@ -134,6 +136,8 @@ class PluginContext:
     seed: int | None = None
     extras: Mapping[str, Any] = field(default_factory=dict)
     http: HttpClient | None = None
+    pool_namespace: str = ""
+    health: Callable[[str, bool], None] | None = None
     serving_processes: int = 1
     """How many processes of this picker pod load the configuration (``epp serve --workers``): a plugin
     holding what only one process can (a bound socket) refuses to load with more."""

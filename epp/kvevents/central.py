@@ -25,8 +25,7 @@ import zmq
 import zmq.asyncio
 
 from epp.kvevents.decode import EventDecodeError
-from epp.kvevents.index import KvBlockIndex
-from epp.kvevents.ingest import SourceCounts, apply_message, topic_parts
+from epp.kvevents.ingest import IndexWriter, SourceCounts, apply_message, topic_parts
 
 __all__ = ["CentralReceiver", "PodStream"]
 
@@ -43,7 +42,7 @@ class PodStream(SourceCounts):
 class CentralReceiver:
     """Binds ``endpoint`` and feeds ``index``; :meth:`run` until cancelled."""
 
-    def __init__(self, context: zmq.asyncio.Context, index: KvBlockIndex, *, endpoint: str, topic_filter: str) -> None:
+    def __init__(self, context: zmq.asyncio.Context, index: IndexWriter, *, endpoint: str, topic_filter: str) -> None:
         self._context = context
         self._index = index
         self.endpoint = endpoint

@@ -31,7 +31,7 @@ import xxhash
 
 from epp.kvevents.decode import BlockHash, BlockStored
 
-__all__ = ["KvBlockIndex", "block_keys", "chain_seed"]
+__all__ = ["KvBlockIndex", "block_keys", "chain_seed", "indexable_blocks"]
 
 _GPU = "GPU"
 _FULL_ATTENTION = "full_attention"
@@ -46,6 +46,22 @@ def _plain_blocks(event: BlockStored) -> int:
         if keys and tuple(keys) != (event.lora_name,):
             return i
     return len(event.block_hashes)
+
+
+def indexable_blocks(event: BlockStored, block_size: int) -> int:
+    """Leading engine blocks of ``event`` an index of ``block_size``-token keys can hold; 0: skip it.
+
+    None for a tier other than GPU, a group that is not full attention, an engine block size
+    that is not a multiple of ours, or token ids that do not fill the blocks.
+    """
+    if (
+        (event.medium is not None and event.medium != _GPU)
+        or (event.kv_cache_spec_kind is not None and event.kv_cache_spec_kind != _FULL_ATTENTION)
+        or event.block_size % block_size
+        or len(event.token_ids) != len(event.block_hashes) * event.block_size
+    ):
+        return 0
+    return _plain_blocks(event)
 
 
 def chain_seed(model: str) -> int:
@@ -110,15 +126,8 @@ class KvBlockIndex:
     def stored(self, pod: str, model: str, event: BlockStored) -> bool:
         """Index a BlockStored event for ``pod``; False (and counted) when it cannot be indexed."""
         bs = self.block_size
-        per_block = event.block_size // bs
-        plain = _plain_blocks(event)
-        if (
-            (event.medium is not None and event.medium != _GPU)
-            or (event.kv_cache_spec_kind is not None and event.kv_cache_spec_kind != _FULL_ATTENTION)
-            or event.block_size % bs
-            or len(event.token_ids) != len(event.block_hashes) * event.block_size
-            or plain == 0
-        ):
+        plain = indexable_blocks(event, bs)
+        if plain == 0:
             self.skipped += 1
             return False
         entry = self._pods.get(pod)
@@ -133,6 +142,7 @@ class KvBlockIndex:
                 return False
             parent = parent_keys[-1]
         keys = block_keys(event.token_ids[: plain * event.block_size], bs, parent)
+        per_block = event.block_size // bs
         engine, refs = entry.engine, entry.refs
         for i, engine_hash in enumerate(event.block_hashes[:plain]):
             mine = tuple(keys[i * per_block : (i + 1) * per_block])

@@ -12,11 +12,25 @@ so both kinds of source count the same things the same way.
 
 from __future__ import annotations
 
-from epp.framework.measures import KvEventCounts
-from epp.kvevents.decode import AllBlocksCleared, BlockRemoved, BlockStored, decode_batch
-from epp.kvevents.index import KvBlockIndex
+from collections.abc import Sequence
+from typing import Protocol
 
-__all__ = ["SourceCounts", "apply_message", "topic_parts"]
+from epp.framework.measures import KvEventCounts
+from epp.kvevents.decode import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, decode_batch
+
+__all__ = ["IndexWriter", "SourceCounts", "apply_message", "topic_parts"]
+
+
+class IndexWriter(Protocol):
+    """What the event sources write to: the in-memory index, or the one on a Valkey/Redis server."""
+
+    skipped: int
+
+    def stored(self, pod: str, model: str, event: BlockStored) -> bool: ...
+
+    def removed(self, pod: str, hashes: Sequence[BlockHash]) -> None: ...
+
+    def clear(self, pod: str) -> None: ...
 
 
 class SourceCounts:
@@ -41,7 +55,7 @@ def topic_parts(topic: bytes) -> tuple[str, str]:
     return parts[1], parts[2]
 
 
-def apply_message(index: KvBlockIndex, pod: str, topic: bytes, payload: bytes) -> None:
+def apply_message(index: IndexWriter, pod: str, topic: bytes, payload: bytes) -> None:
     """Decode ``payload`` and apply its events to ``pod``'s entries; raises ``EventDecodeError``."""
     batch = decode_batch(payload)
     _, model = topic_parts(topic)

@@ -29,8 +29,7 @@ import zmq
 import zmq.asyncio
 
 from epp.kvevents.decode import EventDecodeError
-from epp.kvevents.index import KvBlockIndex
-from epp.kvevents.ingest import SourceCounts, apply_message
+from epp.kvevents.ingest import IndexWriter, SourceCounts, apply_message
 
 __all__ = ["Subscriber"]
 
@@ -45,7 +44,7 @@ class Subscriber(SourceCounts):
     def __init__(
         self,
         context: zmq.asyncio.Context,
-        index: KvBlockIndex,
+        index: IndexWriter,
         *,
         pod: str,
         endpoint: str,

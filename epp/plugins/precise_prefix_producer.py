@@ -22,7 +22,12 @@ by ``aclose``. Before each ``/metrics`` scrape the producer reports (``measure``
 and blocks per endpoint, its subscriber sockets, each source's counts and the central socket's
 dropped messages.
 
-Settings this picker does not have are refused by name: Redis or cost-aware indexes, CPU tiers
+With ``kvBlockIndexConfig.valkeyConfig`` or ``redisConfig`` the index lives on that server, shared
+by the pool's replicas (:mod:`epp.kvevents.redis_index`, :mod:`epp.plugins._shared_kv_index`):
+``produce`` asks it once per request, bounded in time; ``prefix_match`` (the deprecated
+all-in-one scorer) reads only what ``produce`` published.
+
+Settings this picker does not have are refused by name: the cost-aware index, CPU tiers
 (``kvCacheBackendConfigs``), ``podCacheSize`` and llm-d's own hash layouts (``cbor-fnv``); so is
 ``discoverPods: false`` without a ``zmqEndpoint`` (no events would ever arrive).
 """
@@ -35,7 +40,7 @@ import time
 from asyncio import Task
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq.asyncio
 
@@ -55,10 +60,15 @@ from epp.framework.scheduling import CycleState, SchedulingResult
 from epp.kvevents.central import CentralReceiver
 from epp.kvevents.index import KvBlockIndex, block_keys, chain_seed
 from epp.kvevents.ingest import SourceCounts
+from epp.kvevents.redis_layout import RedisIndexSettings
 from epp.kvevents.subscriber import Subscriber
 from epp.labels import Selector, SelectorError, parse_selector
 from epp.plugins._prefix_match import PrefixMatchPublisher
+from epp.plugins._shared_kv_index import report_health, shared_index
 from epp.tasks import TaskSet
+
+if TYPE_CHECKING:
+    from epp.kvevents.redis_index import RedisBlockIndex
 
 __all__ = ["PrecisePrefixCacheProducer", "create", "from_parameters"]
 
@@ -97,11 +107,19 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         speculative_ttl: float | None = None,
         zmq_endpoint: str = "",
         discover_pods: bool = True,
+        shared_index: RedisIndexSettings | None = None,
+        pool: str = "",
     ) -> None:
         super().__init__(name)
         self.block_size_tokens = block_size_tokens
         self.hash_seed = hash_seed
-        self.index = KvBlockIndex(block_size_tokens, max_entries=max_entries)
+        self.index: KvBlockIndex | RedisBlockIndex
+        if shared_index is None:
+            self.index = KvBlockIndex(block_size_tokens, max_entries=max_entries)
+        else:  # imported only when configured: redis-py imports the OpenTelemetry SDK at import time
+            from epp.kvevents.redis_index import RedisBlockIndex
+
+            self.index = RedisBlockIndex(shared_index, block_size_tokens, pool=pool, producer=name)
         self.topic_filter = topic_filter
         self.pod_selector = pod_selector if pod_selector is not None else parse_selector(DEFAULT_POD_SELECTOR)
         self.socket_port = socket_port
@@ -122,11 +140,19 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         self.key = PREFIX_CACHE_MATCH_INFO.named(name)
         self._data: DataScope = NO_DATA
 
+    @property
+    def shared_index(self) -> RedisBlockIndex | None:
+        """The index on a Valkey/Redis server, or None (the in-memory one)."""
+        index = self.index
+        return None if isinstance(index, KvBlockIndex) else index
+
     # -- endpoint lifecycle (runtime hooks) ---------------------------------------------------------
 
     def endpoints_added(self, states: Sequence[EndpointState]) -> None:
         if self._closed:
             return
+        if (shared := self.shared_index) is not None:
+            shared.start()
         if self.zmq_endpoint:
             central = self._central_receiver()
             for state in states:
@@ -188,9 +214,19 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         return len(self.subscribers) + (self.central is not None)
 
     async def aclose(self) -> None:
+        """Stop every source; the in-memory index is freed, a shared one kept (the pods did not leave)."""
         self._closed = True
-        self.endpoints_removed(list(self._tasks))
+        shared = self.shared_index
+        if shared is not None:
+            for task in self._tasks.values():
+                task.cancel()
+            self._tasks.clear()
+            self.subscribers.clear()
+        else:
+            self.endpoints_removed(list(self._tasks))
         await self._running.stop()
+        if shared is not None:
+            await shared.stop()
         context, self._context = self._context, None
         if context is not None:
             context.destroy(linger=0)
@@ -220,25 +256,35 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         keys = self._keys(request)
         if keys is None:
             return
-        longest = self.index.longest_prefix
-        now = time.monotonic() if self.speculative_ttl is not None else 0.0
-        matches = {c.endpoint.key: longest(c.endpoint.key, keys, now) for c in candidates} if keys else {}
+        index = self.index
+        if not isinstance(index, KvBlockIndex):
+            index.start()
+            pods = [c.endpoint.key for c in candidates]
+            counts = await index.longest_prefixes(keys, pods)
+            if counts is None:  # no answer in time: no match info, as a request without tokens
+                return
+            matches = dict(zip(pods, counts, strict=True))
+        else:
+            now = time.monotonic() if self.speculative_ttl is not None else 0.0
+            matches = {c.endpoint.key: index.longest_prefix(c.endpoint.key, keys, now) for c in candidates}
         self._data.put(request, self.key, _Matches(matches, len(keys), self.block_size_tokens, keys))
 
     def prefix_match(
         self, cycle: CycleState, request: InferenceRequest, candidates: Sequence[EndpointState]
     ) -> PrefixMatchInfo | None:
-        """Per candidate: what ``produce`` published, else computed now (for ``precise-prefix-cache-scorer``)."""
+        """Per candidate: what ``produce`` published, else (in-memory only) computed now."""
         found = self._data.get(request, self.key)
         if isinstance(found, PrefixCacheMatches):
             return found.aligned(candidates)
+        index = self.index
+        if not isinstance(index, KvBlockIndex):  # a shared index answers only ``produce`` (the request's one lookup)
+            return None
         keys = self.request_keys(cycle, request)
         if keys is None:
             return None
-        longest = self.index.longest_prefix
         now = time.monotonic() if self.speculative_ttl is not None else 0.0
         return PrefixMatchInfo(
-            match_blocks=[longest(c.endpoint.key, keys, now) for c in candidates] if keys else [0] * len(candidates),
+            match_blocks=[index.longest_prefix(c.endpoint.key, keys, now) for c in candidates],
             total_blocks=len(keys),
             block_size_tokens=self.block_size_tokens,
         )
@@ -252,9 +298,14 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
         if not keys:
             return
         now = time.monotonic()
+        index = self.index
         for profile_result in result.profile_results.values():
             if profile_result is not None and profile_result.targets:
-                self.index.speculate(profile_result.targets[0].endpoint.key, keys, now + ttl, now)
+                pod = profile_result.targets[0].endpoint.key
+                if isinstance(index, KvBlockIndex):
+                    index.speculate(pod, keys, now + ttl, now)
+                else:
+                    index.speculate(pod, keys, ttl)
 
     @property
     def index_size(self) -> int:
@@ -269,11 +320,19 @@ class PrecisePrefixCacheProducer(PrefixMatchPublisher, NamedPlugin):
             into.kv_events_unattributed(self.central.unattributed)
         index = self.index
         into.kv_index({pod: index.blocks(pod) for pod in index.endpoints()}, index.skipped)
+        if not isinstance(index, KvBlockIndex):
+            into.kv_index_backend(
+                self.typed_name,
+                connected=index.connected,
+                lookup_failures=index.lookup_failures,
+                dropped_writes=index.dropped,
+                disconnects=index.disconnects,
+            )
 
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheProducer:
     """Factory; llm-d's parameter names and defaults."""
-    return one_binder(from_parameters(name, params, TYPE), TYPE, context)
+    return one_binder(from_parameters(name, params, TYPE, context), TYPE, context)
 
 
 def one_binder(
@@ -289,11 +348,15 @@ def one_binder(
     return producer
 
 
-def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> PrecisePrefixCacheProducer:
+def from_parameters(
+    name: str, params: Mapping[str, Any], plugin_type: str, context: PluginContext
+) -> PrecisePrefixCacheProducer:
     """The producer for llm-d's parameters; errors name ``<plugin_type>.parameters.<field>``.
 
     ``plugin_type`` is the type the parameters were written for: this one, or the deprecated
-    ``precise-prefix-cache-scorer`` that forwards its parameters here.
+    ``precise-prefix-cache-scorer`` that forwards its parameters here. An index on Valkey/Redis is
+    namespaced by the context's pool and reports its server's state as the health detail
+    ``kv-index/<namespace>/<pool>/<name>``.
     """
 
     def _refuse(where: str, what: str) -> PluginConfigError:
@@ -310,6 +373,7 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
             raise _refuse("tokenProcessorConfig.hashAlgorithm", repr(algorithm) + " (keys here are XXH64)")
         tokens.done()
     max_entries = 100_000_000
+    shared: RedisIndexSettings | None = None
     indexer = p.nested("indexerConfig")
     if indexer is not None:
         if indexer.present("kvCacheBackendConfigs"):
@@ -318,9 +382,9 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
             raise _refuse("indexerConfig.tokenizersPoolConfig", "tokenizing here (use a token-producer)")
         block_index = indexer.nested("kvBlockIndexConfig")
         if block_index is not None:
-            for other in ("redisConfig", "costAwareMemoryConfig"):
-                if block_index.present(other):
-                    raise _refuse(f"indexerConfig.kvBlockIndexConfig.{other}", "an index other than in-memory")
+            if block_index.present("costAwareMemoryConfig"):
+                raise _refuse("indexerConfig.kvBlockIndexConfig.costAwareMemoryConfig", "the cost-aware index")
+            shared = shared_index(block_index, plugin_type)
             # Both checked here and reported as without effect at load (compat.py). Upstream logs the
             # index metrics every metricsLoggingInterval (a Go duration: nanoseconds) only with enableMetrics.
             block_index.boolean("enableMetrics", False)
@@ -370,7 +434,7 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
     speculative = p.boolean("speculativeIndexing", False)
     ttl = p.duration("speculativeTTL", 2.0)
     p.done()
-    return PrecisePrefixCacheProducer(
+    producer = PrecisePrefixCacheProducer(
         name,
         block_size_tokens=block_size,
         hash_seed=seed,
@@ -382,4 +446,8 @@ def from_parameters(name: str, params: Mapping[str, Any], plugin_type: str) -> P
         speculative_ttl=ttl if speculative else None,
         zmq_endpoint=central,
         discover_pods=discover,
+        shared_index=shared,
+        pool=f"{context.pool_namespace}/{context.pool_name}",
     )
+    report_health(producer.shared_index, context, name)
+    return producer

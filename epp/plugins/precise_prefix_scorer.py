@@ -90,4 +90,4 @@ class PrecisePrefixCacheScorer(NamedPlugin):
 
 def create(name: str, params: Mapping[str, Any], context: PluginContext) -> PrecisePrefixCacheScorer:
     """Factory; the parameters are the producer's, read under this type's name."""
-    return PrecisePrefixCacheScorer(name, one_binder(from_parameters(name, params, TYPE), TYPE, context))
+    return PrecisePrefixCacheScorer(name, one_binder(from_parameters(name, params, TYPE, context), TYPE, context))

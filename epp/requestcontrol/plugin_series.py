@@ -68,6 +68,8 @@ class Readings:
         self.unattributed = 0
         self.token_caches: dict[tuple[str, str], TokenCacheCounts] = {}
         """By (plugin name, plugin type); the last report of a name in several pools wins."""
+        self.backends: dict[str, tuple[bool, int, int, int]] = {}
+        """By plugin name: a shared index's (connected, lookup failures, dropped writes, disconnects)."""
 
     def prefix_index_size(self, plugin: TypedName, entries: int) -> None:
         key = (plugin.name, plugin.type)
@@ -89,6 +91,17 @@ class Readings:
 
     def token_cache(self, plugin: TypedName, counts: TokenCacheCounts) -> None:
         self.token_caches[(plugin.name, plugin.type)] = counts
+
+    def kv_index_backend(
+        self, plugin: TypedName, *, connected: bool, lookup_failures: int, dropped_writes: int, disconnects: int
+    ) -> None:
+        was = self.backends.get(plugin.name, (True, 0, 0, 0))  # one name in several pools: up only if all are
+        self.backends[plugin.name] = (
+            was[0] and connected,
+            was[1] + lookup_failures,
+            was[2] + dropped_writes,
+            was[3] + disconnects,
+        )
 
 
 class PluginSeries:
@@ -189,14 +202,61 @@ class PluginSeries:
             registry=r,
         )
         self.token_cache = _TokenCacheSeries(metrics)
+        backend = ("plugin_name",)
+        self.backend_connected = Gauge(
+            "epp_kv_index_backend_connected",
+            "1 while the precise prefix index's Valkey/Redis server answers; 0 while requests are routed "
+            "without precise prefix-match info.",
+            backend,
+            registry=r,
+        )
+        self.backend_lookup_failures = Counter(
+            "epp_kv_index_backend_lookup_failures_total",
+            "Precise prefix-index lookups without an answer in time (server slow, failing or unreachable): "
+            "the request had no prefix-match info.",
+            backend,
+            registry=r,
+        )
+        self.backend_dropped = Counter(
+            "epp_kv_index_backend_dropped_writes_total",
+            "Index write operations lost to a full queue while the server was slow or away (the endpoint's "
+            "entries are cleared when it is back).",
+            backend,
+            registry=r,
+        )
+        self.backend_disconnects = Counter(
+            "epp_kv_index_backend_disconnects_total",
+            "Times the precise prefix index lost its Valkey/Redis server.",
+            backend,
+            registry=r,
+        )
         self._plugins: set[tuple[str, str]] = set()
         self._endpoints: set[str] = set()
+        self._backends: set[str] = set()
 
     def publish(self, readings: Readings) -> None:
         """Set the series from what the plugins in force reported (``PoolRouting.measure``, every pool's)."""
         self._publish_indexes(readings.index_sizes)
         self._publish_kv_events(readings)
         self.token_cache.publish(readings.token_caches)
+        self._publish_backends(readings.backends)
+
+    def _publish_backends(self, backends: Mapping[str, tuple[bool, int, int, int]]) -> None:
+        families = (
+            self.backend_connected,
+            self.backend_lookup_failures,
+            self.backend_dropped,
+            self.backend_disconnects,
+        )
+        for gone in self._backends - backends.keys():
+            for family in families:
+                family.remove(gone)
+        for name, (connected, failures, dropped, disconnects) in backends.items():
+            self.backend_connected.labels(name).set(1 if connected else 0)
+            self.backend_lookup_failures.labels(name).mirror(failures)
+            self.backend_dropped.labels(name).mirror(dropped)
+            self.backend_disconnects.labels(name).mirror(disconnects)
+        self._backends = set(backends)
 
     def _publish_indexes(self, sizes: Mapping[tuple[str, str], int]) -> None:
         self.index_size.set(sum(sizes.values()))

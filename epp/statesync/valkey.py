@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -36,6 +36,7 @@ from epp.framework.replication import SyncSettings
 from epp.statesync.address import redis_url
 from epp.statesync.pool_sync import BatchSchedule, PoolSync
 from epp.statesync.records import IN_FLIGHT, pack, unpack
+from epp.statesync.server_status import ServerStatus
 from epp.tasks import Service, cancel_and_wait, start_guarded
 
 __all__ = ["ValkeyLink"]
@@ -50,7 +51,7 @@ def _entry_ms(entry_id: bytes) -> int:
     return int(entry_id.split(b"-", 1)[0])
 
 
-class ValkeyLink(Service):
+class ValkeyLink(Service, ServerStatus):
     """A pool's stream ``<key_prefix>:<namespace>/<pool>``; ``start`` / ``stop``."""
 
     def __init__(
@@ -73,12 +74,7 @@ class ValkeyLink(Service):
         self._flush = flush_interval
         self._block_ms = int(read_block * 1000)
         self._retry = retry
-        self.connected = False
-        self.disconnects = 0
-        self.last_error = ""
-        self._told = False
-        self.on_change: Callable[[bool], None] | None = None
-        """Told each change of :attr:`connected` (the runtime's health detail)."""
+        ServerStatus.__init__(self)
         self._client: aioredis.Redis | None = None
         self._closing = False
         self._failures: dict[str, int] = {}
@@ -121,25 +117,16 @@ class ValkeyLink(Service):
 
     # -- status ---------------------------------------------------------------------------------
 
-    def _changed(self, connected: bool) -> None:
-        self.connected, self._told = connected, True
-        if self.on_change is not None:
-            self.on_change(connected)
-
     def _ok(self, task: str) -> None:
         self._failures[task] = -1
-        if not self.connected:
-            self._changed(True)
+        if self.reached():
             log.info(
                 "state sync connected",
                 extra={"pool": self.pool, "server": self.url, "stream": self.stream, "queued": self.sync.pending},
             )
 
     def _failed(self, error: BaseException) -> None:
-        self.last_error = f"{type(error).__name__}: {error}"
-        if self.connected or not self._told:
-            self._changed(False)
-            self.disconnects += 1
+        if self.unreached(error):
             log.warning(
                 "state sync lost its server: routing on this replica's own view until it is back",
                 extra={"pool": self.pool, "server": self.url, "error": self.last_error},

@@ -380,6 +380,6 @@ def test_unregistered_types_are_refused_until_registered(context: PluginContext)
 def test_documented_examples_load(registry: PluginRegistry, context: PluginContext) -> None:
     doc = (Path(__file__).parents[2] / "docs" / "scheduling.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", doc, re.S)
-    assert len(blocks) == 4  # P/D, SLO-aware routing, the v0.3 tree, the EndpointPickerConfig reference
+    assert len(blocks) == 5  # the shared precise index, P/D, SLO-aware routing, the v0.3 tree, the reference
     for block in blocks:
         assert load_config(block, registry, context).scheduler.profiles

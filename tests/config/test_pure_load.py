@@ -45,6 +45,8 @@ PARAMETERS = {  # the types that do not load without parameters
 CASES = [(t, PARAMETERS.get(t, "{}")) for t in sorted(REGISTRY.types()) if REGISTRY.refusal(t) is None] + [
     # central KV-event mode: the producer binds its socket once in force, never at load
     ("precise-prefix-cache-producer", "{kvEventsConfig: {zmqEndpoint: 'tcp://127.0.0.1:5599'}}"),
+    # the index on a Valkey/Redis server: connected once in force, never at load
+    ("precise-prefix-cache-producer", "{indexerConfig: {kvBlockIndexConfig: {valkeyConfig: {address: 'v:6379'}}}}"),
 ]
 
 

@@ -89,8 +89,11 @@ class Replica:
 
 
 class Cluster:
-    def __init__(self, tokenizer: Path, port: int, replay_port: int, num_blocks: int, central: str = "") -> None:
+    def __init__(
+        self, tokenizer: Path, port: int, replay_port: int, num_blocks: int, central: str = "", index: str = ""
+    ) -> None:
         self.tokenizer = tokenizer
+        self.index = index
         self.port = port
         self.replay_port = replay_port
         self.num_blocks = num_blocks
@@ -136,7 +139,7 @@ class Cluster:
         registry = PluginRegistry()
         register_in_tree(registry)
         text = precise_picker_config(
-            self.tokenizer, self.port, replay_port=self.replay_port, form=form, central=self.central
+            self.tokenizer, self.port, replay_port=self.replay_port, form=form, central=self.central, index=self.index
         )
         config = load_config(text, registry, PluginContext())
         candidates = [
@@ -164,12 +167,14 @@ async def cluster(
     replay: bool = False,
     num_blocks: int = 256,
     central: bool = False,
+    index: str = "",
 ) -> AsyncIterator[Cluster]:
     """``pods`` simulated vLLM pods publishing KV events, and one picker replica per entry of ``replicas``
     (its form), each subscribed to every pod; with ``central``, the replica binds one socket and the
-    pods connect to it (llm-d's ``zmqEndpoint``), their topics naming them ``ip:port``."""
+    pods connect to it (llm-d's ``zmqEndpoint``), their topics naming them ``ip:port``; with ``index``
+    (a Valkey/Redis address) the replicas' KV-block index lives on that server."""
     endpoint = f"tcp://127.0.0.1:{free_port()}" if central else ""
-    c = Cluster(tokenizer, free_port(), free_port() if replay else 0, num_blocks, endpoint)
+    c = Cluster(tokenizer, free_port(), free_port() if replay else 0, num_blocks, endpoint, index)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(c.client.aclose)
         for i in range(pods):

@@ -10,7 +10,8 @@ pool's pods from a simulated Deployment that the saturation autoscaler scales
 disaggregated: a third of the pods (at least one) prefill, the others decode behind ``epp sidecar``,
 and the picker runs the P/D configuration of ``manifests/overlays/pd``. ``--no-kubernetes``
 starts no API server: the picker reads the pods from an endpoints file it watches
-(``file-discovery``), the smallest deployment there is.
+(``file-discovery``), the smallest deployment there is. ``--workers N`` runs the picker with that
+many serving processes, Envoy putting one stream on each connection to it.
 """
 
 from __future__ import annotations
@@ -87,6 +88,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="disaggregated serving: a third of the pods (at least 1) prefill, the rest decode behind `epp sidecar`; "
         "the picker runs manifests/overlays/pd's configuration (default 3 pods)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="the picker serves from this many processes (epp serve --workers); Envoy then puts one stream on "
+        "each connection to it, so the kernel spreads them",
     )
     p.add_argument(
         "--no-kubernetes",
@@ -276,6 +284,8 @@ async def _dev(args: argparse.Namespace, out: TextIO) -> int:
             return 2
         roles = pd_roles(pods)
         picker_args = ("--config-text", await asyncio.to_thread(load_pd_config, args.manifests))
+    if args.workers != 1:
+        picker_args = (*picker_args, f"--workers={args.workers}")
     config = StackConfig(
         pods=pods,
         envoy_port=args.port,
@@ -285,6 +295,7 @@ async def _dev(args: argparse.Namespace, out: TextIO) -> int:
         roles=roles,
         sidecar_args=_PD_SIDECAR if args.pd else None,
         kubernetes=not args.no_kubernetes,
+        envoy_streams_per_connection=1 if args.workers > 1 else None,
     )
     main = asyncio.current_task()
     assert main is not None
