@@ -189,6 +189,11 @@ class TokenProducer(NamedPlugin):
             )
         into.token_cache(self.typed_name, counts)
 
+    @property
+    def local_threads(self) -> int:
+        """The local tokenizer's threads (0 with the vllm backend)."""
+        return self._local.workers if self._local is not None else 0
+
     async def aclose(self) -> None:
         if self._local is not None:
             self._local.close()
@@ -218,7 +223,8 @@ def create(name: str, params: Mapping[str, Any], context: PluginContext) -> Toke
         if vllm is not None:
             raise PluginConfigError(f"{TYPE}.parameters: set one of vllm and local, not both")
         path = local.string("tokenizerPath", "")
-        workers = local.integer("workers", 0, minimum=1) or default_workers()
+        # By default the cores this process may use, shared with the pod's other serving processes (--workers).
+        workers = local.integer("workers", 0, minimum=1) or max(1, default_workers() // context.serving_processes)
         local.done()
         if not path:
             raise PluginConfigError(f"{TYPE}.parameters.local.tokenizerPath: required")

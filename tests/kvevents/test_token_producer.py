@@ -19,6 +19,7 @@ from epp.framework.request import ApiKind, InferenceRequest
 from epp.plugins import token_producer
 from epp.plugins.token_estimate import EstimatingTokenProducer
 from epp.requestcontrol.plugin_series import Readings
+from epp.tokenize.local import default_workers
 from epp_sim.modelserver import ModelServer, SimConfig
 from epp_sim.tiny_tokenizer import sentence
 
@@ -112,3 +113,14 @@ async def test_estimate_pseudo_tokens_are_the_prompts_bytes_and_client_ids_pass_
     header_only = InferenceRequest("r")
     await producer.produce(header_only, [])
     assert header_only.token_ids is None
+
+
+async def test_the_local_tokenizers_threads_default_to_this_processes_share_of_the_cores(tokenizer_dir: Path) -> None:
+    params = {"local": {"tokenizerPath": str(tokenizer_dir)}}
+    cores = default_workers()
+    alone = token_producer.create("t", params, PluginContext())
+    shared = token_producer.create("t", params, PluginContext(serving_processes=cores * 2))
+    assert isinstance(alone, token_producer.TokenProducer) and isinstance(shared, token_producer.TokenProducer)
+    assert (alone.local_threads, shared.local_threads) == (cores, 1)
+    await alone.aclose()
+    await shared.aclose()
