@@ -7,7 +7,7 @@ ids are kept under its chained key. A request takes the ids of its longest cache
 encodes the rest once (from the last cached cut, with offsets), splits those ids at the later cuts
 and keeps them, and keeps the ids after the last cut too, so a prompt seen whole before is not
 encoded at all. Special tokens from the post-processor (BOS...) are added around the result, never
-stored in a chunk. llm-d's prefix store (removed from llm-d-kv-cache in 2025) cut fixed 256-byte
+stored in a chunk. llm-d's prefix store (removed from llm-d-kv-cache in February 2026) cut fixed 256-byte
 blocks anywhere and returned only the prefix's tokens, approximately; here the result is always the
 whole text's ids, token for token:
 
