@@ -77,15 +77,10 @@ async def test_two_workers_route_on_one_view_and_count_once(epp_pool: PoolFactor
         await env.set_pins([{"waiting": 9}, {"waiting": 0, "kv_cache_usage": 0.1}, {"waiting": 9}])
         before = [sim.stats()["requests"] for sim in env.servers]
 
-        async def send(prompt: str) -> None:
-            body = {"model": MODEL, "prompt": prompt, "max_tokens": 1}
-            async with http.post(f"{env.envoy_url}/v1/completions", json=body) as resp:
-                assert resp.status == 200, await resp.text()
-                await resp.read()
-
-        # Eight at once: Envoy opens a connection per concurrent stream (one stream each), spread over both.
-        for round_ in range(4):
-            await asyncio.gather(*(send(f"round {round_} question {i}") for i in range(8)))
+        # Sixteen at once, each long enough (20 decode steps) to overlap the others: Envoy opens a
+        # connection per concurrent stream (one stream each), which the kernel spreads over both.
+        for round_ in range(2):
+            await asyncio.gather(*(_send(http, env, f"round {round_} question {i}", 20) for i in range(16)))
         served = [sim.stats()["requests"] - b for sim, b in zip(env.servers, before, strict=True)]
         assert served == [0, 32, 0]  # both processes routed on the scraped queues
 
@@ -105,8 +100,8 @@ async def test_two_workers_route_on_one_view_and_count_once(epp_pool: PoolFactor
         assert samples[("epp_workers", ())] == 2
 
 
-async def _send(http: aiohttp.ClientSession, env: HermeticPool, prompt: str) -> None:
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": 1}
+async def _send(http: aiohttp.ClientSession, env: HermeticPool, prompt: str, max_tokens: int = 1) -> None:
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens}
     async with http.post(f"{env.envoy_url}/v1/completions", json=body) as resp:
         assert resp.status == 200, await resp.text()
         await resp.read()
@@ -167,7 +162,7 @@ async def test_a_prefix_one_worker_learns_routes_the_others_and_a_dead_worker_is
         assert samples[("epp_worker_restarts_total", ())] == 1
         child_streams = samples[("epp_worker_streams_total", (("worker", "1"),))]  # the dead child's stay counted
         assert child_streams > 0
-        await asyncio.gather(*(_send(http, env, f"after question {i}") for i in range(16)))
+        await asyncio.gather(*(_send(http, env, f"after question {i}", 20) for i in range(16)))
 
         async def new_child_served() -> bool:
             return (await _metrics(http, port))[("epp_worker_streams_total", (("worker", "1"),))] > child_streams
