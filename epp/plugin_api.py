@@ -147,7 +147,7 @@ __all__ = [
     "parse_duration",
 ]
 
-API_VERSION: Final = "1.0.0"
+API_VERSION: Final = "1.1.0"
 """The version of this module's promise (see the module docstring for what each part means)."""
 
 _VERSION = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?")

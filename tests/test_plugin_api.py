@@ -83,7 +83,7 @@ def test_the_promised_names_are_exactly_the_public_ones() -> None:
     assert sorted(plugin_api.__all__) == sorted(
         name for names in PROMISED.values() for name in names.split()
     )  # a change here is an API version change: see above
-    assert API_VERSION == "1.0.0"
+    assert API_VERSION == "1.1.0"  # 1.1: PluginContext's pool_namespace, health and serving_processes
     undocumented = [
         f"{name}.{member}" if member else name
         for name in plugin_api.__all__
@@ -97,7 +97,7 @@ def test_the_promised_names_are_exactly_the_public_ones() -> None:
 
 @pytest.mark.parametrize(
     ("built_for", "compatible"),
-    [("1.0", True), ("1.0.0", True), ("1.0.9", True), ("1.1", False), ("2.0", False), ("0.9", False)],
+    [("1.0", True), ("1.0.0", True), ("1.1", True), ("1.1.4", True), ("1.2", False), ("2.0", False), ("0.9", False)],
 )
 def test_a_plugin_runs_on_the_same_major_and_a_minor_no_newer(built_for: str, compatible: bool) -> None:
     assert api_version_compatible(built_for) is compatible

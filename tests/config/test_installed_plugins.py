@@ -192,7 +192,7 @@ def test_a_plugin_that_cannot_be_loaded_refuses_the_configuration_naming_it(
 
 
 @pytest.mark.parametrize(
-    ("api", "loads"), [("1.0", True), ("1", None), ("1.0.7", True), ("1.1", False), ("2.0", False), ("0.9", False)]
+    ("api", "loads"), [("1.0", True), ("1", None), ("1.1.7", True), ("1.2", False), ("2.0", False), ("0.9", False)]
 )
 def test_the_plugin_api_version_is_checked_at_load(site: Path, api: str, loads: bool | None) -> None:
     install(site, "versioned", "v-scorer", api=api)
@@ -209,7 +209,7 @@ def test_the_plugin_api_version_is_checked_at_load(site: Path, api: str, loads: 
             load("plugins: [{type: v-scorer}]\n", registry)
         assert (
             f"plugin type 'v-scorer' of versioned 0.1.0 (v_scorer:DEFINITION) was built for epp plugin API {api}; "
-            "this picker provides 1.0.0" in str(err.value)
+            "this picker provides 1.1.0" in str(err.value)
         )
 
 
